@@ -1,0 +1,57 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+# Everything runs in a virtualenv this Makefile makes (.venv), so a fresh machine needs
+# only python3 with venv; `make test` also installs etcd-server where it can (root + apt).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+# The CPU build of torch, where this machine keeps one: gloo comparisons and torch-script
+# tests use it; without it they skip. Never pulls the CUDA build from the registry.
+TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-*+cpu-*.whl))
+PYTEST_WORKERS ?= 2
+
+.PHONY: env test lint demo bench log-samples clean etcd
+
+$(STAMP): setup.cfg setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" || echo "torch not installed: gloo comparisons will skip"; fi
+	touch $(STAMP)
+
+env: $(STAMP)
+
+# Best effort: the etcd tests skip with a reason when there is no etcd binary.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server) >/dev/null 2>&1; } || \
+	  echo "etcd-server not installed: etcd tests will skip"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check paddlike tests bench examples
+	$(VENV)/bin/ruff format --check paddlike tests bench examples
+
+test: $(STAMP) etcd
+	$(VENV)/bin/ruff check paddlike tests bench examples
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+demo: $(STAMP)
+	rm -rf demo_log
+	$(PY) -m paddlike.launch --nproc_per_node 2 --log_dir demo_log examples/hello_allreduce.py
+	@echo; echo "== the log directory the job wrote: demo_log/"; ls -l demo_log
+	@echo; echo "== demo_log/endpoints.log"; cat demo_log/endpoints.log
+	@echo; echo "== python -m paddlike.logs demo_log"; $(PY) -m paddlike.logs demo_log
+
+bench: $(STAMP)
+	$(PY) bench/launch.py
+	$(PY) bench/collectives.py
+	$(PY) bench/ps.py
+	$(PY) bench/rendezvous.py
+
+log-samples: $(STAMP)
+	$(PY) log_samples/regenerate.py
+
+clean:
+	rm -rf $(VENV) demo_log build *.egg-info .pytest_cache

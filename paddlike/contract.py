@@ -1,0 +1,73 @@
+"""The environment-variable names shared by the launcher and the runtime.
+
+The launcher writes these into every worker's environment; `paddlike.distributed`
+reads them. Paddle, torchrun and OneFlow scripts read the same names, which is why
+a script written for any of them runs unchanged under paddlike. One name lives in
+one place: here.
+"""
+
+from __future__ import annotations
+
+# --- global rank and sizes (Paddle, torchrun / OneFlow forms) -----------------
+TRAINER_ID = "PADDLE_TRAINER_ID"
+GLOBAL_RANK = "PADDLE_GLOBAL_RANK"
+RANK = "RANK"
+TRAINERS_NUM = "PADDLE_TRAINERS_NUM"
+GLOBAL_SIZE = "PADDLE_GLOBAL_SIZE"
+WORLD_SIZE = "WORLD_SIZE"
+
+RANK_IN_NODE = "PADDLE_RANK_IN_NODE"
+PADDLE_LOCAL_RANK = "PADDLE_LOCAL_RANK"
+LOCAL_RANK = "LOCAL_RANK"
+PADDLE_LOCAL_SIZE = "PADDLE_LOCAL_SIZE"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+NNODES = "PADDLE_NNODES"
+# torchrun also sets these two; OneFlow reads NODE_RANK.
+GROUP_RANK = "GROUP_RANK"
+NODE_RANK = "NODE_RANK"
+
+# --- endpoints ---------------------------------------------------------------
+CURRENT_ENDPOINT = "PADDLE_CURRENT_ENDPOINT"
+TRAINER_ENDPOINTS = "PADDLE_TRAINER_ENDPOINTS"
+PADDLE_MASTER = "PADDLE_MASTER"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+
+# --- devices -------------------------------------------------------------------
+SELECTED_GPUS = "FLAGS_selected_gpus"
+LOCAL_DEVICE_IDS = "PADDLE_LOCAL_DEVICE_IDS"
+WORLD_DEVICE_IDS = "PADDLE_WORLD_DEVICE_IDS"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+DISTRI_BACKEND = "PADDLE_DISTRI_BACKEND"
+GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"
+NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"
+
+# --- parameter-server mode ---------------------------------------------------------
+TRAINING_ROLE = "TRAINING_ROLE"
+PADDLE_ROLE = "PADDLE_ROLE"
+PSERVERS_IP_PORT_LIST = "PADDLE_PSERVERS_IP_PORT_LIST"
+PADDLE_PORT = "PADDLE_PORT"
+POD_IP = "POD_IP"
+ALL_HETER_TRAINER_IP_PORT_LIST = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"
+PREVIOUS_HETER_TRAINER_IP_PORT_LIST = "PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST"
+NEXT_HETER_TRAINER_IP_PORT_LIST = "PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST"
+STAGE_ID = "STAGE_ID"
+STAGE_NUM = "STAGE_NUM"
+HETER_DEVICE_TYPE = "HETER_DEVICE_TYPE"
+
+ROLE_TRAINER = "TRAINER"
+ROLE_PSERVER = "PSERVER"
+ROLE_HETER_TRAINER = "HETER_TRAINER"
+
+# --- the launcher's own additions ------------------------------------------------------
+JOB_ID = "PADDLIKE_JOB_ID"
+RESTART_COUNT = "PADDLIKE_RESTART_COUNT"
+LOG_DIR = "PADDLIKE_LOG_DIR"
+STORE_ADDR = "PADDLIKE_STORE_ADDR"  # host:port of the launchers' store (multi-node)
+JOB_TOKEN = "PADDLIKE_JOB_TOKEN"  # shared secret for the stores' HMAC challenge
+RUN_MODE = "PADDLIKE_RUN_MODE"  # collective | ps
+NODE_HOSTS = "PADDLIKE_NODE_HOSTS"  # comma-separated node addresses, rank 0's store allow-list
+TIMEOUT = "PADDLIKE_TIMEOUT"  # seconds; default deadline for the runtime's blocking waits
+
+# Prefix of the launcher's option variables: --log_dir <-> PADDLIKE_LOG_DIR, etc.
+OPTION_ENV_PREFIX = "PADDLIKE_"
