@@ -85,7 +85,9 @@ class Node:
         self.procs.append(proc)
         return proc
 
-    def run(self, argv: Sequence[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: Sequence[str], timeout: float = 60, **kwargs
+    ) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(argv), timeout=timeout, **kwargs)
 
 

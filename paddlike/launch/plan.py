@@ -8,8 +8,15 @@ whole thing is tested exhaustively and printed by `--dry_run`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from paddlike import contract
+
+if TYPE_CHECKING:
+    from paddlike.launch.devices import DeviceAssignment
+    from paddlike.launch.options import LaunchOptions
 
 
 class Role(enum.Enum):
@@ -56,3 +63,281 @@ class LaunchPlan:
     trainer_endpoints: tuple[str, ...]  # all nodes', in rank order
     server_endpoints: tuple[str, ...] = ()  # PS mode
     master: str = ""  # host:port of the workers' runtime store (PADDLE_MASTER)
+
+
+@dataclass(frozen=True)
+class EndpointLayout:
+    """Where every node's processes listen: the seam the rendezvous fills in.
+
+    Single node: ports reserved locally. Many nodes: for now ports from --start_port;
+    the rendezvous replaces that with ports each node reserved and published.
+    """
+
+    hosts: tuple[str, ...]  # node addresses, --ips order
+    node_index: int
+    ports: tuple[tuple[int, ...], ...]  # per node: one port per local trainer
+    master_port: int  # the workers' runtime store, on hosts[0]; not a trainer port
+
+    def trainer_endpoints(self) -> tuple[str, ...]:
+        return tuple(f"{h}:{p}" for h, ps in zip(self.hosts, self.ports, strict=True) for p in ps)
+
+    @property
+    def master(self) -> str:
+        return f"{self.hosts[0]}:{self.master_port}"
+
+
+@dataclass(frozen=True)
+class PsLayout:
+    """Parameter-server placement: every server and trainer of the job, in list order.
+
+    A trainer's id is its position in `trainers`; a server's rank its position in
+    `servers`. This node runs the entries whose host is `host`.
+    """
+
+    servers: tuple[str, ...]  # host:port
+    trainers: tuple[str, ...]  # host:port
+    host: str  # this node's address
+    node_index: int
+    nnodes: int
+    node_hosts: tuple[str, ...] = ()  # distinct hosts, first-appearance order
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """Launch-time facts the plan cannot compute without I/O, passed in by the shell."""
+
+    job_id: str
+    python: str  # sys.executable
+    log_dir: str  # absolute path of the log directory
+    environ: Mapping[str, str]  # the launcher's environment (only read)
+    interface: str = ""  # interface holding this node's address ("" = unknown)
+    restart_count: int = 0
+
+
+def _command(options: LaunchOptions, python: str) -> tuple[str, ...]:
+    args = options.training_script_args
+    if options.no_python:
+        return (options.training_script, *args)
+    if options.module:
+        return (python, "-u", "-m", options.training_script, *args)
+    return (python, "-u", options.training_script, *args)
+
+
+def _log_names(role: Role, local_index: int, split: bool) -> tuple[str, str | None]:
+    """workerlog.N holds stdout and stderr; with --redirect_stdout_and_stderr, stderr
+    goes to workerlog.N.err (stdout stays in workerlog.N, which the console and
+    `paddlike.logs` read)."""
+    name = f"{role.log_prefix}.{local_index}"
+    return name, (f"{name}.err" if split else None)
+
+
+def _launcher_env(options: LaunchOptions, facts: JobFacts, node_hosts: Sequence[str]) -> dict:
+    env = {
+        contract.JOB_ID: facts.job_id,
+        contract.RESTART_COUNT: str(facts.restart_count),
+        contract.LOG_DIR: facts.log_dir,
+        contract.NODE_HOSTS: ",".join(node_hosts),
+        contract.RUN_MODE: "ps" if options.is_ps else "collective",
+    }
+    if options.job_token:
+        env[contract.JOB_TOKEN] = options.job_token
+    return env
+
+
+def _ifname_env(facts: JobFacts) -> dict[str, str]:
+    if not facts.interface:
+        return {}
+    return {
+        name: facts.interface
+        for name in (contract.GLOO_SOCKET_IFNAME, contract.NCCL_SOCKET_IFNAME)
+        if name not in facts.environ
+    }
+
+
+def plan_collective(
+    options: LaunchOptions,
+    layout: EndpointLayout,
+    devices: DeviceAssignment,
+    facts: JobFacts,
+) -> LaunchPlan:
+    """One trainer per device group on this node; ranks node-major in --ips order.
+
+    Other nodes are assumed to have the same device layout (every node runs the same
+    command; the rendezvous checks that) for PADDLE_WORLD_DEVICE_IDS.
+    """
+    node = layout.node_index
+    nproc = devices.nproc
+    if len(layout.ports[node]) != nproc:
+        raise ValueError(f"layout has {len(layout.ports[node])} ports for {nproc} workers")
+    endpoints = layout.trainer_endpoints()
+    first_rank = sum(len(p) for p in layout.ports[:node])
+    world = len(endpoints)
+    gpu = devices.kind == "gpu"
+    local_ids = [",".join(d) for d in devices.per_worker]
+    world_ids = [":".join(devices.per_worker[i % nproc]) for i in range(world)] if gpu else []
+    master_host, master_port = layout.hosts[0], layout.master_port
+    common = {
+        contract.TRAINERS_NUM: str(world),
+        contract.GLOBAL_SIZE: str(world),
+        contract.WORLD_SIZE: str(world),
+        contract.PADDLE_LOCAL_SIZE: str(nproc),
+        contract.LOCAL_WORLD_SIZE: str(nproc),
+        contract.NNODES: str(len(layout.hosts)),
+        contract.GROUP_RANK: str(node),
+        contract.NODE_RANK: str(node),
+        contract.TRAINER_ENDPOINTS: ",".join(endpoints),
+        contract.PADDLE_MASTER: f"{master_host}:{master_port}",
+        contract.MASTER_ADDR: master_host,
+        contract.MASTER_PORT: str(master_port),
+        contract.WORLD_DEVICE_IDS: ",".join(world_ids),
+        contract.DISTRI_BACKEND: "nccl" if gpu else "gloo",
+        **_ifname_env(facts),
+        **_launcher_env(options, facts, layout.hosts),
+    }
+    argv = _command(options, facts.python)
+    processes = []
+    for local in range(nproc):
+        rank = first_rank + local
+        env = {
+            **common,
+            contract.TRAINER_ID: str(rank),
+            contract.GLOBAL_RANK: str(rank),
+            contract.RANK: str(rank),
+            contract.RANK_IN_NODE: str(local),
+            contract.PADDLE_LOCAL_RANK: str(local),
+            contract.LOCAL_RANK: str(local),
+            contract.CURRENT_ENDPOINT: endpoints[rank],
+            contract.LOCAL_DEVICE_IDS: local_ids[local],
+        }
+        if gpu:
+            env[contract.SELECTED_GPUS] = local_ids[local]
+        log, err = _log_names(Role.TRAINER, local, options.redirect_stdout_and_stderr)
+        processes.append(
+            ProcessSpec(
+                role=Role.TRAINER,
+                rank=rank,
+                local_index=local,
+                device_ids=devices.per_worker[local],
+                endpoint=endpoints[rank],
+                env=dict(sorted(env.items())),
+                argv=argv,
+                log_name=log,
+                err_log_name=err,
+            )
+        )
+    return LaunchPlan(
+        job_id=facts.job_id,
+        run_mode="collective",
+        node_index=node,
+        nnodes=len(layout.hosts),
+        host=layout.hosts[node],
+        processes=tuple(processes),
+        trainer_endpoints=endpoints,
+        master=f"{master_host}:{master_port}",
+    )
+
+
+def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> LaunchPlan:
+    """This node's servers (first, so they listen before trainers connect) and trainers."""
+    servers, trainers = layout.servers, layout.trainers
+    node_hosts = layout.node_hosts or tuple(
+        dict.fromkeys(e.rpartition(":")[0] for e in (*servers, *trainers))
+    )
+    local_trainers = [i for i, e in enumerate(trainers) if e.rpartition(":")[0] == layout.host]
+    common = {
+        contract.PSERVERS_IP_PORT_LIST: ",".join(servers),
+        contract.TRAINER_ENDPOINTS: ",".join(trainers),
+        contract.TRAINERS_NUM: str(len(trainers)),
+        contract.NNODES: str(layout.nnodes),
+        contract.GROUP_RANK: str(layout.node_index),
+        contract.NODE_RANK: str(layout.node_index),
+        contract.DISTRI_BACKEND: "gloo",
+        **_ifname_env(facts),
+        **_launcher_env(options, facts, node_hosts),
+    }
+    argv = _command(options, facts.python)
+    split = options.redirect_stdout_and_stderr
+    processes = []
+    local = 0
+    for rank, ep in enumerate(servers):
+        host, _, port = ep.rpartition(":")
+        if host != layout.host:
+            continue
+        env = {
+            **common,
+            contract.TRAINING_ROLE: contract.ROLE_PSERVER,
+            contract.PADDLE_ROLE: contract.ROLE_PSERVER,
+            contract.PADDLE_PORT: port,
+            contract.POD_IP: host,
+            contract.CURRENT_ENDPOINT: ep,
+        }
+        log, err = _log_names(Role.SERVER, local, split)
+        processes.append(
+            ProcessSpec(Role.SERVER, rank, local, (), ep, dict(sorted(env.items())), argv, log, err)
+        )
+        local += 1
+    for local, rank in enumerate(local_trainers):
+        ep = trainers[rank]
+        host, _, port = ep.rpartition(":")
+        env = {
+            **common,
+            contract.TRAINING_ROLE: contract.ROLE_TRAINER,
+            contract.PADDLE_ROLE: contract.ROLE_TRAINER,
+            contract.TRAINER_ID: str(rank),
+            contract.GLOBAL_RANK: str(rank),
+            contract.RANK: str(rank),
+            contract.WORLD_SIZE: str(len(trainers)),
+            contract.GLOBAL_SIZE: str(len(trainers)),
+            contract.RANK_IN_NODE: str(local),
+            contract.PADDLE_LOCAL_RANK: str(local),
+            contract.LOCAL_RANK: str(local),
+            contract.PADDLE_LOCAL_SIZE: str(len(local_trainers)),
+            contract.LOCAL_WORLD_SIZE: str(len(local_trainers)),
+            contract.POD_IP: host,
+            contract.CURRENT_ENDPOINT: ep,
+        }
+        log, err = _log_names(Role.TRAINER, local, split)
+        processes.append(
+            ProcessSpec(
+                Role.TRAINER, rank, local, (), ep, dict(sorted(env.items())), argv, log, err
+            )
+        )
+    return LaunchPlan(
+        job_id=facts.job_id,
+        run_mode="ps",
+        node_index=layout.node_index,
+        nnodes=layout.nnodes,
+        host=layout.host,
+        processes=tuple(processes),
+        trainer_endpoints=trainers,
+        server_endpoints=servers,
+    )
+
+
+def format_plan(plan: LaunchPlan, log_dir: str) -> str:
+    """The --dry_run text: every process, its command and environment, in a fixed order."""
+    import shlex
+
+    lines = [
+        f"paddlike.launch dry run: job {plan.job_id}, mode {plan.run_mode}, "
+        f"node {plan.node_index} of {plan.nnodes} ({plan.host}), "
+        f"{len(plan.processes)} process(es); nothing is started",
+        "trainer endpoints: " + ",".join(plan.trainer_endpoints),
+    ]
+    if plan.server_endpoints:
+        lines.append("server endpoints: " + ",".join(plan.server_endpoints))
+    if plan.master:
+        lines.append(f"master (PADDLE_MASTER): {plan.master}")
+    for p in plan.processes:
+        logs = f"{log_dir}/{p.log_name}" + (
+            f", {log_dir}/{p.err_log_name}" if p.err_log_name else ""
+        )
+        lines += [
+            "",
+            f"[{p.label}] local index {p.local_index}, "
+            f"device {','.join(p.device_ids) or 'cpu'}, endpoint {p.endpoint}, log {logs}",
+            f"  command: {shlex.join(p.argv)}",
+            "  env:",
+            *(f"    {k}={v}" for k, v in sorted(p.env.items())),
+        ]
+    return "\n".join(lines)

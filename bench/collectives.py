@@ -1,0 +1,290 @@
+"""Collective benchmark: paddlike's CPU backend (shared memory and TCP) against torch gloo,
+2 ranks on this machine, 4 KiB .. 64 MiB, beside loopback TCP measured in the same run.
+
+    python bench/collectives.py [--sizes 4K,64K,1M,64M] [--ranks 2]
+
+Time is the mean per call after warm-up; bandwidths follow nccl-tests
+(https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): algbw = S / t with
+S the total bytes of the operation's largest buffer, busbw = algbw x factor, factor
+2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
+broadcast. Workers run as separate processes with the launcher's environment contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing import Process
+
+OPS = ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"]
+OPS_SELECTED = [o for o in os.environ.get("BENCH_OPS", ",".join(OPS)).split(",") if o in OPS]
+DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M"
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def human(n: int) -> str:
+    for unit, size in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+# --- workers ---------------------------------------------------------------------------
+
+
+def _iterations(nbytes: int) -> tuple[int, int]:
+    """(warm-up, timed) calls: more for small sizes, at least 5 timed."""
+    timed = max(5, min(300, (64 << 20) // max(nbytes, 1) // 4))
+    return 2, timed
+
+
+def paddlike_worker(sizes: list[int], out: str) -> None:
+    import numpy as np
+
+    import paddlike.distributed as dist
+
+    dist.init_parallel_env(timeout=120)
+    n, me = dist.get_world_size(), dist.get_rank()
+    results = {}
+    for op in OPS_SELECTED:
+        for size in sizes:
+            elems = size // 4
+            per = elems // n
+            x = np.ones(elems, np.float32)
+            if op == "all_reduce":
+                x[:] = 0  # repeated sums of ones would overflow to inf
+                call = lambda: dist.all_reduce(x)  # noqa: E731, B023 (used within the iteration)
+            elif op == "broadcast":
+                call = lambda: dist.broadcast(x, src=0)  # noqa: E731, B023 (used within the iteration)
+            elif op == "all_gather":
+                part = np.ones(per, np.float32)
+                outs = [np.empty(per, np.float32) for _ in range(n)]
+                call = lambda: dist.all_gather(outs, part)  # noqa: E731, B023 (used within the iteration)
+            elif op == "reduce_scatter":
+                ins = [x[k * per : (k + 1) * per] for k in range(n)]
+                part = np.empty(per, np.float32)
+                call = lambda: dist.reduce_scatter(part, ins)  # noqa: E731, B023 (used within the iteration)
+            else:
+                ins = [x[k * per : (k + 1) * per] for k in range(n)]
+                outs = [np.empty(per, np.float32) for _ in range(n)]
+                call = lambda: dist.all_to_all(outs, ins)  # noqa: E731, B023 (used within the iteration)
+            results[f"{op}/{size}"] = _time(call, size, dist.barrier)
+    if me == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def gloo_worker(sizes: list[int], out: str) -> None:
+    import torch
+    import torch.distributed as tdist
+
+    tdist.init_process_group("gloo")
+    n, me = tdist.get_world_size(), tdist.get_rank()
+    results: dict[str, float | None] = {}
+    for op in OPS_SELECTED:
+        for size in sizes:
+            elems = size // 4
+            per = elems // n
+            x = torch.ones(elems, dtype=torch.float32)
+            if op == "all_reduce":
+                x.zero_()
+                call = lambda: tdist.all_reduce(x)  # noqa: E731, B023 (used within the iteration)
+            elif op == "broadcast":
+                call = lambda: tdist.broadcast(x, src=0)  # noqa: E731, B023 (used within the iteration)
+            elif op == "all_gather":
+                part = torch.ones(per)
+                outs = [torch.empty(per) for _ in range(n)]
+                call = lambda: tdist.all_gather(outs, part)  # noqa: E731, B023 (used within the iteration)
+            elif op == "reduce_scatter":
+                ins = list(x.split(per))[:n]
+                part = torch.empty(per)
+                call = lambda: tdist.reduce_scatter(part, ins)  # noqa: E731, B023 (used within the iteration)
+            else:
+                outt = torch.empty(per * n)
+                inp = x[: per * n]
+                call = lambda: tdist.all_to_all_single(outt, inp)  # noqa: E731, B023 (used within the iteration)
+            try:
+                results[f"{op}/{size}"] = _time(call, size, tdist.barrier)
+            except RuntimeError:
+                results[f"{op}/{size}"] = None  # not supported by gloo
+                tdist.barrier()
+    if me == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    tdist.destroy_process_group()
+
+
+def _time(call, size: int, barrier) -> float:
+    warm, timed = _iterations(size)
+    for _ in range(warm):
+        call()
+    barrier()
+    start = time.perf_counter()
+    for _ in range(timed):
+        call()
+    barrier()  # the slowest rank finishes the measurement
+    return (time.perf_counter() - start) / timed
+
+
+# --- loopback TCP baseline --------------------------------------------------------------
+
+
+def _echo(port: int, nbytes: int, rounds: int, stream: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = bytearray(nbytes)
+        for _ in range(rounds):
+            view, got = memoryview(buf), 0
+            while got < nbytes:
+                got += s.recv_into(view[got:])
+            s.sendall(buf)
+        left = stream
+        sink = bytearray(1 << 20)
+        while left:
+            left -= s.recv_into(sink, min(len(sink), left))
+        s.sendall(b"k")
+
+
+def loopback(msg: int = 4096, rounds: int = 2000, stream: int = 256 << 20) -> tuple[float, float]:
+    """(one-way latency of a `msg`-byte message in s, one-way bandwidth in B/s) over 127.0.0.1."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        child = Process(target=_echo, args=(srv.getsockname()[1], msg, rounds, stream))
+        child.start()
+        conn, _ = srv.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            buf = bytearray(msg)
+            start = time.perf_counter()
+            for _ in range(rounds):
+                conn.sendall(buf)
+                view, got = memoryview(buf), 0
+                while got < msg:
+                    got += conn.recv_into(view[got:])
+            latency = (time.perf_counter() - start) / rounds / 2
+            block = bytes(1 << 20)
+            start = time.perf_counter()
+            for _ in range(stream // len(block)):
+                conn.sendall(block)
+            conn.recv(1)
+            bandwidth = stream / (time.perf_counter() - start)
+        child.join(timeout=30)
+    return latency, bandwidth
+
+
+# --- driver ------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(kind: str, n: int, sizes: list[int], extra_env: dict[str, str]) -> dict:
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        eps = [f"127.0.0.1:{_free_port()}" for _ in range(n)]
+        procs = []
+        for r in range(n):
+            env = dict(os.environ, **extra_env)
+            env.update(
+                RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
+                PADDLE_TRAINER_ID=str(r), PADDLE_TRAINERS_NUM=str(n),
+                PADDLE_MASTER=f"127.0.0.1:{port}", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                PADDLE_TRAINER_ENDPOINTS=",".join(eps), PADDLE_CURRENT_ENDPOINT=eps[r],
+            )  # fmt: skip
+            cmd = [sys.executable, __file__, "--worker", kind, "--out", out,
+                   "--sizes", ",".join(map(str, sizes))]  # fmt: skip
+            procs.append(subprocess.Popen(cmd, env=env))
+        codes = [p.wait(timeout=900) for p in procs]
+        if any(codes):
+            raise SystemExit(f"{kind} workers failed: exit codes {codes}")
+        with open(out) as f:
+            return json.load(f)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--worker", choices=["paddlike", "gloo"])
+    ap.add_argument("--out")
+    ap.add_argument("--no-gloo", action="store_true")
+    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    args = ap.parse_args()
+    os.environ["BENCH_OPS"] = args.ops
+    OPS_SELECTED[:] = [o for o in args.ops.split(",") if o in OPS]
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    if args.worker == "paddlike":
+        return paddlike_worker(sizes, args.out)
+    if args.worker == "gloo":
+        return gloo_worker(sizes, args.out)
+    n = args.ranks
+    lat, bw = loopback()
+    print(f"# {n} ranks, {os.cpu_count()} CPUs; loopback TCP (same run): "
+          f"4 KiB one-way latency {lat * 1e6:.1f} us, bandwidth {bw / 1e9:.2f} GB/s")  # fmt: skip
+    runs = {
+        "shm": run_job("paddlike", n, sizes, {}),
+        "tcp": run_job("paddlike", n, sizes, {"PADDLIKE_CPU_TRANSPORT": "tcp"}),
+    }
+    have_torch = False
+    if not args.no_gloo:
+        try:
+            import torch.distributed  # noqa: F401
+
+            have_torch = True
+        except ImportError:
+            print("# torch not importable: no gloo column")
+    if have_torch:
+        runs["gloo"] = run_job("gloo", n, sizes, {})
+    cols = list(runs)
+    head = f"{'op':<15}{'size':>6}" + "".join(f"{c + ' us':>12}{c + ' busbw':>13}" for c in cols)
+    if "gloo" in runs:
+        head += f"{'shm/gloo bw':>13}"
+    print(head)
+    for op in OPS_SELECTED:
+        for size in sizes:
+            line = f"{op:<15}{human(size):>6}"
+            busbw = {}
+            for c in cols:
+                t = runs[c].get(f"{op}/{size}")
+                if t is None:
+                    line += f"{'n/a':>12}{'n/a':>13}"
+                    continue
+                busbw[c] = size / t * BUS_FACTOR[op](n)
+                line += f"{t * 1e6:>12.1f}{busbw[c] / 1e9:>10.3f}GB/s"
+            if "gloo" in runs:
+                ratio = busbw["shm"] / busbw["gloo"] if "gloo" in busbw else None
+                line += f"{ratio:>12.2f}x" if ratio else f"{'':>13}"
+            print(line)
+    if "gloo" in runs:
+        ar_big = f"all_reduce/{max(sizes)}"
+        ar_small = f"all_reduce/{min(sizes)}"
+        g, s = runs["gloo"], runs["shm"]
+        print(f"# targets: all_reduce {human(max(sizes))} busbw shm/gloo = "
+              f"{g[ar_big] / s[ar_big]:.2f}x (want >= 1.3); {human(min(sizes))} latency "
+              f"shm/gloo = {s[ar_small] / g[ar_small]:.2f}x (want <= 0.5)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Regenerate log_samples/: real log directories written by paddlike's own launcher.
+
+    make log-samples        # or: .venv/bin/python log_samples/regenerate.py [NAME ...]
+
+Each sample is one run of `python -m paddlike.launch` with a tiny script
+(log_samples/scripts/), kept with the console output it printed (NAME.console.txt).
+The log reader's tests run on these directories, and the docs quote them.
+
+    success/          2 CPU workers that finish
+    failed/           rank 1 exits 3 with a Python traceback; rank 0 is stopped
+    restarted/        rank 1 fails in the first round; --max_restarts 1 runs a second
+    ps/               parameter-server mode: 1 server, 2 trainers
+    two_node/nodea/   a 2-node job (network namespaces nodea, nodeb), one directory
+    two_node/nodeb/   per node; skipped with a message where namespaces are unavailable
+
+Only loopback and private test namespaces (198.18.0.0/24) are used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SCRIPTS = HERE / "scripts"
+TIMEOUT = 120.0  # seconds for one launcher run
+
+TRAIN = '''\
+"""A stand-in training script: prints its rank, 'trains', fails where asked."""
+import os
+import sys
+import time
+
+rank = int(os.environ["PADDLE_TRAINER_ID"])
+world = int(os.environ["PADDLE_TRAINERS_NUM"])
+restart = int(os.environ.get("PADDLIKE_RESTART_COUNT", "0"))
+fail_rank = int(os.environ.get("SAMPLE_FAIL_RANK", "-1"))
+fail_rounds = int(os.environ.get("SAMPLE_FAIL_ROUNDS", "99"))
+
+
+def load_shard(rank: int) -> None:
+    raise RuntimeError(f"rank {rank} cannot read shard data/part-{rank:05d}")
+
+
+print(f"rank {rank} of {world} on {os.environ['PADDLE_CURRENT_ENDPOINT']} (restart {restart})",
+      flush=True)
+for step in range(3):
+    print(f"rank {rank} step {step} loss {1.0 / (step + 1):.3f}", flush=True)
+    time.sleep(0.05)
+if rank == fail_rank and restart < fail_rounds:
+    try:
+        load_shard(rank)
+    except RuntimeError:
+        import traceback
+        traceback.print_exc()
+        sys.exit(3)
+if rank != fail_rank and fail_rank >= 0 and restart < fail_rounds:
+    time.sleep(30)  # the launcher stops this one when the failing rank exits
+print(f"rank {rank} done", flush=True)
+'''
+
+PS = '''\
+"""A stand-in PS script: servers serve until the launcher stops them, trainers finish."""
+import os
+import signal
+import sys
+import time
+
+role = os.environ["TRAINING_ROLE"]
+if role == "PSERVER":
+    print(f"server on port {os.environ['PADDLE_PORT']} of "
+          f"{os.environ['PADDLE_PSERVERS_IP_PORT_LIST']}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
+else:
+    tid = os.environ["PADDLE_TRAINER_ID"]
+    print(f"trainer {tid} of {os.environ['PADDLE_TRAINERS_NUM']}, servers "
+          f"{os.environ['PADDLE_PSERVERS_IP_PORT_LIST']}", flush=True)
+    for step in range(3):
+        print(f"trainer {tid} step {step}", flush=True)
+        time.sleep(0.05)
+'''
+
+
+def _write_scripts() -> None:
+    SCRIPTS.mkdir(exist_ok=True)
+    (SCRIPTS / "train.py").write_text(TRAIN)
+    (SCRIPTS / "ps_train.py").write_text(PS)
+
+
+def _launch(
+    name: str, args: list[str], *, env: dict[str, str] | None = None, expect: int = 0
+) -> None:
+    """Run the launcher into log_samples/NAME; keep its console output beside it."""
+    log_dir = HERE / name
+    shutil.rmtree(log_dir, ignore_errors=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "paddlike.launch",
+        "--log_dir",
+        str(log_dir.relative_to(ROOT)),
+        "--job_id",
+        f"sample-{name}",
+        *args,
+    ]
+    full_env = {**_clean_env(), **(env or {})}
+    proc = subprocess.run(
+        argv, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=TIMEOUT,
+    )
+    console = HERE / f"{name}.console.txt"
+    console.write_text(
+        "$ " + " ".join(["python", *argv[1:]]) + "\n" + proc.stdout
+        + f"[exit code {proc.returncode}]\n"
+    )
+    if proc.returncode != expect:
+        # A sample that shows something else than its name says would mislead the docs.
+        shutil.rmtree(log_dir, ignore_errors=True)
+        raise SampleFailed(
+            f"{name}: launcher exited {proc.returncode}, expected {expect}; sample removed "
+            f"(console output kept in {console.relative_to(ROOT)})"
+        )
+    _drop_lock(log_dir)
+    print(f"{name}: launcher exited {proc.returncode} as expected")
+
+
+def _drop_lock(log_dir: Path) -> None:
+    """The lock file is the launcher's run-time state, not part of the sample."""
+    (log_dir / ".paddlike.lock").unlink(missing_ok=True)
+
+
+class SampleFailed(Exception):
+    """A sample run did not end as the sample needs; the message says how."""
+
+
+def _clean_env() -> dict[str, str]:
+    """Our environment minus the launcher's own variables and proxies (loopback only)."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PADDLIKE_") and k.lower() not in ("http_proxy", "https_proxy")
+    }
+
+
+def success() -> None:
+    _launch("success", ["--nproc_per_node", "2", "log_samples/scripts/train.py"])
+
+
+def failed() -> None:
+    _launch(
+        "failed",
+        ["--nproc_per_node", "2", "--kill_timeout", "2", "log_samples/scripts/train.py"],
+        env={"SAMPLE_FAIL_RANK": "1"},
+        expect=3,
+    )
+
+
+def restarted() -> None:
+    _launch(
+        "restarted",
+        ["--nproc_per_node", "2", "--max_restarts", "1", "log_samples/scripts/train.py"],
+        env={"SAMPLE_FAIL_RANK": "1", "SAMPLE_FAIL_ROUNDS": "1"},
+    )
+
+
+def ps() -> None:
+    _launch("ps", ["--server_num", "1", "--worker_num", "2", "log_samples/scripts/ps_train.py"])
+
+
+def two_node() -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.netns import netns_cluster, netns_unavailable_reason
+
+    reason = netns_unavailable_reason()
+    if reason:
+        print(f"two_node: skipped: {reason}")
+        return
+    base = HERE / "two_node"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        procs = []
+        for node in cluster.nodes:
+            argv = [
+                sys.executable,
+                "-m",
+                "paddlike.launch",
+                "--ips",
+                "nodea,nodeb",
+                "--nproc_per_node",
+                "2",
+                "--job_id",
+                "sample-two-node",
+                "--log_dir",
+                f"log_samples/two_node/{node.hostname}",
+                "log_samples/scripts/train.py",
+            ]
+            procs.append(
+                (
+                    node,
+                    argv,
+                    node.popen(
+                        argv,
+                        cwd=ROOT,
+                        env=_clean_env(),
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                    ),
+                )
+            )
+        for node, argv, proc in procs:
+            out, _ = proc.communicate(timeout=TIMEOUT)
+            (base / f"{node.hostname}.console.txt").write_text(
+                f"$ python {' '.join(argv[1:])}   # on {node.hostname}\n"
+                + out.decode(errors="replace")
+                + f"[exit code {proc.returncode}]\n"
+            )
+            if proc.returncode != 0:
+                shutil.rmtree(base, ignore_errors=True)
+                raise SampleFailed(
+                    f"two_node: launcher on {node.hostname} exited {proc.returncode}, expected 0; "
+                    "sample removed"
+                )
+            _drop_lock(base / node.hostname)
+            print(f"two_node/{node.hostname}: launcher exited 0 as expected")
+
+
+SAMPLES: dict[str, Callable[[], None]] = {
+    "success": success,
+    "failed": failed,
+    "restarted": restarted,
+    "ps": ps,
+    "two_node": two_node,
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SAMPLES)
+    unknown = [n for n in names if n not in SAMPLES]
+    if unknown:
+        print(f"regenerate.py: unknown sample {unknown[0]!r}; choose from {', '.join(SAMPLES)}")
+        return 2
+    _write_scripts()
+    failures = 0
+    for name in names:
+        try:
+            SAMPLES[name]()
+        except (SampleFailed, subprocess.TimeoutExpired) as exc:
+            print(f"regenerate.py: {exc}", file=sys.stderr)
+            failures += 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

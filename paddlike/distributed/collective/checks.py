@@ -1,0 +1,84 @@
+"""Argument checks done before any byte moves: each message names the operation, the argument
+and why it was refused, so the user fixes the call instead of debugging a hang or garbage.
+
+Works for numpy and cupy arrays alike (only .dtype, .shape, .flags are read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SUPPORTED_DTYPES", "check_array", "check_list", "check_rank"]
+
+SUPPORTED_DTYPES = frozenset(
+    np.dtype(t)
+    for t in ("bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64")
+)
+
+
+def check_array(x: Any, op: str, arg: str) -> None:
+    """A C-contiguous array of a supported dtype; refused with the reason otherwise."""
+    if not hasattr(x, "dtype") or not hasattr(x, "flags") or not hasattr(x, "shape"):
+        raise TypeError(
+            f"{op}: argument {arg!r} must be an array (numpy on the CPU backend, cupy on NCCL), "
+            f"got {type(x).__name__}"
+        )
+    if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
+        names = ", ".join(sorted(str(d) for d in SUPPORTED_DTYPES))
+        raise TypeError(f"{op}: argument {arg!r} has dtype {x.dtype}, which is not one of {names}")
+    if not x.flags.c_contiguous:
+        raise ValueError(
+            f"{op}: argument {arg!r} is not C-contiguous (shape {tuple(x.shape)}, strides "
+            f"{tuple(x.strides)}); collectives write in place, so pass a contiguous array, "
+            f"e.g. np.ascontiguousarray(x), and use that array afterwards"
+        )
+    if not x.flags.writeable:
+        raise ValueError(f"{op}: argument {arg!r} is read-only; pass a writeable array")
+
+
+def check_same(x: Any, like: Any, op: str, arg: str) -> None:
+    """`x` must have the shape and dtype of `like` (the operation's main array)."""
+    check_array(x, op, arg)
+    if tuple(x.shape) != tuple(like.shape) or x.dtype != like.dtype:
+        raise ValueError(
+            f"{op}: argument {arg!r} has shape {tuple(x.shape)} and dtype {x.dtype}, "
+            f"expected shape {tuple(like.shape)} and dtype {like.dtype}"
+        )
+
+
+def check_list(
+    items: Any, n: int, op: str, arg: str, *, dtype: Any = None, same_shape: Any = None
+) -> list[Any]:
+    """A list of `n` arrays (one per group rank); all one dtype, optionally one shape."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(
+            f"{op}: argument {arg!r} must be a list of arrays, got {type(items).__name__}"
+        )
+    if len(items) != n:
+        raise ValueError(
+            f"{op}: argument {arg!r} has {len(items)} arrays, expected one per rank of the "
+            f"group ({n})"
+        )
+    for i, item in enumerate(items):
+        check_array(item, op, f"{arg}[{i}]")
+        if dtype is not None and np.dtype(item.dtype) != np.dtype(dtype):
+            raise ValueError(f"{op}: {arg}[{i}] has dtype {item.dtype}, expected {np.dtype(dtype)}")
+        if same_shape is not None and tuple(item.shape) != tuple(same_shape):
+            raise ValueError(
+                f"{op}: {arg}[{i}] has shape {tuple(item.shape)}, expected {tuple(same_shape)}"
+            )
+    return list(items)
+
+
+def check_rank(rank: Any, ranks: Sequence[int], op: str, arg: str) -> int:
+    """A global rank that is a member of the group; returns it as an int."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+        raise TypeError(f"{op}: argument {arg!r} must be a rank (int), got {rank!r}")
+    if int(rank) not in ranks:
+        raise ValueError(
+            f"{op}: {arg}={rank} is not a rank of this group (its ranks are {list(ranks)})"
+        )
+    return int(rank)

@@ -1,0 +1,484 @@
+"""The CPU backend: numpy arrays moved over TCP between hosts and through shared memory
+between ranks of one host.
+
+Algorithm choice, per operation:
+- all ranks of the group on one host (the usual single-node job): shared memory. Each
+  array is cut into chunks the size of one buffer; per chunk every rank copies its data
+  in, one step, each rank reduces its own slice from all buffers, one step, each rank
+  copies the other slices out. Two copies and one pass of arithmetic per byte, no
+  kernel in the path; two buffers alternate so a fast rank never overwrites data a slow
+  one is still reading.
+- otherwise TCP: all_reduce of small arrays sends the whole array to every peer and
+  reduces locally (one round trip: latency-optimal for the small worlds of CPU jobs);
+  large arrays take a ring reduce-scatter then a ring all-gather, the receive of each
+  step reduced chunk by chunk while the rest arrives, and sent while received.
+  The other collectives are direct exchanges, which move no more bytes per rank than a
+  ring does.
+
+Reductions always combine contributions in one fixed order (rank order, or ring order
+for the TCP ring), so results are the same bits on every rank and every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..store import StoreClient
+from .backend import Communicator
+from .errors import CollectiveError
+from .reduce_op import ReduceOp, reduce_into, ufunc_of
+from .shm import ShmArena, shm_available
+from .tcp import OPCODE, OPCODES, Mesh, Recv, Send
+
+__all__ = ["CpuCommunicator", "host_key"]
+
+TRANSPORT_ENV = "PADDLIKE_CPU_TRANSPORT"  # auto (default) | tcp: force TCP even on one host
+SHM_BUFFER_ENV = "PADDLIKE_SHM_BUFFER_BYTES"
+DEFAULT_SHM_BUFFER = 2 << 20
+SMALL_ALLREDUCE_BYTES = 256 << 10
+
+
+def host_key() -> str:
+    """Ranks with equal keys share /dev/shm and a kernel: same boot, same network namespace
+    (network-namespace "nodes" of the tests count as different hosts)."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        parts.append(f.read().strip())
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/net"))
+    return "|".join(parts)
+
+
+def _bounds(n_items: int, parts: int, k: int) -> tuple[int, int]:
+    """Slice k of `parts` near-equal slices of range(n_items)."""
+    base, extra = divmod(n_items, parts)
+    lo = k * base + min(k, extra)
+    return lo, lo + base + (1 if k < extra else 0)
+
+
+def _bytes(x: np.ndarray) -> np.ndarray:
+    return x.reshape(-1).view(np.uint8)
+
+
+def _mv(x: np.ndarray) -> memoryview:
+    return memoryview(_bytes(x))
+
+
+def _ranges(total: int, step: int) -> list[tuple[int, int]]:
+    """[(a, b)] covering range(total) in pieces of `step`; one empty piece when total is 0,
+    so every rank still takes the same number of steps."""
+    if total <= 0:
+        return [(0, 0)]
+    return [(a, min(total, a + step)) for a in range(0, total, step)]
+
+
+class CpuCommunicator(Communicator):
+    """One group's connections (and shared memory, when all its ranks share a host)."""
+
+    def __init__(
+        self,
+        store: StoreClient,
+        prefix: str,
+        rank: int,
+        global_ranks: Sequence[int],
+        host: str,
+        timeout: float,
+    ) -> None:
+        self.name = prefix
+        self.rank, self.size = rank, len(global_ranks)
+        self.global_ranks = list(global_ranks)
+        deadline = time.monotonic() + timeout
+        self.mesh = Mesh.connect(store, prefix, rank, global_ranks, host, deadline)
+        self.arena: ShmArena | None = None
+        if self.size > 1:
+            mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
+            key = f"{host_key()}|{mode}|{int(shm_available())}"
+            store.set(f"{prefix}/host/{rank}", key)
+            keys = [
+                store.get(f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic()))
+                for k in range(self.size)
+            ]
+            if mode != "tcp" and shm_available() and all(k == keys[0] for k in keys):
+                buffer_bytes = int(os.environ.get(SHM_BUFFER_ENV, DEFAULT_SHM_BUFFER))
+                buffer_bytes = max(4096, buffer_bytes // 4096 * 4096)
+                self.arena = ShmArena(
+                    store, prefix, rank, global_ranks, buffer_bytes, deadline, self.mesh.peer_closed
+                )
+        self._uses = 0
+        self.transport = "shm" if self.arena is not None else ("tcp" if self.size > 1 else "none")
+
+    def close(self) -> None:
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
+        self.mesh.close()
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _buf(self) -> int:
+        b = self._uses & 1
+        self._uses += 1
+        return b
+
+    def _shm_steps(
+        self, opname: str, nbytes: int, deadline: float, what: str, pieces: int,
+        before: Callable[[int, int], None], after: Callable[[int, int], None],
+    ) -> None:  # fmt: skip
+        """The common shape: for each piece, `before(i, buf)`, one step, `after(i, buf)`.
+        The first step also checks that every rank called the same op with the same size."""
+        arena = self.arena
+        assert arena is not None
+        parity = arena.begin(OPCODE[opname], nbytes)
+        for i in range(pieces):
+            buf = self._buf()
+            before(i, buf)
+            arena.sync(deadline, what)
+            if i == 0:
+                arena.check(parity, OPCODE[opname], nbytes, what, OPCODES)
+            after(i, buf)
+
+    # --- all_reduce / reduce --------------------------------------------------------------
+
+    def all_reduce(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
+        self._reduce(x, op, deadline, root=None)
+
+    def reduce(self, x: np.ndarray, root: int, op: ReduceOp, deadline: float) -> None:
+        self._reduce(x, op, deadline, root=root)
+
+    def _reduce(self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None) -> None:
+        what = "all_reduce" if root is None else "reduce"
+        if self.arena is not None:
+            self._shm_reduce(x, op, deadline, root, what)
+        elif root is not None:
+            self._tcp_reduce_to_root(x, op, deadline, root)
+        elif x.nbytes <= SMALL_ALLREDUCE_BYTES or self.size == 1:
+            self._tcp_allreduce_direct(x, op, deadline)
+        else:
+            self._tcp_allreduce_ring(x, op, deadline)
+
+    def _shm_reduce(
+        self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None, what: str
+    ) -> None:
+        arena = self.arena
+        assert arena is not None
+        n, r = self.size, self.rank
+        xf = x.reshape(-1)
+        dt = xf.dtype
+        per = arena.buffer_bytes // dt.itemsize
+        chunks = _ranges(xf.size, per)
+        keeps = root is None or r == root
+        # Ranks 0 and 1 may reduce into their own slice of x (it is parts[rank], and the ufunc
+        # writes element by element), which saves copying that slice in.
+        in_place = keeps and r <= 1
+        scratch = None if keeps else np.empty(_bounds(per, n, 0)[1], dt)
+        opcode = OPCODE[what]
+        parity = arena.begin(opcode, x.nbytes)
+        for i, (a, b) in enumerate(chunks):
+            buf = self._buf()
+            m = b - a
+            mine = arena.data(r, buf, dt)
+            lo, hi = _bounds(m, n, r)
+            if in_place:
+                mine[:lo] = xf[a : a + lo]
+                mine[hi:m] = xf[a + hi : b]
+            else:
+                mine[:m] = xf[a:b]
+            arena.sync(deadline, what)
+            if i == 0:
+                arena.check(parity, opcode, x.nbytes, what, OPCODES)
+            target = xf[a + lo : a + hi] if keeps else scratch[: hi - lo]  # type: ignore[index]
+            parts = [
+                target if (in_place and k == r) else arena.data(k, buf, dt)[lo:hi] for k in range(n)
+            ]
+            reduce_into(op, target, parts, n)
+            mine[lo:hi] = target
+            arena.sync(deadline, what)
+            if keeps:
+                for k in range(n):
+                    if k != r:
+                        klo, khi = _bounds(m, n, k)
+                        xf[a + klo : a + khi] = arena.data(k, buf, dt)[klo:khi]
+
+    def _tcp_allreduce_direct(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
+        xf = x.reshape(-1)
+        peers = [k for k in range(self.size) if k != self.rank]
+        tmps = {k: np.empty_like(xf) for k in peers}
+        self.mesh.exchange(
+            [Send(k, _mv(xf), "all_reduce") for k in peers],
+            [Recv(k, _mv(tmps[k]), "all_reduce") for k in peers],
+            deadline,
+            "all_reduce",
+        )
+        parts = [xf if k == self.rank else tmps[k] for k in range(self.size)]
+        out = xf if self.rank == 0 else np.empty_like(xf)
+        reduce_into(op, out, parts, self.size)
+        if out is not xf:
+            xf[...] = out
+
+    def _tcp_allreduce_ring(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
+        n, r = self.size, self.rank
+        xf = x.reshape(-1)
+        itemsize = xf.dtype.itemsize
+        segs = [_bounds(xf.size, n, k) for k in range(n)]
+        right, left = (r + 1) % n, (r - 1) % n
+        tmp = np.empty(max(hi - lo for lo, hi in segs), xf.dtype)
+        ufunc = ufunc_of(op)
+        for s in range(n - 1):
+            slo, shi = segs[(r - s) % n]
+            rlo, rhi = segs[(r - s - 1) % n]
+            dst, t = xf[rlo:rhi], tmp[: rhi - rlo]
+
+            def combine(off: int, nbytes: int, dst: np.ndarray = dst, t: np.ndarray = t) -> None:
+                e0, e1 = off // itemsize, (off + nbytes) // itemsize
+                ufunc(dst[e0:e1], t[e0:e1], out=dst[e0:e1])
+
+            self.mesh.exchange(
+                [Send(right, _mv(xf[slo:shi]), "all_reduce")],
+                [Recv(left, _mv(t), "all_reduce", chunk=combine, chunk_bytes=1 << 20)],
+                deadline,
+                "all_reduce",
+            )
+        if op is ReduceOp.AVG:
+            lo, hi = segs[(r + 1) % n]
+            np.divide(xf[lo:hi], n, out=xf[lo:hi], casting="unsafe")
+        for s in range(n - 1):
+            slo, shi = segs[(r + 1 - s) % n]
+            rlo, rhi = segs[(r - s) % n]
+            self.mesh.exchange(
+                [Send(right, _mv(xf[slo:shi]), "all_reduce")],
+                [Recv(left, _mv(xf[rlo:rhi]), "all_reduce")],
+                deadline,
+                "all_reduce",
+            )
+
+    def _tcp_reduce_to_root(self, x: np.ndarray, op: ReduceOp, deadline: float, root: int) -> None:
+        if self.rank != root:
+            self.mesh.exchange([Send(root, _mv(x), "reduce")], [], deadline, "reduce")
+            return
+        peers = [k for k in range(self.size) if k != root]
+        tmps = {k: np.empty_like(x) for k in peers}
+        self.mesh.exchange([], [Recv(k, _mv(tmps[k]), "reduce") for k in peers], deadline, "reduce")
+        parts = [x if k == root else tmps[k] for k in range(self.size)]
+        out = x if root == 0 else np.empty_like(x)
+        reduce_into(op, out, parts, self.size)
+        if out is not x:
+            x[...] = out
+
+    # --- data movement ---------------------------------------------------------------------
+
+    def broadcast(self, x: np.ndarray, root: int, deadline: float) -> None:
+        xb = _bytes(x)
+        if self.arena is not None:
+            arena, r = self.arena, self.rank
+            chunks = _ranges(xb.size, arena.buffer_bytes)
+
+            def before(i: int, buf: int) -> None:
+                if r == root:
+                    a, b = chunks[i]
+                    arena.data(r, buf)[: b - a] = xb[a:b]
+
+            def after(i: int, buf: int) -> None:
+                if r != root:
+                    a, b = chunks[i]
+                    xb[a:b] = arena.data(root, buf)[: b - a]
+
+            self._shm_steps(
+                "broadcast", x.nbytes, deadline, "broadcast", len(chunks), before, after
+            )
+        elif self.rank == root:
+            peers = [k for k in range(self.size) if k != root]
+            self.mesh.exchange(
+                [Send(k, _mv(x), "broadcast") for k in peers], [], deadline, "broadcast"
+            )
+        else:
+            self.mesh.exchange([], [Recv(root, _mv(x), "broadcast")], deadline, "broadcast")
+
+    def all_gather(self, outs: list[np.ndarray], x: np.ndarray, deadline: float) -> None:
+        self._gather(outs, x, deadline, root=None)
+
+    def gather(
+        self, x: np.ndarray, outs: list[np.ndarray] | None, root: int, deadline: float
+    ) -> None:
+        self._gather(outs, x, deadline, root=root)
+
+    def _gather(
+        self, outs: list[np.ndarray] | None, x: np.ndarray, deadline: float, root: int | None
+    ) -> None:
+        what = "all_gather" if root is None else "gather"
+        r = self.rank
+        receives = root is None or r == root
+        if receives:
+            assert outs is not None
+            _bytes(outs[r])[:] = _bytes(x)
+        if self.arena is not None:
+            arena = self.arena
+            sizes = [o.nbytes for o in outs] if root is None else [x.nbytes] * self.size  # type: ignore[union-attr]
+            xb = _bytes(x)
+            chunks = _ranges(max(sizes), arena.buffer_bytes)
+
+            def before(i: int, buf: int) -> None:
+                a, _ = chunks[i]
+                take = max(0, min(arena.buffer_bytes, xb.size - a))
+                arena.data(r, buf)[:take] = xb[a : a + take]
+
+            def after(i: int, buf: int) -> None:
+                if not receives:
+                    return
+                a, _ = chunks[i]
+                for k in range(self.size):
+                    if k != r:
+                        ob = _bytes(outs[k])  # type: ignore[index]
+                        take = max(0, min(arena.buffer_bytes, ob.size - a))
+                        ob[a : a + take] = arena.data(k, buf)[:take]
+
+            nbytes = sum(sizes)
+            self._shm_steps(what, nbytes, deadline, what, len(chunks), before, after)
+            return
+        peers = [k for k in range(self.size) if k != r]
+        if root is None:
+            sends = [Send(k, _mv(x), what) for k in peers]
+            recvs = [Recv(k, _mv(outs[k]), what) for k in peers]  # type: ignore[index]
+        elif r == root:
+            sends, recvs = [], [Recv(k, _mv(outs[k]), what) for k in peers]  # type: ignore[index]
+        else:
+            sends, recvs = [Send(root, _mv(x), what)], []
+        self.mesh.exchange(sends, recvs, deadline, what)
+
+    def scatter(
+        self, x: np.ndarray, ins: list[np.ndarray] | None, root: int, deadline: float
+    ) -> None:
+        r = self.rank
+        if r == root:
+            assert ins is not None
+            _bytes(x)[:] = _bytes(ins[r])
+        if self.arena is not None:
+            arena = self.arena
+            region = arena.buffer_bytes // self.size
+            xb = _bytes(x)
+            chunks = _ranges(xb.size, region)
+
+            def before(i: int, buf: int) -> None:
+                if r == root:
+                    a, b = chunks[i]
+                    data = arena.data(r, buf)
+                    for k in range(self.size):
+                        data[k * region : k * region + b - a] = _bytes(ins[k])[a:b]  # type: ignore[index]
+
+            def after(i: int, buf: int) -> None:
+                if r != root:
+                    a, b = chunks[i]
+                    xb[a:b] = arena.data(root, buf)[r * region : r * region + b - a]
+
+            self._shm_steps("scatter", x.nbytes, deadline, "scatter", len(chunks), before, after)
+        elif r == root:
+            sends = [Send(k, _mv(ins[k]), "scatter") for k in range(self.size) if k != r]  # type: ignore[index]
+            self.mesh.exchange(sends, [], deadline, "scatter")
+        else:
+            self.mesh.exchange([], [Recv(root, _mv(x), "scatter")], deadline, "scatter")
+
+    def all_to_all(self, outs: list[np.ndarray], ins: list[np.ndarray], deadline: float) -> None:
+        r = self.rank
+        _bytes(outs[r])[:] = _bytes(ins[r])
+        if self.arena is not None:
+            arena = self.arena
+            region = arena.buffer_bytes // self.size
+            nb = ins[0].nbytes
+            chunks = _ranges(nb, region)
+
+            def before(i: int, buf: int) -> None:
+                a, b = chunks[i]
+                data = arena.data(r, buf)
+                for k in range(self.size):
+                    if k != r:
+                        data[k * region : k * region + b - a] = _bytes(ins[k])[a:b]
+
+            def after(i: int, buf: int) -> None:
+                a, b = chunks[i]
+                for k in range(self.size):
+                    if k != r:
+                        _bytes(outs[k])[a:b] = arena.data(k, buf)[r * region : r * region + b - a]
+
+            total = nb * self.size
+            self._shm_steps("all_to_all", total, deadline, "all_to_all", len(chunks), before, after)
+            return
+        peers = [k for k in range(self.size) if k != r]
+        self.mesh.exchange(
+            [Send(k, _mv(ins[k]), "all_to_all") for k in peers],
+            [Recv(k, _mv(outs[k]), "all_to_all") for k in peers],
+            deadline,
+            "all_to_all",
+        )
+
+    def reduce_scatter(
+        self, out: np.ndarray, ins: list[np.ndarray], op: ReduceOp, deadline: float
+    ) -> None:
+        n, r = self.size, self.rank
+        outf = out.reshape(-1)
+        dt = outf.dtype
+        if self.arena is not None:
+            arena = self.arena
+            region = arena.buffer_bytes // n // dt.itemsize
+            chunks = _ranges(outf.size, region)
+            flats = [a.reshape(-1) for a in ins]
+
+            def before(i: int, buf: int) -> None:
+                a, b = chunks[i]
+                data = arena.data(r, buf, dt)
+                for k in range(n):
+                    data[k * region : k * region + b - a] = flats[k][a:b]
+
+            def after(i: int, buf: int) -> None:
+                a, b = chunks[i]
+                parts = [arena.data(j, buf, dt)[r * region : r * region + b - a] for j in range(n)]
+                reduce_into(op, outf[a:b], parts, n)
+
+            total = out.nbytes * n
+            self._shm_steps(
+                "reduce_scatter", total, deadline, "reduce_scatter", len(chunks), before, after
+            )
+            return
+        peers = [k for k in range(n) if k != r]
+        tmps = {k: np.empty_like(outf) for k in peers}
+        self.mesh.exchange(
+            [Send(k, _mv(ins[k]), "reduce_scatter") for k in peers],
+            [Recv(k, _mv(tmps[k]), "reduce_scatter") for k in peers],
+            deadline,
+            "reduce_scatter",
+        )
+        parts = [ins[r].reshape(-1) if j == r else tmps[j] for j in range(n)]
+        res = np.empty_like(outf)
+        reduce_into(op, res, parts, n)
+        outf[...] = res
+
+    def send(self, x: np.ndarray, peer: int, deadline: float) -> None:
+        self.mesh.exchange([Send(peer, _mv(x), "send")], [], deadline, "send")
+
+    def recv(self, x: np.ndarray, peer: int, deadline: float) -> None:
+        self.mesh.exchange([], [Recv(peer, _mv(x), "recv")], deadline, "recv")
+
+    def barrier(self, deadline: float) -> None:
+        if self.arena is not None:
+            arena = self.arena
+            parity = arena.begin(OPCODE["barrier"], 0)
+            arena.sync(deadline, "barrier")
+            arena.check(parity, OPCODE["barrier"], 0, "barrier", OPCODES)
+            return
+        empty = memoryview(b"")
+        peers = [k for k in range(self.size) if k != self.rank]
+        self.mesh.exchange(
+            [Send(k, empty, "barrier") for k in peers],
+            [Recv(k, memoryview(bytearray()), "barrier") for k in peers],
+            deadline,
+            "barrier",
+        )
+
+
+def check_peer_error(exc: BaseException) -> bool:
+    """True for the errors after which the communicator cannot be used again."""
+    return isinstance(exc, (CollectiveError, OSError))

@@ -1,0 +1,269 @@
+"""The collective operations, named and shaped like `paddle.distributed`'s.
+
+Each function checks its arguments (naming any bad one), resolves the group and the
+global ranks it was given, then hands the work to the group's communicator through the
+group's queue: `sync_op=True` returns when done, `sync_op=False` returns a Task.
+Ranks given as `src`/`dst` are global ranks, as in Paddle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .checks import check_array, check_list, check_same
+from .errors import CollectiveError
+from .group import Group, runtime
+from .reduce_op import ReduceOp, as_reduce_op, check_op_dtype
+from .task import Task
+
+__all__ = [
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "barrier",
+    "broadcast",
+    "gather",
+    "irecv",
+    "isend",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "scatter",
+    "send",
+]
+
+
+def _group(group: Group | None, what: str) -> Group:
+    if group is None:
+        group = runtime.default
+        if group is None:
+            raise CollectiveError(
+                f"{what}: the process group is not initialized; call "
+                f"paddlike.distributed.init_parallel_env() first"
+            )
+    elif not isinstance(group, Group):
+        raise TypeError(f"{what}: group must be a Group from new_group(), got {group!r}")
+    group.require_member(what)
+    return group
+
+
+def _peer(g: Group, rank: Any, what: str, arg: str) -> int:
+    """Global rank -> group rank, refused when outside the group."""
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise TypeError(f"{what}: {arg} must be a global rank (int), got {rank!r}")
+    k = g.get_group_rank(rank)
+    if k < 0:
+        raise ValueError(f"{what}: {arg}={rank} is not a rank of group {g.id} (ranks {g.ranks})")
+    return k
+
+
+def _run(g: Group, what: str, fn: Callable[[float], None], sync_op: bool) -> Task | None:
+    comm = g.require_member(what)
+    assert g.queue is not None
+
+    def call() -> None:
+        if g.broken is not None:
+            raise CollectiveError(
+                f"{what}: group {g.id} cannot be used after an earlier failure ({g.broken})"
+            )
+        try:
+            fn(time.monotonic() + g.timeout)
+        except BaseException as exc:
+            g.broken = exc
+            raise
+
+    del comm
+    task = g.queue.run(call, what, sync_op)
+    return None if sync_op else task
+
+
+def all_reduce(
+    tensor: Any, op: Any = ReduceOp.SUM, group: Group | None = None, sync_op: bool = True
+) -> Task | None:
+    """Reduce `tensor` over the group, in place on every rank."""
+    g = _group(group, "all_reduce")
+    rop = as_reduce_op(op)
+    check_array(tensor, "all_reduce", "tensor")
+    check_op_dtype(rop, tensor.dtype, "all_reduce")
+    return _run(g, "all_reduce", lambda d: g.comm.all_reduce(tensor, rop, d), sync_op)  # type: ignore[union-attr]
+
+
+def reduce(
+    tensor: Any,
+    dst: int = 0,
+    op: Any = ReduceOp.SUM,
+    group: Group | None = None,
+    sync_op: bool = True,
+) -> Task | None:
+    """Reduce `tensor` over the group into rank `dst`'s tensor; the others' stay unchanged."""
+    g = _group(group, "reduce")
+    rop = as_reduce_op(op)
+    check_array(tensor, "reduce", "tensor")
+    check_op_dtype(rop, tensor.dtype, "reduce")
+    root = _peer(g, dst, "reduce", "dst")
+    return _run(g, "reduce", lambda d: g.comm.reduce(tensor, root, rop, d), sync_op)  # type: ignore[union-attr]
+
+
+def broadcast(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = True):
+    """Copy rank `src`'s tensor into every rank's tensor."""
+    g = _group(group, "broadcast")
+    check_array(tensor, "broadcast", "tensor")
+    root = _peer(g, src, "broadcast", "src")
+    return _run(g, "broadcast", lambda d: g.comm.broadcast(tensor, root, d), sync_op)  # type: ignore[union-attr]
+
+
+def _fill(outs: Any, like: Any, n: int, what: str, arg: str) -> list[Any]:
+    """Paddle passes an empty list to be filled; torch passes n arrays to write into."""
+    if isinstance(outs, list) and not outs:
+        outs.extend(_empty_like(like) for _ in range(n))
+        return outs
+    return check_list(outs, n, what, arg, dtype=like.dtype)
+
+
+def _empty_like(x: Any) -> Any:
+    module = type(x).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+
+        return cupy.empty_like(x)
+    import numpy as np
+
+    return np.empty_like(x)
+
+
+def all_gather(
+    tensor_list: list[Any], tensor: Any, group: Group | None = None, sync_op: bool = True
+) -> Task | None:
+    """tensor_list[k] = rank k's tensor. An empty list is filled with new arrays; a list of
+    n arrays is written in place (their shapes may differ when the ranks' tensors do)."""
+    g = _group(group, "all_gather")
+    check_array(tensor, "all_gather", "tensor")
+    outs = _fill(tensor_list, tensor, g.nranks, "all_gather", "tensor_list")
+    if outs[g.rank].nbytes != tensor.nbytes:
+        raise ValueError(
+            f"all_gather: tensor_list[{g.rank}] (this rank's slot) has shape "
+            f"{tuple(outs[g.rank].shape)}, but tensor has shape {tuple(tensor.shape)}"
+        )
+    return _run(g, "all_gather", lambda d: g.comm.all_gather(outs, tensor, d), sync_op)  # type: ignore[union-attr]
+
+
+def gather(
+    tensor: Any,
+    gather_list: list[Any] | None = None,
+    dst: int = 0,
+    group: Group | None = None,
+    sync_op: bool = True,
+) -> Task | None:
+    """On rank `dst`, gather_list[k] = rank k's tensor (all tensors have one shape)."""
+    g = _group(group, "gather")
+    check_array(tensor, "gather", "tensor")
+    root = _peer(g, dst, "gather", "dst")
+    outs = None
+    if g.rank == root:
+        if gather_list is None:
+            raise ValueError("gather: gather_list is required on the destination rank")
+        outs = _fill(gather_list, tensor, g.nranks, "gather", "gather_list")
+        for i, o in enumerate(outs):
+            check_same(o, tensor, "gather", f"gather_list[{i}]")
+    return _run(g, "gather", lambda d: g.comm.gather(tensor, outs, root, d), sync_op)  # type: ignore[union-attr]
+
+
+def scatter(
+    tensor: Any,
+    tensor_list: list[Any] | None = None,
+    src: int = 0,
+    group: Group | None = None,
+    sync_op: bool = True,
+) -> Task | None:
+    """tensor = rank `src`'s tensor_list[k] on rank k (all of one shape)."""
+    g = _group(group, "scatter")
+    check_array(tensor, "scatter", "tensor")
+    root = _peer(g, src, "scatter", "src")
+    ins = None
+    if g.rank == root:
+        if tensor_list is None:
+            raise ValueError("scatter: tensor_list is required on the source rank")
+        ins = check_list(tensor_list, g.nranks, "scatter", "tensor_list")
+        for i, a in enumerate(ins):
+            check_same(a, tensor, "scatter", f"tensor_list[{i}]")
+    return _run(g, "scatter", lambda d: g.comm.scatter(tensor, ins, root, d), sync_op)  # type: ignore[union-attr]
+
+
+def reduce_scatter(
+    tensor: Any,
+    tensor_list: list[Any],
+    op: Any = ReduceOp.SUM,
+    group: Group | None = None,
+    sync_op: bool = True,
+) -> Task | None:
+    """tensor on rank k = reduction over ranks of their tensor_list[k]."""
+    g = _group(group, "reduce_scatter")
+    rop = as_reduce_op(op)
+    check_array(tensor, "reduce_scatter", "tensor")
+    check_op_dtype(rop, tensor.dtype, "reduce_scatter")
+    ins = check_list(tensor_list, g.nranks, "reduce_scatter", "tensor_list")
+    for i, a in enumerate(ins):
+        check_same(a, tensor, "reduce_scatter", f"tensor_list[{i}]")
+    return _run(
+        g,
+        "reduce_scatter",
+        lambda d: g.comm.reduce_scatter(tensor, ins, rop, d),
+        sync_op,  # type: ignore[union-attr]
+    )
+
+
+def all_to_all(
+    out_tensor_list: list[Any],
+    in_tensor_list: list[Any],
+    group: Group | None = None,
+    sync_op: bool = True,
+) -> Task | None:
+    """out_tensor_list[j] on rank k = rank j's in_tensor_list[k] (all of one shape)."""
+    g = _group(group, "all_to_all")
+    ins = check_list(in_tensor_list, g.nranks, "all_to_all", "in_tensor_list")
+    for i, a in enumerate(ins):
+        check_same(a, ins[0], "all_to_all", f"in_tensor_list[{i}]")
+    outs = _fill(out_tensor_list, ins[0], g.nranks, "all_to_all", "out_tensor_list")
+    for i, o in enumerate(outs):
+        check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
+    return _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), sync_op)  # type: ignore[union-attr]
+
+
+def send(tensor: Any, dst: int = 0, group: Group | None = None, sync_op: bool = True):
+    """Send `tensor` to rank `dst`, which calls recv with an array of the same size."""
+    g = _group(group, "send")
+    check_array(tensor, "send", "tensor")
+    peer = _peer(g, dst, "send", "dst")
+    if peer == g.rank:
+        raise ValueError(f"send: dst={dst} is this rank; a rank cannot send to itself")
+    return _run(g, "send", lambda d: g.comm.send(tensor, peer, d), sync_op)  # type: ignore[union-attr]
+
+
+def recv(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = True):
+    """Receive into `tensor` what rank `src` sends."""
+    g = _group(group, "recv")
+    check_array(tensor, "recv", "tensor")
+    peer = _peer(g, src, "recv", "src")
+    if peer == g.rank:
+        raise ValueError(f"recv: src={src} is this rank; a rank cannot receive from itself")
+    return _run(g, "recv", lambda d: g.comm.recv(tensor, peer, d), sync_op)  # type: ignore[union-attr]
+
+
+def isend(tensor: Any, dst: int, group: Group | None = None) -> Task:
+    task = send(tensor, dst, group, sync_op=False)
+    assert task is not None
+    return task
+
+
+def irecv(tensor: Any, src: int, group: Group | None = None) -> Task:
+    task = recv(tensor, src, group, sync_op=False)
+    assert task is not None
+    return task
+
+
+def barrier(group: Group | None = None) -> None:
+    """Return once every rank of the group has called barrier."""
+    g = _group(group, "barrier")
+    _run(g, "barrier", lambda d: g.comm.barrier(d), True)  # type: ignore[union-attr]

@@ -1,0 +1,225 @@
+"""Shared-memory segments for ranks on one host, and the step counters that order access to them.
+
+Each rank owns one segment (a file in /dev/shm, mapped by every rank of the group and
+unlinked as soon as all have mapped it, so a crash leaves nothing behind): a small
+header, then two data buffers used alternately. Synchronisation is one counter per
+rank: a rank posts step s after its writes for s, and reads a peer's data for s after
+the peer's counter reached s. Waiting spins for a few microseconds (both ranks usually
+arrive together), then sleeps on a futex with short slices, between which it checks
+that the peers are still alive and the deadline has not passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import platform
+import secrets
+import struct
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..store import StoreClient
+from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError
+
+__all__ = ["ShmArena", "shm_available"]
+
+SHM_DIR = "/dev/shm"
+HEADER_BYTES = 4096
+# Op descriptor slots in the header (2, used alternately by consecutive ops): opcode u32, pad,
+# nbytes u64 at offsets 64 and 80.
+_DESC = struct.Struct("<IIQ")
+_DESC_OFFSETS = (64, 80)
+SPIN_SECONDS = 30e-6
+SLICE_SECONDS = 0.05
+
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine())
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _syscall = _libc.syscall
+    _syscall.restype = ctypes.c_long
+except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms poll instead
+    _syscall = None
+
+
+def _futex_wait(addr: int, expected: int, seconds: float) -> None:
+    if _syscall is None or _SYS_FUTEX is None:
+        time.sleep(min(seconds, 0.001))
+        return
+    ts = _Timespec(int(seconds), int((seconds % 1.0) * 1e9))
+    _syscall(
+        ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(addr), ctypes.c_int(_FUTEX_WAIT),
+        ctypes.c_uint(expected), ctypes.byref(ts), None, ctypes.c_int(0),
+    )  # fmt: skip
+
+
+def _futex_wake(addr: int) -> None:
+    if _syscall is None or _SYS_FUTEX is None:
+        return
+    _syscall(
+        ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(addr), ctypes.c_int(_FUTEX_WAKE),
+        ctypes.c_int(0x7FFFFFFF), None, None, ctypes.c_int(0),
+    )  # fmt: skip
+
+
+def shm_available() -> bool:
+    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+class _Segment:
+    def __init__(self, path: str, size: int, create: bool) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.path = path
+        self.bytes = np.frombuffer(self.mm, dtype=np.uint8)
+        self.counter = memoryview(self.mm).cast("I")[:1]  # type: ignore[index]
+        self.addr = self.bytes.ctypes.data
+
+    def close(self) -> None:
+        self.counter.release()
+        del self.bytes
+        with contextlib.suppress(BufferError):
+            self.mm.close()
+
+
+class ShmArena:
+    """The group's segments: `data(k, b)` is rank k's buffer b; `sync()` is one step."""
+
+    def __init__(
+        self,
+        store: StoreClient,
+        prefix: str,
+        rank: int,
+        global_ranks: Sequence[int],
+        buffer_bytes: int,
+        deadline: float,
+        peer_closed: Callable[[int], bool],
+    ) -> None:
+        self.rank, self.size = rank, len(global_ranks)
+        self.global_ranks = list(global_ranks)
+        self.buffer_bytes = buffer_bytes
+        self._peer_closed = peer_closed
+        self.step = 0
+        self.ops = 0
+        seg_bytes = HEADER_BYTES + 2 * buffer_bytes
+        path = os.path.join(SHM_DIR, f"paddlike-{os.getpid()}-{secrets.token_hex(6)}")
+        own = _Segment(path, seg_bytes, create=True)
+        self.segs: list[_Segment | None] = [None] * self.size
+        self.segs[rank] = own
+        try:
+            store.set(f"{prefix}/shm/{rank}", path)
+            for k in range(self.size):
+                if k != rank:
+                    left = max(0.001, deadline - time.monotonic())
+                    peer_path = store.get(f"{prefix}/shm/{k}", timeout=left).decode()
+                    self.segs[k] = _Segment(peer_path, seg_bytes, create=False)
+            # Everyone has mapped everything: the names can go (no leak if a rank crashes).
+            store.barrier(
+                f"{prefix}/shm-mapped", self.size, timeout=max(0.001, deadline - time.monotonic())
+            )
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._views = [
+            [s.bytes[HEADER_BYTES + b * buffer_bytes : HEADER_BYTES + (b + 1) * buffer_bytes]
+             for b in (0, 1)]
+            for s in self.segs if s is not None
+        ]  # fmt: skip
+
+    def close(self) -> None:
+        self._views = []
+        for seg in self.segs:
+            if seg is not None:
+                seg.close()
+        self.segs = []
+
+    def data(self, k: int, buf: int, dtype: np.dtype | None = None) -> np.ndarray:
+        view = self._views[k][buf]
+        return (
+            view
+            if dtype is None
+            else view[: len(view) // dtype.itemsize * dtype.itemsize].view(dtype)
+        )
+
+    # --- ordering ----------------------------------------------------------------------
+
+    def begin(self, opcode: int, nbytes: int) -> int:
+        """Publish this op's descriptor; returns the op's parity (which descriptor slot)."""
+        parity = self.ops & 1
+        self.ops += 1
+        seg = self.segs[self.rank]
+        assert seg is not None
+        _DESC.pack_into(seg.mm, _DESC_OFFSETS[parity], opcode, 0, nbytes)
+        return parity
+
+    def check(self, parity: int, opcode: int, nbytes: int, what: str, names: Sequence[str]) -> None:
+        """After the op's first sync: every rank must have published the same descriptor."""
+        for k, seg in enumerate(self.segs):
+            assert seg is not None
+            their_op, _, their_bytes = _DESC.unpack_from(seg.mm, _DESC_OFFSETS[parity])
+            if (their_op, their_bytes) != (opcode, nbytes):
+                theirs = names[their_op - 1] if 0 < their_op <= len(names) else "?"
+                raise CollectiveError(
+                    f"{what}: rank {self.global_ranks[k]} called {theirs} with {their_bytes} "
+                    f"bytes where this rank called {names[opcode - 1]} with {nbytes} bytes; "
+                    f"the ranks called different operations or passed different shapes/dtypes"
+                )
+
+    def sync(self, deadline: float, what: str, peers: Sequence[int] | None = None) -> None:
+        """Post the next step and wait until `peers` (default: all) have posted it."""
+        self.step = (self.step + 1) & 0xFFFFFFFF
+        own = self.segs[self.rank]
+        assert own is not None
+        own.counter[0] = self.step
+        _futex_wake(own.addr)
+        for k in range(self.size) if peers is None else peers:
+            if k != self.rank:
+                self._wait(k, self.step, deadline, what)
+
+    def _wait(self, k: int, target: int, deadline: float, what: str) -> None:
+        seg = self.segs[k]
+        assert seg is not None
+        ctr = seg.counter
+
+        def reached(v: int) -> bool:
+            return ((v - target) & 0xFFFFFFFF) < 0x80000000
+
+        if reached(ctr[0]):
+            return
+        spin_end = time.perf_counter() + SPIN_SECONDS
+        while time.perf_counter() < spin_end:
+            if reached(ctr[0]):
+                return
+        while True:
+            v = ctr[0]
+            if reached(v):
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CollectiveTimeoutError(
+                    f"{what}: timed out waiting for rank {self.global_ranks[k]} "
+                    f"(the operation's deadline passed; did it call {what.split()[0]} too?)"
+                )
+            _futex_wait(seg.addr, v, min(left, SLICE_SECONDS))
+            if not reached(ctr[0]) and self._peer_closed(k):
+                raise PeerExitedError(
+                    f"{what}: rank {self.global_ranks[k]} exited (its connection closed) "
+                    f"before reaching this step; see its log"
+                )

@@ -1,0 +1,327 @@
+"""Setting up and tearing down the runtime (init_parallel_env, new_group,
+destroy_process_group), and data parallelism on top of it (DataParallel).
+
+Rank 0 hosts the runtime store at PADDLE_MASTER (the launcher reserved that port on
+rank 0's host); every rank connects to it, and each group's communicator exchanges its
+addresses there. A world of one needs neither.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from paddlike import contract as C
+
+from .collective import ops
+from .collective.errors import CollectiveError
+from .collective.group import Group, runtime
+from .collective.reduce_op import ReduceOp
+from .collective.task import OpQueue
+from .env import ParallelEnv, master_address
+
+__all__ = [
+    "DataParallel",
+    "all_reduce_gradients",
+    "destroy_process_group",
+    "get_backend",
+    "get_group",
+    "init_parallel_env",
+    "is_initialized",
+    "new_group",
+]
+
+DEFAULT_TIMEOUT = 300.0
+BACKENDS = ("auto", "cpu", "gloo", "tcp", "nccl")
+
+
+def is_initialized() -> bool:
+    return runtime.default is not None
+
+
+def _timeout(timeout: float | None) -> float:
+    if timeout is not None:
+        value = float(getattr(timeout, "total_seconds", lambda: timeout)())
+    else:
+        raw = os.environ.get(C.TIMEOUT, "").strip()
+        try:
+            value = float(raw) if raw else DEFAULT_TIMEOUT
+        except ValueError:
+            raise ValueError(f"environment variable {C.TIMEOUT}={raw!r} is not seconds") from None
+    if value <= 0:
+        raise ValueError(f"init_parallel_env: timeout={value} must be positive seconds")
+    return value
+
+
+def _nccl_usable(device_id: int) -> bool:
+    """CuPy imports, has NCCL, and sees the worker's selected GPU."""
+    try:
+        from .collective import nccl
+
+        return nccl.available(device_id)
+    except Exception:
+        return False
+
+
+def _choose_backend(backend: str, device_id: int) -> str:
+    name = (backend or "auto").strip().lower()
+    if name not in BACKENDS:
+        raise ValueError(f"init_parallel_env: backend={backend!r} is not one of {BACKENDS}")
+    if name == "auto":
+        return "nccl" if _nccl_usable(device_id) else "cpu"
+    if name == "nccl" and not _nccl_usable(device_id):
+        raise CollectiveError(
+            f"init_parallel_env: backend='nccl' needs CuPy with NCCL and a visible GPU "
+            f"{device_id} (FLAGS_selected_gpus); install paddlike[gpu] or use backend='cpu'"
+        )
+    return "nccl" if name == "nccl" else "cpu"
+
+
+def _make_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float) -> Any:
+    if runtime.backend == "nccl":
+        from .collective.nccl import NcclCommunicator
+
+        return NcclCommunicator(
+            runtime.store, prefix, group_rank, ranks, runtime.device_id, timeout
+        )
+    from .collective.cpu import CpuCommunicator
+
+    return CpuCommunicator(runtime.store, prefix, group_rank, ranks, runtime.host, timeout)
+
+
+def _build_group(gid: int, ranks: list[int], timeout: float) -> Group:
+    rank = ranks.index(runtime.rank) if runtime.rank in ranks else -1
+    group = Group(gid, ranks, rank, runtime.backend, timeout)
+    if rank >= 0:
+        prefix = f"{runtime.prefix}/g{gid}"
+        group.comm = _make_comm(ranks, rank, prefix, timeout)
+        group.queue = OpQueue(f"g{gid}")
+    runtime.groups[gid] = group
+    return group
+
+
+def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Group:
+    """Join the job described by the launcher's environment; returns the default group.
+
+    `timeout` (seconds, default PADDLIKE_TIMEOUT or 300) bounds the setup and is every
+    operation's deadline. Calling it again returns the existing group.
+    """
+    with runtime.lock:
+        if runtime.default is not None:
+            return runtime.default
+        env = ParallelEnv()
+        seconds = _timeout(timeout)
+        runtime.backend = _choose_backend(backend, env.device_id)
+        runtime.rank, runtime.world_size = env.rank, env.world_size
+        runtime.device_id, runtime.timeout = env.device_id, seconds
+        runtime.prefix = f"paddlike/r{os.environ.get(C.RESTART_COUNT, '0')}"
+        host = env.current_endpoint.rpartition(":")[0].strip("[]") if env.current_endpoint else ""
+        runtime.host = host or "127.0.0.1"
+        if env.world_size > 1 or runtime.backend == "nccl":
+            _connect_store(env, seconds)
+        try:
+            runtime.default = _build_group(0, list(range(env.world_size)), seconds)
+        except BaseException:
+            _close_store()
+            raise
+        atexit.register(_close_quietly)
+        return runtime.default
+
+
+def _connect_store(env: ParallelEnv, timeout: float) -> None:
+    from .store import StoreClient, StoreServer
+
+    master = master_address()
+    if master is None:
+        raise CollectiveError(
+            f"init_parallel_env: world size is {env.world_size} but neither {C.PADDLE_MASTER} "
+            f"nor {C.MASTER_ADDR}/{C.MASTER_PORT} is set; start the script with "
+            f"python -m paddlike.launch"
+        )
+    host, port = master
+    token_raw = os.environ.get(C.JOB_TOKEN, "")
+    token = token_raw.encode() if token_raw else None
+    hosts_raw = os.environ.get(C.NODE_HOSTS, "")
+    allowed = [h.strip() for h in hosts_raw.split(",") if h.strip()] or None
+    if env.rank == 0:
+        try:
+            runtime.server = StoreServer(host, port, allowed_hosts=allowed, token=token).start()
+        except OSError as exc:
+            raise CollectiveError(
+                f"init_parallel_env: rank 0 could not host the runtime store at {host}:{port} "
+                f"({C.PADDLE_MASTER}): {exc}"
+            ) from None
+    try:
+        runtime.store = StoreClient(host, port, timeout=timeout, token=token)
+    except Exception as exc:
+        _close_store()
+        raise CollectiveError(
+            f"init_parallel_env: rank {env.rank} could not reach rank 0's store at "
+            f"{host}:{port} within {timeout:g} s: {exc}"
+        ) from None
+
+
+def _close_store() -> None:
+    if runtime.store is not None:
+        with contextlib.suppress(Exception):
+            runtime.store.close()
+    if runtime.server is not None:
+        with contextlib.suppress(Exception):
+            runtime.server.close()
+    runtime.store = runtime.server = None
+
+
+def new_group(ranks: Iterable[int] | None = None, backend: str | None = None,
+              timeout: float | None = None) -> Group:  # fmt: skip
+    """A group of the given global ranks. Every rank of the world calls it, in the same
+    order; ranks outside the group get a Group they cannot use (a clear error if they do)."""
+    with runtime.lock:
+        if runtime.default is None:
+            raise CollectiveError("new_group: call init_parallel_env() first")
+        members = sorted({int(r) for r in (range(runtime.world_size) if ranks is None else ranks)})
+        bad = [r for r in members if not 0 <= r < runtime.world_size]
+        if bad or not members:
+            raise ValueError(
+                f"new_group: ranks {list(ranks or [])} must be a non-empty list of ranks in "
+                f"0..{runtime.world_size - 1}"
+            )
+        gid = runtime.next_group_id
+        runtime.next_group_id += 1
+        seconds = runtime.timeout if timeout is None else _timeout(timeout)
+        return _build_group(gid, members, seconds)
+
+
+def get_group(gid: int = 0) -> Group | None:
+    return runtime.groups.get(gid)
+
+
+def get_backend(group: Group | None = None) -> str:
+    g = group or runtime.default
+    return g.backend if g is not None else runtime.backend
+
+
+def destroy_process_group(group: Group | None = None) -> None:
+    """Close `group`, or everything (after a last barrier, so rank 0's store outlives use)."""
+    with runtime.lock:
+        if group is not None and group is not runtime.default:
+            group.close()
+            runtime.groups.pop(group.id, None)
+            return
+        default = runtime.default
+        if default is None:
+            return
+        if default.is_member() and default.broken is None and default.nranks > 1:
+            with contextlib.suppress(Exception):
+                deadline_group = default
+                deadline_group.timeout = min(default.timeout, 30.0)
+                ops.barrier(default)
+        _close_quietly()
+
+
+def _close_quietly() -> None:
+    for g in list(runtime.groups.values()):
+        g.close()
+    runtime.groups.clear()
+    runtime.default = None
+    runtime.next_group_id = 1
+    _close_store()
+
+
+# --- data parallelism ----------------------------------------------------------------
+
+BUCKET_BYTES = 25 << 20
+
+
+def _xp(a: Any) -> Any:
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def all_reduce_gradients(
+    grads: Iterable[Any],
+    group: Group | None = None,
+    bucket_bytes: int = BUCKET_BYTES,
+    op: Any = ReduceOp.AVG,
+) -> None:
+    """Average (by default) `grads` across the group, in place: the arrays are packed into
+    flat buckets of up to `bucket_bytes`, one asynchronous all_reduce per bucket, so
+    packing the next bucket overlaps with reducing the previous one. None entries are skipped."""
+    pending: list[tuple[Any, Any, list[Any]]] = []
+    bucket: list[Any] = []
+    size = 0
+
+    def launch() -> None:
+        nonlocal bucket, size
+        if not bucket:
+            return
+        xp = _xp(bucket[0])
+        flat = xp.concatenate([g.reshape(-1) for g in bucket])
+        pending.append((ops.all_reduce(flat, op, group, sync_op=False), flat, bucket))
+        bucket, size = [], 0
+
+    for g in grads:
+        if g is None:
+            continue
+        if bucket and (g.dtype != bucket[0].dtype or size + g.nbytes > bucket_bytes):
+            launch()
+        bucket.append(g)
+        size += g.nbytes
+    launch()
+    for task, flat, members in pending:
+        task.wait()
+        off = 0
+        for g in members:
+            g[...] = flat[off : off + g.size].reshape(g.shape)
+            off += g.size
+
+
+class DataParallel:
+    """Wrap a model so its replicas stay identical across ranks.
+
+    The model's `parameters()` yield objects with `.data` and `.grad` arrays. Rank 0's
+    parameters are broadcast at construction; after each backward, `sync_gradients()`
+    averages the gradients (see all_reduce_gradients). Calling the wrapper calls the model;
+    other attributes are the model's.
+    """
+
+    def __init__(self, model: Any, bucket_bytes: int = BUCKET_BYTES, group: Group | None = None):
+        if bucket_bytes <= 0:
+            raise ValueError(f"DataParallel: bucket_bytes={bucket_bytes} must be positive")
+        self._layers = model
+        self.bucket_bytes = int(bucket_bytes)
+        self.group = group
+        g = group or runtime.default
+        if g is None:
+            raise CollectiveError("DataParallel: call init_parallel_env() first")
+        src = g.ranks[0]
+        tasks = [
+            ops.broadcast(p.data, src=src, group=group, sync_op=False) for p in model.parameters()
+        ]
+        for t in tasks:
+            t.wait()  # type: ignore[union-attr]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        model = self._layers
+        return model(*args, **kwargs) if callable(model) else model.forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_layers"], name)
+
+    def parameters(self) -> Any:
+        return self._layers.parameters()
+
+    def sync_gradients(self) -> None:
+        grads = []
+        for p in self._layers.parameters():
+            if p.grad is None:
+                p.grad = _xp(p.data).zeros_like(p.data)
+            grads.append(p.grad)
+        all_reduce_gradients(grads, self.group, self.bucket_bytes)

@@ -1,0 +1,5 @@
+"""python -m paddlike.launch"""
+
+from paddlike.launch.main import main
+
+raise SystemExit(main())

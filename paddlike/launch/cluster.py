@@ -1,0 +1,377 @@
+"""Which node this launcher is: resolve the node list and find our own entry.
+
+Every node runs the same command, so each launcher must find itself in ``--ips``.
+An entry is this node when its address is assigned to a local interface (psutil)
+or can be bound here; ``--host`` or ``POD_IP`` names this node's address directly
+and ``--node_rank`` its index. Schedulers (Slurm, PaddleCloud) may supply the list
+and the index (`paddlike.launch.schedulers`); explicit flags that contradict them
+are errors, never a silent rank 0.
+
+The interface holding the matched address is reported too: workers get it as
+GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME (a wrong NCCL interface is the most
+reported multi-node hang), and the start banner says what was matched and why.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from paddlike.contract import POD_IP
+from paddlike.launch.options import LaunchOptions, UsageError
+from paddlike.launch.schedulers import SchedulerInfo, detect_scheduler
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET, text)  # strict dotted quad, unlike inet_aton
+    except OSError:
+        return False
+    return True
+
+
+def _is_loopback(addr: str) -> bool:
+    return addr.startswith("127.")
+
+
+def resolve_ipv4(name: str) -> str:
+    """The first IPv4 address of `name` (an IP is returned as is); OSError if none.
+
+    The first address, not any: every node must derive the same endpoint list.
+    """
+    if _is_ipv4(name):
+        return name
+    infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    if not infos:
+        raise OSError(f"no IPv4 address for {name!r}")
+    return str(infos[0][4][0])
+
+
+class LocalAddresses:
+    """This machine's IPv4 addresses and the interface holding each.
+
+    Scanned (psutil) on first need only: loopback-only jobs never pay for it.
+    """
+
+    def __init__(self, by_addr: Mapping[str, str] | None = None, *, bind_probe: bool = True):
+        self._by_addr = dict(by_addr) if by_addr is not None else None
+        self.bind_probe = bind_probe  # also count addresses that can be bound (tests: off)
+
+    @classmethod
+    def scan(cls) -> LocalAddresses:
+        return cls()
+
+    @property
+    def by_addr(self) -> Mapping[str, str]:
+        """address -> interface name."""
+        if self._by_addr is None:
+            import psutil
+
+            found: dict[str, str] = {}
+            for ifname, addrs in psutil.net_if_addrs().items():
+                for a in addrs:
+                    if a.family == socket.AF_INET:
+                        found.setdefault(a.address, ifname)
+            self._by_addr = found
+        return self._by_addr
+
+    def interface_of(self, addr: str) -> str:
+        """The interface holding `addr`; "lo" for all of 127.0.0.0/8 (Linux); "" if unknown."""
+        if _is_loopback(addr):
+            return "lo"
+        return self.by_addr.get(addr, "")
+
+    def is_local(self, addr: str) -> bool:
+        """Assigned here, or bindable here (e.g. a floating address not listed per interface)."""
+        if _is_loopback(addr) or addr in self.by_addr:
+            return True
+        if not self.bind_probe:
+            return False
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((addr, 0))
+            except OSError:
+                return False
+        return True
+
+    def listing(self) -> str:
+        return ", ".join(f"{a} ({i})" for a, i in sorted(self.by_addr.items())) or "none"
+
+
+@dataclass(frozen=True)
+class NodeMatch:
+    """The job's nodes and which one is this: the input of the plan."""
+
+    entries: tuple[str, ...]  # the node list as given (hostnames or IPs)
+    hosts: tuple[str, ...]  # their IPv4 addresses, same order
+    node_index: int
+    interface: str  # interface holding hosts[node_index]; "" if unknown
+    reason: str  # how the match was made, for the start banner
+    scheduler: str | None = None  # "slurm" | "paddlecloud" when it supplied the list
+    scheduler_master: str | None = None  # PADDLE_MASTER from PaddleCloud
+
+    @property
+    def address(self) -> str:
+        return self.hosts[self.node_index]
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.hosts)
+
+
+def _resolve_all(
+    entries: Sequence[str], option: str, resolve: Callable[[str], str]
+) -> tuple[str, ...]:
+    seen: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        if e in seen:
+            raise UsageError(
+                f"{option}: entry {e!r} appears twice (positions {seen[e]} and {i}), got "
+                f"{','.join(entries)!r}",
+                option,
+            )
+        seen[e] = i
+    hosts = []
+    for e in entries:
+        try:
+            hosts.append(resolve(e))
+        except (OSError, UnicodeError) as err:
+            why = getattr(err, "strerror", None) or str(err)
+            raise UsageError(f"{option}: {e!r} does not resolve ({why})", option) from None
+    by_addr: dict[str, str] = {}
+    for e, h in zip(entries, hosts, strict=True):
+        if h in by_addr:
+            raise UsageError(
+                f"{option}: {by_addr[h]!r} and {e!r} are the same node ({h}), got "
+                f"{','.join(entries)!r}",
+                option,
+            )
+        by_addr[h] = e
+    return tuple(hosts)
+
+
+def _merge_scheduler(
+    options: LaunchOptions, sched: SchedulerInfo | None
+) -> tuple[tuple[str, ...], str, int | None, str | None]:
+    """(entries, option name for messages, node_rank, host) after merging a scheduler's view."""
+    if sched is None:
+        return options.ips, "--ips", options.node_rank, options.host
+    where = f"{sched.source} ({sched.name})"
+    if options.ips_given and tuple(options.ips) != sched.hosts:
+        raise UsageError(
+            f"--ips: {','.join(options.ips)!r} contradicts {where}, which lists "
+            f"{','.join(sched.hosts)!r}; drop --ips or run outside the scheduler's environment",
+            "--ips",
+        )
+    if options.nnodes is not None and options.nnodes != len(sched.hosts):
+        raise UsageError(
+            f"--nnodes: {options.nnodes} contradicts {where}, which lists {len(sched.hosts)}",
+            "--nnodes",
+        )
+    node_rank = options.node_rank
+    if sched.node_index is not None:
+        if node_rank is not None and node_rank != sched.node_index:
+            var = "SLURM_NODEID" if sched.name == "slurm" else "PADDLE_TRAINER_ID"
+            raise UsageError(
+                f"--node_rank: {node_rank} contradicts {var}={sched.node_index}", "--node_rank"
+            )
+        node_rank = sched.node_index
+    host = options.host if options.host is not None else sched.host
+    return sched.hosts, f"--ips (from {where})", node_rank, host
+
+
+def match_node(
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    *,
+    local: LocalAddresses | None = None,
+    resolve: Callable[[str], str] = resolve_ipv4,
+) -> NodeMatch:
+    """Find this node in the node list; raise `UsageError` (one line) when it cannot."""
+    sched = detect_scheduler(environ)
+    entries, option, node_rank, host = _merge_scheduler(options, sched)
+    if host is None and environ.get(POD_IP) and sched is None:
+        host = environ[POD_IP]
+    host_option = "--host" if options.host is not None else POD_IP
+    if options.nnodes is not None and options.nnodes != len(entries):
+        raise UsageError(
+            f"--nnodes: {options.nnodes} contradicts {option}, which lists {len(entries)} "
+            f"({','.join(entries)}); give --ips with one entry per node",
+            "--nnodes",
+        )
+    if node_rank is not None and node_rank >= len(entries):
+        raise UsageError(
+            f"--node_rank: {node_rank} is out of range for {option} {','.join(entries)!r}",
+            "--node_rank",
+        )
+    hosts = _resolve_all(entries, option, resolve)
+    local = local if local is not None else LocalAddresses.scan()
+
+    def found(index: int, why: str) -> NodeMatch:
+        return NodeMatch(
+            entries=tuple(entries),
+            hosts=hosts,
+            node_index=index,
+            interface=local.interface_of(hosts[index]),
+            reason=f"matched {option} entry {index} ({entries[index]}), {why}",
+            scheduler=sched.name if sched else None,
+            scheduler_master=sched.master if sched else None,
+        )
+
+    if host is not None:
+        try:
+            addr = resolve(host)
+        except (OSError, UnicodeError) as err:
+            why = getattr(err, "strerror", None) or str(err)
+            raise UsageError(
+                f"{host_option}: {host!r} does not resolve ({why})", host_option
+            ) from None
+        if addr not in hosts:
+            raise UsageError(
+                f"{host_option}: {host!r} is not one of {option} {','.join(entries)!r}",
+                host_option,
+            )
+        index = hosts.index(addr)
+        if node_rank is not None and node_rank != index:
+            raise UsageError(
+                f"--node_rank: {node_rank} contradicts {host_option} {host!r}, which is entry "
+                f"{index} of {option}",
+                "--node_rank",
+            )
+        return found(index, f"named by {host_option}")
+    if node_rank is not None:
+        if not local.is_local(hosts[node_rank]):
+            raise UsageError(
+                f"--node_rank: {node_rank} names {entries[node_rank]!r} ({hosts[node_rank]}), "
+                f"which is not an address of this node (local addresses: {local.listing()}); "
+                "pass --host if this node is reached through another address",
+                "--node_rank",
+            )
+        by = "SLURM_NODEID" if sched and sched.name == "slurm" else "the node rank"
+        return found(node_rank, f"chosen by {by}")
+    mine = [i for i, h in enumerate(hosts) if local.is_local(h)]
+    if not mine:
+        raise UsageError(
+            f"{option}: no entry of {','.join(entries)!r} is an address of this node "
+            f"(local addresses: {local.listing()}); pass --host to name this node",
+            option.split(" ")[0],
+        )
+    if len(mine) > 1:
+        both = " and ".join(f"{entries[i]!r} ({hosts[i]})" for i in mine)
+        raise UsageError(
+            f"{option}: {both} are all addresses of this node; pass --node_rank or --host to "
+            "choose one",
+            option.split(" ")[0],
+        )
+    return found(mine[0], "an address of this node")
+
+
+@dataclass(frozen=True)
+class PsNode:
+    """This node in parameter-server mode: the role lists (resolved) and our address.
+
+    `servers` / `trainers` are None in counts mode (--server_num/--worker_num), where
+    every role runs on this node.
+    """
+
+    host: str
+    interface: str
+    reason: str
+    servers: tuple[tuple[str, int], ...] | None = None
+    trainers: tuple[tuple[str, int | None], ...] | None = None
+
+
+def _split_entry(entry: str) -> tuple[str, int | None]:
+    host, sep, port = entry.rpartition(":")
+    return (host, int(port)) if sep else (entry, None)
+
+
+def match_ps_node(
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    *,
+    local: LocalAddresses | None = None,
+    resolve: Callable[[str], str] = resolve_ipv4,
+) -> PsNode:
+    """Find this node among the PS role lists (same local matching as --ips).
+
+    A node that appears in neither list has nothing to run: an error.
+    """
+    if options.servers is None or options.workers is None:
+        node = match_node(options, environ, local=local, resolve=resolve)
+        return PsNode(node.address, node.interface, node.reason)
+    local = local if local is not None else LocalAddresses.scan()
+    resolved: dict[str, str] = {}
+    parsed: dict[str, list[tuple[str, int | None]]] = {"--servers": [], "--workers": []}
+    for option, entries in (("--servers", options.servers), ("--workers", options.workers)):
+        for entry in entries:
+            name, port = _split_entry(entry)
+            if name not in resolved:
+                try:
+                    resolved[name] = resolve(name)
+                except (OSError, UnicodeError) as err:
+                    why = getattr(err, "strerror", None) or str(err)
+                    raise UsageError(
+                        f"{option}: {name!r} does not resolve ({why})", option
+                    ) from None
+            parsed[option].append((resolved[name], port))
+    servers = tuple((h, p) for h, p in parsed["--servers"] if p is not None)
+    if len(set(servers)) != len(servers):
+        raise UsageError(
+            f"--servers: two entries name the same endpoint, got {','.join(options.servers)!r}",
+            "--servers",
+        )
+    all_hosts = [h for h, _ in (*servers, *parsed["--workers"])]
+    host_opt = options.host if options.host is not None else environ.get(POD_IP) or None
+    host_option = "--host" if options.host is not None else POD_IP
+    host = None
+    if host_opt is not None:
+        try:
+            host = resolve(host_opt)
+        except (OSError, UnicodeError) as err:
+            why = getattr(err, "strerror", None) or str(err)
+            raise UsageError(
+                f"{host_option}: {host_opt!r} does not resolve ({why})", host_option
+            ) from None
+    mine = match_local_entries(all_hosts, local=local, host=host)
+    if mine is None:
+        seen = (
+            f"{host_option} {host_opt!r}"
+            if host is not None
+            else (f"local addresses: {local.listing()}")
+        )
+        raise UsageError(
+            f"--servers/--workers: this node has no role: no entry is an address of this node "
+            f"({seen}); servers {','.join(options.servers)!r}, workers "
+            f"{','.join(options.workers)!r}",
+            "--servers",
+        )
+    how = f"named by {host_option}" if host is not None else "an address of this node"
+    return PsNode(
+        host=mine,
+        interface=local.interface_of(mine),
+        reason=f"matched --servers/--workers host {mine}, {how}",
+        servers=servers,
+        trainers=tuple(parsed["--workers"]),
+    )
+
+
+def match_local_entries(
+    hosts: Sequence[str], *, local: LocalAddresses, host: str | None
+) -> str | None:
+    """This node's address among `hosts` (may repeat), or None: for PS role lists.
+
+    Raises `UsageError` when two different local addresses appear (ambiguous).
+    """
+    distinct = list(dict.fromkeys(hosts))
+    if host is not None:
+        return host if host in distinct else None
+    mine = [h for h in distinct if local.is_local(h)]
+    if len(mine) > 1:
+        raise UsageError(
+            f"--servers/--workers: {' and '.join(mine)} are all addresses of this node; "
+            "pass --host to choose one",
+            "--servers",
+        )
+    return mine[0] if mine else None

@@ -1,0 +1,200 @@
+"""What the launcher itself prints: the start banner, `--tee` echo, and its last words.
+
+Two streams, two purposes: the `--tee` workers' output goes to stdout (it is the
+job's output, so `launch ... | grep loss` works); the launcher's own lines go to
+stderr, each starting with `launch:`. The failure and success reports come from
+`paddlike.logs.report`, so the launcher and `python -m paddlike.logs` say the same.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TextIO
+
+from paddlike.launch.plan import LaunchPlan, ProcessSpec, Role
+
+TeeSelection = Literal["all"] | frozenset[int]
+PREFIX = "launch:"
+
+
+def parse_tee(text: str) -> TeeSelection:
+    """The --tee value: which local workers the console echoes.
+
+    "0" -> {0}   "0,2" -> {0, 2}   "all" -> "all"   "none" or "" -> {}
+    """
+    value = text.strip().lower()
+    if value == "all":
+        return "all"
+    if value in ("none", ""):
+        return frozenset()
+    try:
+        indices = frozenset(int(part) for part in value.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--tee must be 'all', 'none' or a comma-separated list of local worker "
+            f"indices e.g. --tee 0,2; got {text!r}"
+        ) from None
+    if any(i < 0 for i in indices):
+        raise ValueError(f"--tee indices must be >= 0; got {text!r}")
+    return indices
+
+
+def tee_targets(selection: TeeSelection | str, specs: Sequence[ProcessSpec]) -> list[ProcessSpec]:
+    """The trainers whose local index is selected (servers are never echoed)."""
+    chosen = parse_tee(selection) if isinstance(selection, str) else selection
+    trainers = [s for s in specs if s.role is Role.TRAINER]
+    if chosen == "all":
+        return trainers
+    return [s for s in trainers if s.local_index in chosen]
+
+
+@dataclass
+class _Followed:
+    path: Path
+    offset: int
+    prefix: bytes
+    partial: bytes = b""
+
+
+@dataclass
+class TeeEcho:
+    """Echo log files to `out` as they grow, whole lines only, `[rank N] ` prefixed when
+    more than one worker is echoed. Call `pump()` when the files may have grown and
+    `flush()` once the writers are gone (it also prints an unterminated last line)."""
+
+    out: TextIO
+    _files: list[_Followed] = field(default_factory=list)
+
+    def follow(self, spec: ProcessSpec, path: Path, offset: int) -> None:
+        self._files.append(_Followed(path, offset, f"[rank {spec.rank}] ".encode()))
+
+    def finish_setup(self) -> None:
+        """Drop the prefixes when only one worker's output is shown (like Paddle's console)."""
+        ranks = {f.prefix for f in self._files}
+        if len(ranks) <= 1:
+            for f in self._files:
+                f.prefix = b""
+
+    @property
+    def paths(self) -> list[Path]:
+        return [f.path for f in self._files]
+
+    def __bool__(self) -> bool:
+        return bool(self._files)
+
+    def pump(self) -> None:
+        chunks: list[bytes] = []
+        for f in self._files:
+            data = _read_from(f.path, f.offset)
+            if not data:
+                continue
+            f.offset += len(data)
+            data = f.partial + data
+            cut = data.rfind(b"\n") + 1
+            f.partial = data[cut:]
+            if cut:
+                chunks.append(_prefixed(data[:cut], f.prefix))
+        self._write(chunks)
+
+    def flush(self) -> None:
+        self.pump()
+        chunks = []
+        for f in self._files:
+            if f.partial:
+                chunks.append(_prefixed(f.partial + b"\n", f.prefix))
+                f.partial = b""
+        self._write(chunks)
+
+    def _write(self, chunks: list[bytes]) -> None:
+        if not chunks:
+            return
+        data = b"".join(chunks)
+        buffer = getattr(self.out, "buffer", None)
+        try:
+            if buffer is not None:
+                self.out.flush()
+                buffer.write(data)
+                buffer.flush()
+            else:
+                self.out.write(data.decode("utf-8", errors="replace"))
+                self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # the console went away (`| head`); the job and its logs go on
+
+
+def _read_from(path: Path, offset: int, limit: int = 1 << 20) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except OSError:
+        return b""
+
+
+def _prefixed(data: bytes, prefix: bytes) -> bytes:
+    if not prefix:
+        return data
+    lines = data.split(b"\n")
+    body = b"\n".join(prefix + line for line in lines[:-1])
+    return body + b"\n"
+
+
+@dataclass
+class Console:
+    """The launcher's own messages (stderr) and reports."""
+
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    color: bool = False
+
+    def say(self, message: str) -> None:
+        self._emit(f"{PREFIX} {message}")
+
+    def warn(self, message: str) -> None:
+        label = "\x1b[33mlaunch: warning:\x1b[0m" if self.color else f"{PREFIX} warning:"
+        self._emit(f"{label} {message}")
+
+    def block(self, text: str) -> None:
+        self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        try:
+            self.err.write(text + "\n")
+            self.err.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+def format_banner(
+    plan: LaunchPlan,
+    log_dir: str | os.PathLike[str],
+    *,
+    interface: str | None = None,
+    why: str | None = None,
+) -> str:
+    """The start banner, a few lines:
+
+    launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: matched --ips)
+    launch: 2 trainers on this node, devices cpu, logs in /abs/log
+    """
+    where = plan.host
+    if interface:
+        where += f" on {interface}"
+    if why:
+        where += f": {why}"
+    counts: dict[Role, int] = {}
+    for spec in plan.processes:
+        counts[spec.role] = counts.get(spec.role, 0) + 1
+    names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter worker"}
+    parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
+    devices = sorted({d for s in plan.processes for d in s.device_ids})
+    device_text = "gpus " + ",".join(devices) if devices else "cpu"
+    return (
+        f"{PREFIX} job {plan.job_id}, {plan.run_mode} mode, node {plan.node_index} of "
+        f"{plan.nnodes} ({where})\n"
+        f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
+        f"logs in {os.fspath(log_dir)}"
+    )

@@ -1,0 +1,635 @@
+"""Job-wide failure handling: one root cause, every node down within a second.
+
+During a round each launcher runs a `JobWatch`:
+
+- `publish(cause)` (the supervisor's `on_failure`) stores this node's root cause
+  under ``job/<round>/abort`` create-only, so the first failure anywhere wins and
+  every node reports the same one;
+- a watcher thread blocks on that key (a waiting `get`, no polling) and, when it
+  appears, makes `fd` readable; the supervisor's event loop then calls `poll()`,
+  which returns the remote cause and the supervisor tears down;
+- a heartbeat thread beats every `heartbeat_timeout / 5` s. The monitoring nodes
+  (node 0 on the TCP store, every node on etcd) publish "node N stopped sending
+  heartbeats" for a node silent longer than `heartbeat_timeout`, and mark its end
+  so nobody waits for it. A node that cannot reach the store for that long
+  (node 0 gone, network cut) aborts with that as the cause;
+- `finish(ok)` reports this node's end and waits until every node has ended (or
+  was lost); it returns the job-wide root cause, None when the round succeeded
+  everywhere. Node 0 keeps its store up until everyone has read the outcome
+  (`JobSession.close`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
+from paddlike.launch.rendezvous import KV, NodeEntry, RendezvousResult, node_label
+from paddlike.summary import RootCause
+
+HEARTBEATS_PER_TIMEOUT = 5
+WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
+DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
+
+
+def encode_cause(cause: RootCause) -> bytes:
+    return json.dumps(asdict(cause), sort_keys=True).encode()
+
+
+def decode_cause(raw: bytes) -> RootCause:
+    d = json.loads(raw)
+    known = set(RootCause.__dataclass_fields__)
+    return RootCause(**{k: v for k, v in d.items() if k in known})
+
+
+class Liveness(Protocol):
+    """How a backend shows that nodes are alive (TCP store counters or etcd leases)."""
+
+    def beat(self) -> None:
+        """Say this node is alive; raise StoreError when the backend cannot be reached."""
+
+    def silent(self, now: float) -> list[int]:
+        """Nodes whose heartbeats lapsed (only asked on monitoring nodes)."""
+
+
+@dataclass
+class CounterLiveness:
+    """TCP store heartbeats: each node bumps ``hb/<i>``; the monitor notes when each changed."""
+
+    kv: KV
+    node_index: int
+    nnodes: int
+    timeout: float
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[int, tuple[bytes | None, float]] = field(default_factory=dict)
+
+    def beat(self) -> None:
+        self.kv.add(f"hb/{self.node_index}", 1)
+
+    def silent(self, now: float) -> list[int]:
+        lost = []
+        for j in range(self.nnodes):
+            if j == self.node_index:
+                continue
+            value = self.kv.try_get(f"hb/{j}")
+            old = self._seen.get(j)
+            if old is None or old[0] != value:
+                self._seen[j] = (value, now)
+            elif now - old[1] > self.timeout:
+                lost.append(j)
+        return lost
+
+
+class JobWatch:
+    """One node's failure handling for one round (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], KV],
+        kv: KV,
+        liveness: Liveness,
+        node_index: int,
+        nnodes: int,
+        hosts: Sequence[str],
+        round_: int,
+        heartbeat_timeout: float,
+        monitor: bool,
+        heartbeat_kv: KV | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kv = kv
+        self.heartbeat_kv = heartbeat_kv or kv  # the heartbeat thread's own connection
+        self._connect = connect
+        self.liveness = liveness
+        self.node_index = node_index
+        self.nnodes = nnodes
+        self.hosts = list(hosts)
+        self.round = round_
+        self.heartbeat_timeout = heartbeat_timeout
+        self.monitor = monitor
+        self.clock = clock
+        self.abort_key = f"job/{round_}/abort"
+        self._read_fd, self._write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._cause: RootCause | None = None  # the job-wide root cause, once known
+        self._published_ours = False
+        self._lost_contact: RootCause | None = None
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def fd(self) -> int:
+        """Readable when the job must end for a cause found by a thread of this watch."""
+        return self._read_fd
+
+    def end_key(self, node: int) -> str:
+        return f"job/{self.round}/end/{node}"
+
+    def done_key(self, node: int) -> str:
+        return f"job/{self.round}/done/{node}"
+
+    def start(self) -> JobWatch:
+        for target, name in ((self._watch, "abort-watch"), (self._heartbeat, "heartbeat")):
+            t = threading.Thread(target=target, name=f"{name}-r{self.round}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for fd in (self._read_fd, self._write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # -- the supervisor's hooks --
+
+    def publish(self, cause: RootCause) -> None:
+        """`on_failure`: make `cause` the job's root cause unless another node's came first."""
+        if cause.time is None:
+            cause.time = time.time()
+        try:
+            winner = decode_cause(self.kv.compare_set(self.abort_key, None, encode_cause(cause)))
+        except StoreError:
+            winner = cause  # the store is gone: our cause is the best we know
+        with self._lock:
+            if self._cause is None:
+                self._cause = winner
+            self._published_ours = True
+
+    def poll(self) -> RootCause | None:
+        """`extra_fds` callback: the cause that ends the job, unless it is our own."""
+        with contextlib.suppress(OSError):
+            os.read(self._read_fd, 4096)
+        with self._lock:
+            if self._published_ours:
+                return None
+            return self._cause
+
+    @property
+    def root_cause(self) -> RootCause | None:
+        with self._lock:
+            return self._cause
+
+    def _found(self, cause: RootCause) -> None:
+        with self._lock:
+            if self._cause is None:
+                self._cause = cause
+        with contextlib.suppress(OSError):
+            os.write(self._write_fd, b"!")
+
+    # -- threads --
+
+    def _watch(self) -> None:
+        try:
+            kv = self._connect()
+        except StoreError as exc:
+            self._found(self._contact_cause(str(exc)))
+            return
+        try:
+            while not self._stop.is_set():
+                try:
+                    raw = kv.get(self.abort_key, timeout=WATCH_CHUNK)
+                except StoreTimeoutError:
+                    continue
+                except StoreError:
+                    if self._stop.is_set():
+                        return
+                    # the connection broke: the heartbeat thread decides when it is fatal
+                    time.sleep(0.1)  # no event to wait on: the peer is gone; retry shortly
+                    with contextlib.suppress(StoreError):
+                        kv.close()
+                        kv = self._connect()
+                    continue
+                self._found(decode_cause(raw))
+                return
+        finally:
+            kv.close()
+
+    def _contact_cause(self, detail: str) -> RootCause:
+        return RootCause(
+            reason=(
+                f"{node_label(self.node_index, self.hosts)} lost contact with the job's store at "
+                f"{self.kv.address} for {self.heartbeat_timeout:g} s (--heartbeat_timeout): "
+                f"{detail}"
+            ),
+            host=self.hosts[self.node_index] if self.node_index < len(self.hosts) else "",
+            node_index=self.node_index,
+            time=time.time(),
+        )
+
+    def _heartbeat(self) -> None:
+        interval = self.heartbeat_timeout / HEARTBEATS_PER_TIMEOUT
+        last_ok = self.clock()
+        reported: set[int] = set()
+        while not self._stop.is_set():
+            try:
+                self.liveness.beat()
+                last_ok = self.clock()
+                if self.monitor:
+                    for j in self.liveness.silent(self.clock()):
+                        if j not in reported:
+                            reported.add(j)
+                            self._lost_node(j)
+            except StoreError as exc:
+                if self.clock() - last_ok > self.heartbeat_timeout:
+                    self._lost_contact = self._contact_cause(str(exc))
+                    self._found(self._lost_contact)
+                    return
+            self._stop.wait(interval)  # a period, not a wait for an event
+
+    def _lost_node(self, j: int) -> None:
+        cause = RootCause(
+            reason=(
+                f"{node_label(j, self.hosts)} stopped sending heartbeats for "
+                f"{self.heartbeat_timeout:g} s (--heartbeat_timeout): its launcher died or "
+                "the network to it failed"
+            ),
+            host=self.hosts[j] if j < len(self.hosts) else "",
+            node_index=j,
+            time=time.time(),
+        )
+        kv = self.heartbeat_kv
+        raw = kv.compare_set(self.abort_key, None, encode_cause(cause))
+        kv.compare_set(self.end_key(j), None, b"lost")
+        kv.compare_set(self.done_key(j), None, b"lost")
+        self._found(decode_cause(raw))
+
+    # -- the end of the round --
+
+    def finish(self, ok: bool) -> RootCause | None:
+        """Report this node's end; wait for every node's; return the job-wide root cause.
+
+        The wait lasts as long as other nodes still run healthy workers; it ends early
+        when this node loses contact with the store (heartbeat timeout).
+        """
+        try:
+            self.kv.set(self.end_key(self.node_index), b"ok" if ok else b"failed")
+            keys = [self.end_key(j) for j in range(self.nnodes)]
+            while True:
+                if self._lost_contact is not None:
+                    return self._lost_contact
+                try:
+                    self._wait_all(keys, WATCH_CHUNK)
+                    break
+                except StoreTimeoutError:
+                    continue
+            raw = self.kv.try_get(self.abort_key)
+            cause = decode_cause(raw) if raw is not None else None
+            self.kv.set(self.done_key(self.node_index), b"1")
+        except StoreError as exc:
+            cause = self.root_cause or self._contact_cause(str(exc))
+        with self._lock:
+            if cause is not None:
+                self._cause = cause
+        return cause
+
+    def _wait_all(self, keys: list[str], timeout: float) -> None:
+        wait = getattr(self.kv, "wait", None)
+        if wait is not None:
+            wait(keys, timeout=timeout)
+            return
+        for k in keys:
+            self.kv.get(k, timeout=timeout)
+
+    def wait_done(self, timeout: float = DONE_GRACE) -> None:
+        """Node 0, before closing its store: let every node read the outcome first."""
+        deadline = self.clock() + timeout
+        for j in range(self.nnodes):
+            left = deadline - self.clock()
+            if left <= 0:
+                return
+            with contextlib.suppress(StoreError):
+                self.kv.get(self.done_key(j), timeout=left)
+
+
+def tcp_store_watch(
+    *,
+    address: tuple[str, int],
+    token: bytes | None,
+    kv: StoreClient,
+    node_index: int,
+    nnodes: int,
+    hosts: Sequence[str],
+    round_: int,
+    heartbeat_timeout: float,
+) -> JobWatch:
+    """A JobWatch on the launchers' TCP store: node 0 monitors heartbeats."""
+
+    def connect() -> StoreClient:
+        return StoreClient(*address, timeout=heartbeat_timeout, token=token)
+
+    hb_kv = connect()
+    liveness = CounterLiveness(hb_kv, node_index, nnodes, heartbeat_timeout)
+    return JobWatch(
+        connect=connect,
+        kv=kv,
+        liveness=liveness,
+        node_index=node_index,
+        nnodes=nnodes,
+        hosts=hosts,
+        round_=round_,
+        heartbeat_timeout=heartbeat_timeout,
+        monitor=node_index == 0,
+        heartbeat_kv=hb_kv,
+    )
+
+
+class JobSession:
+    """A multi-node launcher's link to the others for the whole job: hosts the store on
+    node 0, joins each round's rendezvous, and hands out each round's JobWatch.
+
+        session = JobSession.open(...)
+        for round_ in range(max_restarts + 1):
+            result = session.rendezvous(round_, entry)    # all nodes' ports, same everywhere
+            watch = session.watch(round_)                 # fd/poll/publish for the supervisor
+            ... supervisor.run(extra_fds={watch.fd: watch.poll}, on_failure=watch.publish)
+            cause = watch.finish(ok)                      # job-wide: None = all nodes fine
+        session.close()                                   # node 0 waits for the others first
+    """
+
+    def __init__(
+        self,
+        *,
+        kv: KV,
+        node_index: int,
+        nnodes: int,
+        hosts: Sequence[str],
+        rdzv_timeout: float,
+        heartbeat_timeout: float,
+        progress: Callable[[str], None],
+        make_watch: Callable[[int], JobWatch],
+        server: object | None = None,
+    ) -> None:
+        self.kv = kv
+        self.node_index = node_index
+        self.nnodes = nnodes
+        self.hosts = list(hosts)
+        self.rdzv_timeout = rdzv_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.progress = progress
+        self._make_watch = make_watch
+        self.server = server
+        self._watches: list[JobWatch] = []
+
+    @classmethod
+    def open_tcp(
+        cls,
+        *,
+        master: tuple[str, int],
+        node_index: int,
+        hosts: Sequence[str],
+        token: bytes | None,
+        rdzv_timeout: float,
+        heartbeat_timeout: float,
+        progress: Callable[[str], None],
+    ) -> JobSession:
+        """Node 0 starts the store at `master`; every node connects (retrying to the timeout)."""
+        from paddlike.launch.rendezvous import RendezvousTimeout, host_store, hosts_store
+
+        server = None
+        if hosts_store(master[0], hosts, node_index):
+            server = host_store(master[0], master[1], allowed_hosts=hosts, token=token)
+        try:
+            kv = StoreClient(*master, timeout=rdzv_timeout, token=token)
+        except StoreTimeoutError as exc:
+            if server is not None:
+                server.close()
+            raise RendezvousTimeout(
+                f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store: {exc}"
+            ) from exc
+        except StoreError:
+            if server is not None:
+                server.close()
+            raise
+
+        def make_watch(round_: int) -> JobWatch:
+            return tcp_store_watch(
+                address=master,
+                token=token,
+                kv=kv,
+                node_index=node_index,
+                nnodes=len(hosts),
+                hosts=hosts,
+                round_=round_,
+                heartbeat_timeout=heartbeat_timeout,
+            )
+
+        return cls(
+            kv=kv,
+            node_index=node_index,
+            nnodes=len(hosts),
+            hosts=hosts,
+            rdzv_timeout=rdzv_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            progress=progress,
+            make_watch=make_watch,
+            server=server,
+        )
+
+    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
+        from paddlike.launch.rendezvous import Rendezvous
+
+        rdzv = Rendezvous(
+            kv=self.kv,
+            node_index=self.node_index,
+            nnodes=self.nnodes,
+            hosts=self.hosts,
+            timeout=self.rdzv_timeout,
+            progress=self.progress,
+        )
+        try:
+            return rdzv.join(entry, round_)
+        except Exception:
+            self._linger_for_readers(round_)
+            raise
+        finally:
+            with contextlib.suppress(StoreError):
+                self.kv.set(f"rdzv/{round_}/read/{self.node_index}", b"1")
+
+    def _linger_for_readers(self, round_: int) -> None:
+        """Node 0 failing at rendezvous: give the others a moment to read the same verdict."""
+        if self.server is None:
+            return
+        deadline = time.monotonic() + DONE_GRACE
+        for j in range(1, self.nnodes):
+            left = deadline - time.monotonic()
+            with contextlib.suppress(StoreError):
+                if left > 0 and self.kv.try_get(f"rdzv/{round_}/node/{j}") is not None:
+                    self.kv.get(f"rdzv/{round_}/read/{j}", timeout=left)
+
+    def watch(self, round_: int) -> JobWatch:
+        for old in self._watches:
+            old.stop()
+        w = self._make_watch(round_).start()
+        self._watches.append(w)
+        return w
+
+    def close(self) -> None:
+        """Stop the watches; node 0 first waits (briefly) until every node read the outcome."""
+        if self.server is not None and self._watches:
+            self._watches[-1].wait_done()
+        for w in self._watches:
+            w.stop()
+        with contextlib.suppress(StoreError):
+            self.kv.close()
+        if self.server is not None:
+            self.server.close()  # type: ignore[attr-defined]
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(f"paddlike.launch: {line}", file=sys.stderr, flush=True)
+
+
+def run_multinode(options, node, devices, environ, *, python: str | None = None) -> int:
+    """The launcher's many-node path: rendezvous, supervise, abort job-wide, restart.
+
+    `options` is the LaunchOptions, `node` the cluster's NodeMatch, `devices` the
+    DeviceAssignment (the same inputs as main's single-node path). Returns the exit code.
+    Each round: reserve ports here, trade them at rendezvous, plan with every node's
+    ports, supervise with the watch's hooks, then agree on the round's outcome.
+    """
+    import sys
+
+    from paddlike.launch.logdir import LogDir, LogDirBusy, LogDirError
+    from paddlike.launch.rendezvous import RendezvousError, fingerprint, master_address
+
+    python = python or sys.executable
+    hosts, index, nproc = list(node.hosts), node.node_index, devices.nproc
+    master = master_address(options.master, options.master_addr, options.master_port, hosts)
+    token = options.job_token.encode() if options.job_token else None
+    fp = fingerprint(
+        ips=hosts,
+        devices_per_node=len(options.gpus or ()),
+        nproc_per_node=nproc,
+        run_mode=options.run_mode,
+        job_id=options.job_id,
+        script=options.training_script,
+        script_args=options.training_script_args,
+    )
+    log_dir = os.path.abspath(options.log_dir)
+    try:
+        logdir = LogDir.open(log_dir, overwrite=options.log_overwrite, host=hosts[index])
+    except (LogDirBusy, LogDirError) as exc:
+        _say(f"error: --log_dir: {exc}")
+        return 2
+    with logdir:
+        try:
+            session = JobSession.open_tcp(
+                master=master,
+                node_index=index,
+                hosts=hosts,
+                token=token,
+                rdzv_timeout=options.rdzv_timeout,
+                heartbeat_timeout=options.heartbeat_timeout,
+                progress=_say,
+            )
+        except (RendezvousError, StoreError) as exc:
+            _say(f"error: {exc}")
+            return getattr(exc, "exit_code", 1)
+        try:
+            return _rounds(session, options, node, devices, environ, python, fp, logdir)
+        finally:
+            session.close()
+
+
+def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int:
+    """Rounds until one succeeds on every node, or restarts run out."""
+    import socket
+    import sys
+
+    from paddlike.launch.console import format_banner
+    from paddlike.launch.main import new_job_id
+    from paddlike.launch.plan import EndpointLayout, JobFacts, plan_collective
+    from paddlike.launch.ports import PortError, reserve_ports
+    from paddlike.launch.rendezvous import RendezvousError
+    from paddlike.launch.supervisor import Supervisor
+    from paddlike.summary import read_summary, write_summary
+
+    hostname = socket.gethostname()
+    hosts, index, nproc = list(node.hosts), node.node_index, devices.nproc
+    generated_job_id = options.job_id or new_job_id()
+    exit_code = 1
+    for round_ in range(options.max_restarts + 1):
+        try:
+            ports = reserve_ports(nproc + 1, hosts[index])
+            entry = NodeEntry(
+                index, hosts[index], hostname, os.getpid(), ports, fp, job_id=generated_job_id
+            )
+            result = session.rendezvous(round_, entry)
+        except (RendezvousError, PortError) as exc:
+            _say(f"error: {exc}")
+            return getattr(exc, "exit_code", 1)
+        layout = EndpointLayout(
+            tuple(hosts),
+            index,
+            tuple(n.ports[:nproc] for n in result.nodes),
+            master_port=result.nodes[0].ports[nproc],
+        )
+        facts = JobFacts(
+            result.job_id,
+            python,
+            logdir.path.__str__(),
+            environ,
+            node.interface,
+            restart_count=round_,
+        )
+        plan = plan_collective(options, layout, devices, facts)
+        logdir.write_endpoints(plan.trainer_endpoints, plan.server_endpoints)
+        if round_ == 0:
+            _say(
+                f"rendezvous with {len(hosts)} nodes at {session.kv.address} took "
+                f"{result.elapsed:.2f} s"
+            )
+            import sys
+
+            print(
+                format_banner(plan, logdir.path, interface=node.interface, why=node.reason),
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            _say(
+                f"restart {round_} of {options.max_restarts}: all {len(hosts)} nodes start "
+                "a new round"
+            )
+        watch = session.watch(round_)
+        supervisor = Supervisor(
+            plan, logdir, base_env=environ, kill_timeout=options.kill_timeout, tee=options.tee
+        )
+        outcome = supervisor.run(
+            extra_fds={watch.fd: watch.poll}, on_failure=watch.publish, restart_count=round_
+        )
+        cause = watch.finish(outcome.exit_code == 0)
+        if cause is not None:
+            summary = read_summary(logdir.path)
+            if summary is not None:
+                summary.root_cause = cause
+                if summary.status == "succeeded":
+                    summary.status = "failed"
+                    summary.exit_code = 1
+                write_summary(logdir.path, summary)
+        if cause is None:
+            return outcome.exit_code
+        exit_code = outcome.exit_code or 1
+        if outcome.exit_code == 0:  # else the supervisor already reported the cause
+            _say(
+                f"the job failed on another node: {cause.reason}"
+                + (f" (host {cause.host}, log {cause.log_file})" if cause.log_file else "")
+            )
+            for line in cause.tail[-20:]:
+                _say(f"  | {line}")
+        if round_ < options.max_restarts:
+            continue
+    if options.max_restarts:
+        _say(f"giving up after {options.max_restarts} restart(s); last root cause: {cause.reason}")
+    return exit_code

@@ -1,0 +1,261 @@
+"""The log directory: created before any worker starts, locked for the launcher's life.
+
+    endpoints.log   "PADDLE_TRAINER_ENDPOINTS: " then one endpoint a line (Paddle's
+                    bytes exactly: no newline after the last one); PS mode adds
+                    "\\nPADDLE_PSERVERS_IP_PORT_LIST: " and the servers the same way
+    workerlog.N     a worker's stdout and stderr; one header line per run
+    .paddlike.lock  the lock (filelock) two launchers on one directory contend for
+    .paddlike.owner who holds it: pid, host, hostname, start time (JSON)
+
+The lock is what keeps a second launcher from interleaving its workers' output
+with ours; its message names the holder so the user can find and stop it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from paddlike.launch.plan import ProcessSpec
+
+ENDPOINTS_FILE = "endpoints.log"
+LOCK_FILE = ".paddlike.lock"
+OWNER_FILE = ".paddlike.owner"
+TRAINER_ENDPOINTS_LINE = "PADDLE_TRAINER_ENDPOINTS: "
+SERVER_ENDPOINTS_LINE = "PADDLE_PSERVERS_IP_PORT_LIST: "
+# Every run header in a worker log starts with this; `paddlike.logs` splits runs on it.
+HEADER_PREFIX = "==== paddlike run "
+
+
+class LogDirBusy(Exception):
+    """Another launcher holds the directory's lock; the message names its pid and host."""
+
+
+class LogDirError(Exception):
+    """The directory cannot be created or written (message names the path and why)."""
+
+
+@dataclass
+class WorkerLog:
+    """The open log file(s) of one process: fds to hand to the child, and where its run begins.
+
+    `start`/`err_start` are byte offsets just past this run's header: the console's
+    tee and the failure report read from there, never earlier runs' output.
+    """
+
+    path: Path
+    stdout: int
+    stderr: int
+    start: int
+    err_path: Path | None = None
+    err_start: int = 0
+
+    def close(self) -> None:
+        """Close the launcher's copies (the child keeps its own). Idempotent."""
+        for fd in {self.stdout, self.stderr}:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.stdout = self.stderr = -1
+
+
+def format_header(spec: ProcessSpec, *, job_id: str, restart: int, when: float) -> str:
+    """One line that opens a run in a log file (time, job id, role and rank, command).
+
+    ==== paddlike run 2026-11-22 10:58:01 job job-x trainer rank 1 local 1 restart 0:
+         python -u train.py --lr 0.1 ====   (on one line)
+    """
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    command = " ".join(spec.argv)
+    return (
+        f"{HEADER_PREFIX}{stamp} job {job_id} {spec.role.value} rank {spec.rank} "
+        f"local {spec.local_index} restart {restart}: {command} ===="
+    )
+
+
+class LogDir:
+    """A locked log directory. Use as a context manager: `with LogDir.open(...) as logdir:`."""
+
+    def __init__(self, path: Path, lock: Any, *, overwrite: bool) -> None:
+        self.path = path
+        self._lock = lock
+        self._overwrite = overwrite
+        self._opened: set[str] = set()  # files already truncated/headed by this launcher
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, overwrite: bool, host: str) -> LogDir:
+        """Create `path` if needed and take its lock, or raise LogDirBusy naming the holder."""
+        import filelock  # imported here: it costs ~20 ms and only a real launch needs it
+
+        root = Path(path).absolute()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogDirError(f"cannot create log directory {root}: {exc.strerror}") from exc
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise LogDirError(f"log directory {root} is not writable")
+        lock = filelock.FileLock(str(root / LOCK_FILE), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise LogDirBusy(_busy_message(root)) from None
+        try:
+            _write_owner(root, host)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(root, lock, overwrite=overwrite)
+
+    def __enter__(self) -> LogDir:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the lock (the owner file goes first, so no one reads a stale owner)."""
+        if self._lock is None:
+            return
+        with contextlib.suppress(OSError):
+            (self.path / OWNER_FILE).unlink()
+        self._lock.release()
+        self._lock = None
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def write_endpoints(
+        self, trainer_endpoints: Sequence[str], server_endpoints: Sequence[str] = ()
+    ) -> Path:
+        """endpoints.log in Paddle's format (see the module docstring for the exact bytes)."""
+        text = endpoints_text(trainer_endpoints, server_endpoints)
+        target = self.path / ENDPOINTS_FILE
+        tmp = self.path / f".{ENDPOINTS_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, target)
+        return target
+
+    def open_log(self, spec: ProcessSpec, header: str) -> WorkerLog:
+        """Open the process's log file(s) for append (truncated once per launch with
+        overwrite), write `header`, and return fds for the child's stdout and stderr."""
+        out_path = self.path / spec.log_name
+        out_fd, out_start = self._open_one(out_path, header)
+        if spec.err_log_name is None:
+            return WorkerLog(out_path, out_fd, out_fd, out_start)
+        err_path = self.path / spec.err_log_name
+        try:
+            err_fd, err_start = self._open_one(err_path, header)
+        except BaseException:
+            os.close(out_fd)
+            raise
+        return WorkerLog(out_path, out_fd, err_fd, out_start, err_path, err_start)
+
+    def _open_one(self, path: Path, header: str) -> tuple[int, int]:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        first = path.name not in self._opened
+        if first and self._overwrite:
+            flags |= os.O_TRUNC
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise LogDirError(f"cannot open log file {path}: {exc.strerror}") from exc
+        self._opened.add(path.name)
+        try:
+            size = os.fstat(fd).st_size
+            prefix = "\n" if size and not _ends_with_newline(path, size) else ""
+            data = (prefix + header.rstrip("\n") + "\n").encode()
+            os.write(fd, data)
+            return fd, size + len(data)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def endpoints_text(trainer_endpoints: Sequence[str], server_endpoints: Sequence[str] = ()) -> str:
+    """The exact contents of endpoints.log.
+
+    trainers        servers    text
+    ("a:1", "a:2")  ()         "PADDLE_TRAINER_ENDPOINTS: \\na:1\\na:2"
+    ("a:1",)        ("a:9",)   "PADDLE_TRAINER_ENDPOINTS: \\na:1\\n"
+                               "PADDLE_PSERVERS_IP_PORT_LIST: \\na:9"
+    """
+    text = TRAINER_ENDPOINTS_LINE + "\n" + "\n".join(trainer_endpoints)
+    if server_endpoints:
+        text += "\n" + SERVER_ENDPOINTS_LINE + "\n" + "\n".join(server_endpoints)
+    return text
+
+
+def read_tail_since(path: str | os.PathLike[str], start: int, lines: int = 20) -> list[str]:
+    """The last `lines` lines of a file written after byte `start` (this run's output only).
+
+    Reads only the end of the file; missing files give [], bad bytes are replaced.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            block = 8192
+            pos = size
+            data = b""
+            while pos > start and data.count(b"\n") <= lines:
+                step = min(block, pos - start)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+                block *= 2
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:] if lines > 0 else []
+
+
+def _ends_with_newline(path: Path, size: int) -> bool:
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        return f.read(1) == b"\n"
+
+
+def _write_owner(root: Path, host: str) -> None:
+    owner = {
+        "pid": os.getpid(),
+        "host": host,
+        "hostname": os.uname().nodename,
+        "since": time.time(),
+    }
+    tmp = root / f"{OWNER_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(owner) + "\n")
+    os.replace(tmp, root / OWNER_FILE)
+
+
+def _busy_message(root: Path, wait: float = 1.0) -> str:
+    """Name the holder. Its owner file appears right after it takes the lock: allow a moment."""
+    deadline = time.monotonic() + wait
+    owner: dict[str, Any] | None = None
+    while owner is None:
+        try:
+            owner = json.loads((root / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)  # the holder is between flock and its owner-file rename
+    if owner is None:
+        return (
+            f"log directory {root} is in use by another launcher (its pid is unknown); "
+            f"wait for it to finish or pass another --log_dir"
+        )
+    since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
+    return (
+        f"log directory {root} is in use by launcher pid {owner.get('pid')} on host "
+        f"{owner.get('host')} ({owner.get('hostname')}), running since {since}; "
+        f"wait for it to finish or pass another --log_dir"
+    )

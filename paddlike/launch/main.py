@@ -1,0 +1,132 @@
+"""The entry point: parse -> cluster -> ports -> plan -> (--dry_run) -> log dir -> supervise.
+
+Everything up to the plan is checked before anything is created or started, so
+bad input ends with one line and exit code 2 and leaves no trace. `prepare` is
+the pure-ish front half (it reads the environment, /proc and local interfaces,
+and reserves ports); `run` owns the side effects.
+
+The multi-node rendezvous slots in at `_layout`: it decides the ports of this
+node and the endpoints of all nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from paddlike.launch.options import PROG, LaunchOptions, UsageError, parse_options
+from paddlike.launch.plan import JobFacts, LaunchPlan
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What `prepare` decided: the options, the plan, and how this node was matched."""
+
+    options: LaunchOptions
+    plan: LaunchPlan
+    log_dir: str  # absolute
+    interface: str
+    match_reason: str
+
+
+def new_job_id() -> str:
+    """job-YYYYmmdd-HHMMSS-xxxx: sortable by start time, unique by its random tail."""
+    import time
+
+    return time.strftime("job-%Y%m%d-%H%M%S-") + os.urandom(2).hex()
+
+
+def prepare(
+    argv: Sequence[str], environ: Mapping[str, str], *, python: str = sys.executable
+) -> Prepared:
+    """Options, node, devices, ports and plan; raises `UsageError` on bad input."""
+    from paddlike.launch import cluster, ports
+    from paddlike.launch.plan import plan_collective, plan_ps
+
+    options = parse_options(argv, environ)
+    log_dir = os.path.abspath(options.log_dir)
+    job_id = options.job_id or new_job_id()
+    reserve = not options.dry_run  # a dry run creates nothing, not even reservations
+    if options.is_ps:
+        ps_node = cluster.match_ps_node(options, environ)
+        facts = JobFacts(job_id, python, log_dir, environ, ps_node.interface)
+        plan = plan_ps(options, ports.layout_ps(options, ps_node, reserve=reserve), facts)
+        return Prepared(options, plan, log_dir, ps_node.interface, ps_node.reason)
+    from paddlike.launch.devices import assign_devices, count_gpus
+
+    node = cluster.match_node(options, environ)
+    devices = assign_devices(
+        options.gpus,
+        options.nproc_per_node,
+        environ=environ,
+        gpu_count=count_gpus() if options.gpus is not None else 0,
+        dry_run=options.dry_run,
+    )
+    layout = _layout(options, node, devices.nproc, reserve=reserve)
+    facts = JobFacts(job_id, python, log_dir, environ, node.interface)
+    plan = plan_collective(options, layout, devices, facts)
+    return Prepared(options, plan, log_dir, node.interface, node.reason)
+
+
+def _layout(options: LaunchOptions, node, nproc: int, *, reserve: bool):
+    """Ports for this node and endpoints of all nodes (the rendezvous' seam)."""
+    from paddlike.launch.ports import layout_endpoints
+
+    return layout_endpoints(
+        node.hosts, node.node_index, nproc, start_port=options.start_port, reserve=reserve
+    )
+
+
+def run(prepared: Prepared, environ: Mapping[str, str]) -> int:
+    """Lock the log directory, write endpoints.log, print the banner and supervise."""
+    from paddlike.launch.console import format_banner
+    from paddlike.launch.logdir import LogDir, LogDirBusy, LogDirError
+    from paddlike.launch.supervisor import Supervisor
+
+    options, plan = prepared.options, prepared.plan
+    try:
+        logdir = LogDir.open(prepared.log_dir, overwrite=options.log_overwrite, host=plan.host)
+    except (LogDirBusy, LogDirError) as exc:
+        return _fail(f"--log_dir: {exc}")
+    with logdir:
+        logdir.write_endpoints(plan.trainer_endpoints, plan.server_endpoints)
+        banner = format_banner(
+            plan, logdir.path, interface=prepared.interface, why=prepared.match_reason
+        )
+        print(banner, file=sys.stderr, flush=True)
+        supervisor = Supervisor(
+            plan,
+            logdir,
+            base_env=environ,
+            kill_timeout=options.kill_timeout,
+            tee=options.tee,
+            color=sys.stderr.isatty() and "NO_COLOR" not in environ,
+        )
+        return supervisor.run().exit_code
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """python -m paddlike.launch [options] training_script [args...]; returns the exit code."""
+    from paddlike.launch.ports import PortError
+
+    argv = sys.argv[1:] if argv is None else argv
+    environ = os.environ
+    try:
+        prepared = prepare(argv, environ)
+    except UsageError as exc:
+        return _fail(str(exc))
+    except PortError as exc:
+        return _fail(str(exc), 1)
+    if prepared.options.dry_run:
+        from paddlike.launch.plan import format_plan
+
+        print(format_plan(prepared.plan, prepared.log_dir), flush=True)
+        return 0
+    return run(prepared, environ)

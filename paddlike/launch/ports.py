@@ -1,0 +1,227 @@
+"""Free ports for this node's processes, reserved so concurrent launchers never share one.
+
+Asking the kernel for a free port (bind to port 0) and closing the socket leaves a
+window until the worker binds it; two launchers starting at the same moment can get
+the same port in that window. So every port handed out is also written into a
+registry shared by all launchers on the host, under a file lock:
+
+    /tmp/paddlike-ports/lock          the filelock
+    /tmp/paddlike-ports/<port>        "<pid> <pid start time> <unix time>"
+
+An entry blocks its port for `TTL` seconds (enough for workers to bind it) or until
+the launcher that took it is gone, whichever comes first. A port is handed out only
+when it is not in the registry and can be bound right now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from paddlike.launch.options import UsageError
+from paddlike.launch.plan import EndpointLayout, PsLayout
+
+if TYPE_CHECKING:
+    from paddlike.launch.cluster import PsNode
+    from paddlike.launch.options import LaunchOptions
+
+TTL = 60.0
+LOCK_TIMEOUT = 10.0
+MAX_TRIES_PER_PORT = 200
+
+
+def default_registry_dir() -> Path:
+    # Not tempfile.gettempdir(): importing tempfile costs more than the whole reservation.
+    return Path(os.environ.get("TMPDIR") or "/tmp") / "paddlike-ports"
+
+
+class PortError(RuntimeError):
+    """No free port could be reserved (the message says why and where)."""
+
+
+@dataclass(frozen=True)
+class _Owner:
+    pid: int
+    started: float  # the owner's process start time (guards against pid reuse)
+
+
+def _process_start_time(pid: int) -> float | None:
+    """Start time of `pid` in clock ticks since boot, from /proc; None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return float(fields[19])  # field 22: starttime
+
+
+def _owner_alive(owner: _Owner) -> bool:
+    return _process_start_time(owner.pid) == owner.started
+
+
+def _kernel_free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _lock(path: Path, timeout: float) -> int:
+    """flock `path` exclusively within `timeout` seconds; returns the fd (close to release).
+
+    fcntl directly rather than the filelock package: same kernel lock, and the
+    import of filelock alone costs the launcher ~20 ms. The lock is held for
+    microseconds, so a short retry interval is cheap.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise PortError(
+                    f"could not lock the port registry {path.parent} within {timeout:g} s "
+                    "(another launcher holds it)"
+                ) from None
+            time.sleep(0.001)
+
+
+def _entry_expired(path: Path, now: float, ttl: float) -> bool:
+    try:
+        pid, started, stamp = path.read_text().split()
+        owner = _Owner(int(pid), float(started))
+        age = now - float(stamp)
+    except (OSError, ValueError):
+        return True  # unreadable or half-written by a crashed launcher: not a valid claim
+    return not (0 <= age < ttl) or not _owner_alive(owner)
+
+
+def reserve_ports(
+    n: int,
+    host: str = "",
+    *,
+    registry_dir: Path | None = None,
+    ttl: float = TTL,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> tuple[int, ...]:
+    """Reserve `n` distinct free TCP ports on `host` ("" = every address) for this process.
+
+    The reservation needs no release: it lapses after `ttl` seconds or when this
+    process exits. Raises `PortError` if the registry lock is not obtained within
+    `lock_timeout` or no free port is found.
+    """
+    registry = registry_dir or default_registry_dir()
+    with contextlib.suppress(FileExistsError):
+        registry.mkdir(mode=0o777, parents=True)
+        os.chmod(registry, 0o1777)  # shared by every user's launchers, like /tmp
+    me = os.getpid()
+    started = _process_start_time(me)
+    lock_fd = _lock(registry / "lock", lock_timeout)
+    try:
+        now = time.time()
+        taken: set[int] = set()
+        for path in registry.iterdir():
+            if not path.name.isdigit():
+                continue
+            if _entry_expired(path, now, ttl):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            else:
+                taken.add(int(path.name))
+        ports: list[int] = []
+        tries = 0
+        while len(ports) < n:
+            tries += 1
+            if tries > MAX_TRIES_PER_PORT * n:
+                raise PortError(
+                    f"no free port found on {host or '*'} after {tries - 1} tries "
+                    f"({len(taken)} reserved in {registry})"
+                )
+            port = _kernel_free_port(host)
+            # Just bound by the kernel's choice, so bindable; skip ports another launcher's
+            # workers have not bound yet.
+            if port in taken or port in ports:
+                continue
+            ports.append(port)
+        for port in ports:
+            tmp = registry / f".{port}.{me}"
+            tmp.write_text(f"{me} {started} {now}\n")
+            os.replace(tmp, registry / str(port))
+        return tuple(ports)
+    finally:
+        os.close(lock_fd)  # releases the flock
+
+
+def free_ports(n: int, host: str = "") -> tuple[int, ...]:
+    """Ports free right now, without reserving them (for --dry_run, which creates nothing)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = _kernel_free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return tuple(ports)
+
+
+def layout_endpoints(
+    hosts: Sequence[str], node_index: int, nproc: int, *, start_port: int, reserve: bool = True
+) -> EndpointLayout:
+    """Ports of every node's trainers and of the workers' master store.
+
+    This is the seam the rendezvous replaces. Single node: free ports, reserved here.
+    Many nodes: every node uses --start_port.. for its trainers and node 0 the next
+    port for the master store, because nothing is known yet about other hosts' ports.
+    """
+    if len(hosts) == 1:
+        ports = reserve_ports(nproc + 1) if reserve else free_ports(nproc + 1)
+        return EndpointLayout(tuple(hosts), 0, (ports[:nproc],), master_port=ports[nproc])
+    if start_port + nproc > 65535:
+        raise UsageError(
+            f"--start_port: {start_port} leaves no room for {nproc + 1} ports", "--start_port"
+        )
+    per_node = tuple(range(start_port, start_port + nproc))
+    return EndpointLayout(
+        tuple(hosts), node_index, tuple(per_node for _ in hosts), master_port=start_port + nproc
+    )
+
+
+def layout_ps(options: LaunchOptions, node: PsNode, *, reserve: bool = True) -> PsLayout:
+    """Server and trainer endpoints in PS mode.
+
+    Counts (--server_num/--worker_num): everything on this node, on free ports.
+    Lists: servers' ports as given; a trainer listed without a port gets the first
+    port from --start_port not already listed on its host (the same on every node).
+    """
+    if node.servers is None or node.trainers is None:
+        n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
+        n = n_servers + n_trainers
+        ports = reserve_ports(n) if reserve else free_ports(n)
+        eps = tuple(f"{node.host}:{p}" for p in ports)
+        return PsLayout(eps[:n_servers], eps[n_servers:], node.host, 0, 1, (node.host,))
+    used: dict[str, set[int]] = {}
+    for host, port in (*node.servers, *node.trainers):
+        if port is not None:
+            used.setdefault(host, set()).add(port)
+    trainers = []
+    for host, port in node.trainers:
+        if port is None:
+            port = start = options.start_port
+            while port in used.get(host, ()):
+                port += 1
+            if port > 65535:
+                raise UsageError(f"--start_port: {start} leaves no free port", "--start_port")
+            used.setdefault(host, set()).add(port)
+        trainers.append(f"{host}:{port}")
+    servers = tuple(f"{h}:{p}" for h, p in node.servers)
+    hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers)))
+    return PsLayout(servers, tuple(trainers), node.host, hosts.index(node.host), len(hosts), hosts)

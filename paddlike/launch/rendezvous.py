@@ -1,0 +1,355 @@
+"""Rendezvous: every node's launcher meets the others, trades ports and checks agreement.
+
+With more than one node, node 0's launcher hosts a `StoreServer` at the master
+address (``--master ip:port``, else ``--master_addr:--master_port``, default the
+first ``--ips`` entry and port 6170). Each launcher, node 0 included, then:
+
+1. connects (retrying until ``--rdzv_timeout``);
+2. publishes, under ``rdzv/<round>/node/<i>``, its host, the ports it reserved
+   locally and a fingerprint of its configuration (create-only: a second launcher
+   claiming the same node index is an error naming both);
+3. counts itself in; the last to arrive marks the round complete. Everyone waits
+   for that one key, printing one progress line naming the nodes still missing;
+4. reads every node's entry and decides, identically on every node, whether the
+   fingerprints agree. The endpoints then come from the published ports, so no
+   port is ever assumed free on another host.
+
+The deciding is pure (`check_fingerprints`, `missing_nodes`, `master_address`);
+`Rendezvous.join` is the shell that talks to the store. The same logic runs on an
+etcd cluster through `paddlike.launch.etcd.EtcdKV`, which has the same methods.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from paddlike import __version__
+from paddlike.distributed.store import StoreError, StoreServer, StoreTimeoutError
+
+DEFAULT_MASTER_PORT = 6170
+PROGRESS_FIRST = 1.0  # seconds before the first "waiting for" line (fast joins print nothing)
+PROGRESS_EVERY = 10.0  # then at most this often, or when the set of missing nodes changes
+
+
+class KV(Protocol):
+    """The key-value operations rendezvous and job watching need (StoreClient, EtcdKV)."""
+
+    address: str
+
+    def set(self, key: str, value: bytes | str) -> None: ...
+    def get(self, key: str, timeout: float | None = None) -> bytes: ...
+    def try_get(self, key: str) -> bytes | None: ...
+    def add(self, key: str, amount: int = 1) -> int: ...
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class RendezvousError(RuntimeError):
+    """The nodes could not agree; `exit_code` is what every launcher exits with."""
+
+    exit_code = 1
+
+
+class FingerprintMismatch(RendezvousError):
+    exit_code = 2
+
+
+class RendezvousTimeout(RendezvousError):
+    exit_code = 1
+
+
+# --- the pure core ---------------------------------------------------------------------
+
+
+def master_address(
+    master: str | None, master_addr: str | None, master_port: int | None, hosts: Sequence[str]
+) -> tuple[str, int]:
+    """Where the launchers meet.
+
+    --master 10.0.0.5:7000                    -> ("10.0.0.5", 7000)
+    --master_addr 10.0.0.5 --master_port 7000 -> ("10.0.0.5", 7000)
+    --ips a,b (neither given)                 -> (hosts[0], 6170)
+    """
+    if master and not master.startswith("etcd://"):
+        host, _, port = master.rpartition(":")
+        return host, int(port)
+    return (master_addr or hosts[0], master_port or DEFAULT_MASTER_PORT)
+
+
+def fingerprint(
+    *,
+    ips: Sequence[str],
+    devices_per_node: int,
+    nproc_per_node: int,
+    run_mode: str,
+    job_id: str | None,
+    script: str,
+    script_args: Sequence[str],
+    version: str = __version__,
+) -> dict[str, str]:
+    """The configuration every node must share. Field order is the order of the report.
+
+    An unset job id is left out: each node would generate its own; node 0's is adopted.
+    """
+    fp = {
+        "ips": ",".join(ips),
+        "devices per node": str(devices_per_node),
+        "nproc_per_node": str(nproc_per_node),
+        "run_mode": run_mode,
+        "paddlike version": version,
+        "training script": script,
+        "script arguments": json.dumps(list(script_args)),
+    }
+    if job_id:
+        fp["job_id"] = job_id
+    return fp
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """What one node publishes at rendezvous."""
+
+    index: int
+    host: str  # the node's matched address; its endpoints use it
+    hostname: str
+    pid: int
+    ports: tuple[int, ...]
+    fingerprint: Mapping[str, str]
+    job_id: str = ""
+
+    def encode(self) -> bytes:
+        d = {
+            "index": self.index,
+            "host": self.host,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "ports": list(self.ports),
+            "fingerprint": dict(self.fingerprint),
+            "job_id": self.job_id,
+        }
+        return json.dumps(d, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> NodeEntry:
+        d = json.loads(raw)
+        return cls(
+            index=int(d["index"]),
+            host=str(d["host"]),
+            hostname=str(d["hostname"]),
+            pid=int(d["pid"]),
+            ports=tuple(int(p) for p in d["ports"]),
+            fingerprint={str(k): str(v) for k, v in d["fingerprint"].items()},
+            job_id=str(d.get("job_id", "")),
+        )
+
+    @property
+    def label(self) -> str:
+        if self.hostname and self.hostname != self.host:
+            return f"node {self.index} ({self.hostname}, {self.host})"
+        return f"node {self.index} ({self.host})"
+
+
+def node_label(index: int, hosts: Sequence[str]) -> str:
+    return f"node {index} ({hosts[index]})" if index < len(hosts) else f"node {index}"
+
+
+def check_fingerprints(entries: Sequence[NodeEntry]) -> str | None:
+    """None when all nodes agree; else one message naming the odd node and the field.
+
+    The odd node is the one outside the majority value of the first differing field
+    (ties go to node 0's value), so with two nodes node 1 is named.
+    """
+    if not entries:
+        return None
+    fields = list(entries[0].fingerprint)
+    for e in entries[1:]:
+        fields += [f for f in e.fingerprint if f not in fields]
+    for f in fields:
+        values = [e.fingerprint.get(f, "<unset>") for e in entries]
+        if len(set(values)) == 1:
+            continue
+        counts = {v: values.count(v) for v in values}
+        best = max(counts.values())
+        majority = values[0] if counts[values[0]] == best else max(counts, key=counts.__getitem__)
+        odd = [e for e, v in zip(entries, values, strict=True) if v != majority]
+        ref = next(e for e, v in zip(entries, values, strict=True) if v == majority)
+        first = odd[0]
+        others = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
+        return (
+            f"rendezvous: {first.label}{others} disagrees on {f}: it has "
+            f"{first.fingerprint.get(f, '<unset>')!r}, {ref.label} has {majority!r}; "
+            "run the same command on every node"
+        )
+    return None
+
+
+def missing_nodes(nnodes: int, present: Sequence[int]) -> list[int]:
+    return [i for i in range(nnodes) if i not in set(present)]
+
+
+def describe_missing(missing: Sequence[int], hosts: Sequence[str]) -> str:
+    return ", ".join(node_label(i, hosts) for i in missing)
+
+
+# --- the shell ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RendezvousResult:
+    """All nodes' entries, in node order; identical on every node."""
+
+    round: int
+    nodes: tuple[NodeEntry, ...]
+    job_id: str  # the job id in force: the common one, or node 0's generated one
+    elapsed: float
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(n.host for n in self.nodes)
+
+    @property
+    def ports(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(n.ports for n in self.nodes)
+
+
+_COMPLETE_OK = b"ok"
+_FAILED_PREFIX = b"failed:"
+_MISMATCH_PREFIX = b"mismatch:"
+
+
+@dataclass
+class Rendezvous:
+    """One node's side of the meeting. `kv` is a connection to the master store (or etcd)."""
+
+    kv: KV
+    node_index: int
+    nnodes: int
+    hosts: Sequence[str]  # every node's address, for messages about nodes that never came
+    timeout: float
+    progress: Callable[[str], None] = field(default=lambda line: None)
+    clock: Callable[[], float] = time.monotonic
+
+    def _key(self, round_: int, *parts: object) -> str:
+        return "/".join(["rdzv", str(round_), *map(str, parts)])
+
+    def join(self, entry: NodeEntry, round_: int = 0) -> RendezvousResult:
+        started = self.clock()
+        deadline = started + self.timeout
+        where = self.kv.address
+        key = self._key(round_, "node", entry.index)
+        mine = entry.encode()
+        try:
+            stored = self.kv.compare_set(key, None, mine)
+            if stored != mine:
+                other = NodeEntry.decode(stored)
+                message = (
+                    f"rendezvous: two launchers claim node index {entry.index}: "
+                    f"{other.hostname or other.host} (pid {other.pid}) and "
+                    f"{entry.hostname or entry.host} (pid {entry.pid}); check --ips (same order "
+                    "on every node) / --host / --node_rank on those nodes"
+                )
+                # Fail the whole round, so that the launcher already waiting says the same.
+                self.kv.compare_set(
+                    self._key(round_, "complete"), None, _MISMATCH_PREFIX + message.encode()
+                )
+                raise FingerprintMismatch(message)
+            if self.kv.add(self._key(round_, "count"), 1) == self.nnodes:
+                self.kv.compare_set(self._key(round_, "complete"), None, _COMPLETE_OK)
+            status = self._wait_complete(round_, started, deadline)
+            if status.startswith(_MISMATCH_PREFIX):
+                raise FingerprintMismatch(status[len(_MISMATCH_PREFIX) :].decode())
+            if status.startswith(_FAILED_PREFIX):
+                raise RendezvousTimeout(status[len(_FAILED_PREFIX) :].decode())
+            entries = []
+            for i in range(self.nnodes):
+                raw = self.kv.get(
+                    self._key(round_, "node", i), timeout=max(1.0, deadline - self.clock())
+                )
+                entries.append(NodeEntry.decode(raw))
+        except StoreError as exc:
+            if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
+                raise self._timeout(round_) from exc
+            raise RendezvousError(
+                f"rendezvous: lost the store at {where} (node 0's launcher gone?): {exc}"
+            ) from exc
+        problem = check_fingerprints(entries)
+        if problem:
+            raise FingerprintMismatch(problem)
+        job_id = entries[0].fingerprint.get("job_id") or entries[0].job_id
+        return RendezvousResult(round_, tuple(entries), job_id, self.clock() - started)
+
+    def _present(self, round_: int) -> list[int]:
+        return [
+            i
+            for i in range(self.nnodes)
+            if self.kv.try_get(self._key(round_, "node", i)) is not None
+        ]
+
+    def _timeout(self, round_: int) -> RendezvousTimeout:
+        missing = missing_nodes(self.nnodes, self._present(round_))
+        return RendezvousTimeout(
+            f"rendezvous timed out after {self.timeout:g} s (--rdzv_timeout) at the store "
+            f"{self.kv.address}: {describe_missing(missing, self.hosts)} never joined; start "
+            "the launcher there with the same command"
+        )
+
+    def _wait_complete(self, round_: int, started: float, deadline: float) -> bytes:
+        """The value of the round's complete key: "ok", or "failed:<why>" set by a node whose
+        deadline passed first (so every node prints the same verdict)."""
+        complete = self._key(round_, "complete")
+        next_check = started + PROGRESS_FIRST
+        last_missing: list[int] | None = None
+        last_print = -PROGRESS_EVERY
+        while True:
+            now = self.clock()
+            if now >= deadline:
+                failure = self._timeout(round_)
+                self.kv.compare_set(complete, None, _FAILED_PREFIX + str(failure).encode())
+                return self.kv.get(complete, timeout=1.0)
+            try:
+                return self.kv.get(complete, timeout=max(0.001, min(deadline, next_check) - now))
+            except StoreTimeoutError:
+                pass
+            now = self.clock()
+            if now < next_check:
+                continue
+            next_check = now + 1.0
+            missing = missing_nodes(self.nnodes, self._present(round_))
+            if missing and (missing != last_missing or now - last_print >= PROGRESS_EVERY):
+                self.progress(
+                    f"rendezvous at {self.kv.address}: waiting for "
+                    f"{describe_missing(missing, self.hosts)} "
+                    f"({now - started:.0f} s of {self.timeout:g} s)"
+                )
+                last_missing, last_print = missing, now
+
+
+def hosts_store(master_host: str, hosts: Sequence[str], node_index: int) -> bool:
+    """Whether this node hosts the launchers' store: the node whose address the master
+    names (by default the first --ips entry, so node 0)."""
+    import socket
+
+    try:
+        addr = socket.gethostbyname(master_host)
+    except OSError as exc:
+        raise RendezvousError(
+            f"--master_addr: {master_host!r} does not resolve ({exc}); give an IP address"
+        ) from exc
+    return addr == hosts[node_index]
+
+
+def host_store(
+    host: str, port: int, *, allowed_hosts: Sequence[str], token: bytes | None
+) -> StoreServer:
+    """Start node 0's store for the launchers; a taken port is a user error naming it."""
+    try:
+        return StoreServer(host, port, allowed_hosts=allowed_hosts, token=token).start()
+    except OSError as exc:
+        raise RendezvousError(
+            f"--master_port: cannot host the launchers' store at {host}:{port}: "
+            f"{exc.strerror or exc}; another job's store may hold it, pick another port"
+        ) from exc

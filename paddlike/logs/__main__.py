@@ -1,0 +1,197 @@
+"""python -m paddlike.logs [DIR ...]: what every process of a job did, and why it failed.
+
+Exit status: 0 when the directory was read (whatever the job's outcome), 2 when a
+directory is missing, empty or unreadable, or an option names no process, 130 on
+Ctrl-C during --follow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from paddlike.logs.follow import Follower
+from paddlike.logs.reader import JobView, LogDirError, ProcessView, load, node_dirs
+from paddlike.logs.report import TAIL_LINES, read_tail, use_color
+from paddlike.logs.table import format_job, format_process_tail
+
+ROLES = ("trainer", "server", "heter")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m paddlike.logs",
+        description="Summarise a log directory written by paddlike.launch (or by Paddle's "
+        "launchers): every process's status, exit code, first error line, and the root cause.",
+    )
+    parser.add_argument(
+        "dirs",
+        nargs="*",
+        metavar="DIR",
+        help="log directory (default: log); several for a multi-node job, or one parent "
+        "holding one directory per node",
+    )
+    parser.add_argument("--rank", type=int, help="show the end of this process's log")
+    parser.add_argument(
+        "--role",
+        choices=ROLES,
+        help="role of --rank (default trainer); alone: the end of every log of the role",
+    )
+    parser.add_argument(
+        "--tail",
+        type=int,
+        metavar="K",
+        help=f"lines of log to show with --rank/--role (default {TAIL_LINES}) and at the "
+        "start of --follow (default 10)",
+    )
+    parser.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print every log as it grows, lines prefixed [role rank]; stops when the job ends",
+    )
+    parser.add_argument("--json", action="store_true", help="the same facts as JSON")
+    return parser
+
+
+def job_to_json(job: JobView) -> dict[str, Any]:
+    """The facts of the default view as plain JSON types."""
+    nodes = []
+    for node in job.nodes:
+        s = node.summary
+        nodes.append(
+            {
+                "log_dir": node.log_dir,
+                "node_index": node.node_index,
+                "host": node.host,
+                "hostname": node.hostname,
+                "status": node.status,
+                "has_summary": s is not None,
+                "job_id": s.job_id if s else None,
+                "mode": s.mode if s else None,
+                "nnodes": s.nnodes if s else None,
+                "exit_code": s.exit_code if s else None,
+                "start_time": s.start_time if s else None,
+                "end_time": s.end_time if s else None,
+                "restarts": s.restarts if s else 0,
+                "trainer_endpoints": node.trainer_endpoints,
+                "server_endpoints": node.server_endpoints,
+                "notes": node.notes,
+                "processes": [process_to_json(p) for p in node.processes],
+            }
+        )
+    return {
+        "status": job.status,
+        "root_cause": asdict(job.root_cause) if job.root_cause else None,
+        "nodes": nodes,
+    }
+
+
+def process_to_json(p: ProcessView) -> dict[str, Any]:
+    data = asdict(p)
+    data["duration"] = p.duration
+    return data
+
+
+def _select(job: JobView, role: str | None, rank: int | None) -> list[ProcessView] | str:
+    """The processes --role/--rank name, or the one-line error when there are none."""
+    if rank is not None:
+        proc = job.find(role or "trainer", rank)
+        if proc is None:
+            have = sorted(
+                p.rank if p.rank is not None else p.local_index
+                for p in job.processes
+                if p.role == (role or "trainer")
+            )
+            listed = ", ".join(map(str, have)) or "none"
+            name = role or "trainer"
+            return f"--rank {rank}: no {name} rank {rank} in these logs ({name} ranks: {listed})"
+        return [proc]
+    procs = [p for p in job.processes if p.role == role]
+    if not procs:
+        return f"--role {role}: no {role} process in these logs"
+    return procs
+
+
+def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    dirs: list[str] = args.dirs or ["log"]
+    if args.tail is not None and args.tail < 0:
+        print(f"paddlike.logs: --tail {args.tail}: must be 0 or more lines", file=sys.stderr)
+        return 2
+    color = use_color(out)
+    try:
+        if args.follow:
+            return _follow(dirs, args, out, color)
+        job = load(dirs)
+    except LogDirError as e:
+        print(f"paddlike.logs: {e}", file=sys.stderr)
+        return 2
+    if args.rank is not None or args.role is not None:
+        selected = _select(job, args.role, args.rank)
+        if isinstance(selected, str):
+            print(f"paddlike.logs: {selected}", file=sys.stderr)
+            return 2
+        tail = TAIL_LINES if args.tail is None else args.tail
+        if args.json:
+            items = [dict(process_to_json(p), tail=read_tail(p.log_path, tail)) for p in selected]
+            out.write(json.dumps(items, indent=2) + "\n")
+        else:
+            blocks = [
+                format_process_tail(p, read_tail(p.log_path, tail), color=color) for p in selected
+            ]
+            out.write("\n\n".join(blocks) + "\n")
+        return 0
+    if args.json:
+        out.write(json.dumps(job_to_json(job), indent=2) + "\n")
+    else:
+        out.write(format_job(job, color=color) + "\n")
+    return 0
+
+
+def label_filter(role: str, rank: int | None) -> Callable[[str], bool]:
+    """Which `--follow` labels ('[trainer 1]', or '[nodeb trainer #0]' without a summary)
+    --role/--rank select; without a summary the local index stands in for the rank."""
+
+    def wanted(label: str) -> bool:
+        words = label.strip("[]").split()
+        if len(words) < 2 or words[-2] != role:
+            return False
+        return rank is None or words[-1].lstrip("#") == str(rank)
+
+    return wanted
+
+
+def _follow(dirs: list[str], args: argparse.Namespace, out: TextIO, color: bool) -> int:
+    only = None
+    if args.rank is not None or args.role is not None:
+        only = label_filter(args.role or "trainer", args.rank)
+    follower = Follower(
+        [Path(d) for d in node_dirs(dirs)],
+        out,
+        color=color,
+        tail=10 if args.tail is None else args.tail,
+        only=only,
+    )
+    try:
+        outcome = follower.run()
+    except KeyboardInterrupt:
+        out.flush()
+        return 130
+    if outcome == "orphaned":
+        print(
+            "paddlike.logs: stopped following: the summary says running but no process of the "
+            "job is alive (the launcher was probably killed)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Find the line of a log that says why a process failed.
+
+A log is scanned once, top to bottom, and the first error wins: the last line of a
+Python traceback (following chained exceptions to the one that ended the process),
+the summary line of a Paddle C++ error block, an NCCL error, an out-of-memory error,
+the kernel OOM killer's message, a shell's "Killed", a segfault. Streaming, so a
+gigabyte log costs one pass and constant memory.
+
+    lines                                              first_error_line
+    ["Traceback (most recent call last):",             "ValueError: bad shape"
+     '  File "t.py", line 3, in <module>',
+     "ValueError: bad shape"]
+    ["NCCL WARN Connect to 10.0.0.2<4242> failed"]     "NCCL WARN Connect to ... failed"
+    ["Killed"]                                         "Killed"
+    ["epoch 1 loss 0.3"]                               None
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import BinaryIO
+
+TRACEBACK_START = "Traceback (most recent call last):"
+# Lines between two tracebacks of one chained exception.
+_CHAIN_LINES = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+# Paddle's C++ errors end with this block; the next non-rule line names the error.
+_PADDLE_SUMMARY = "Error Message Summary:"
+
+# One line, on its own, that names an error. Order does not matter: the first
+# matching line of the log wins.
+_ERROR_LINE = re.compile(
+    r"""
+      \bNCCL\ (?:error|WARN)\b              # NCCL's own messages
+    | \bnccl(?:SystemError|InternalError|InvalidUsage|UnhandledCudaError|RemoteError)\b
+    | \bCUDA\ out\ of\ memory\b
+    | \bout\ of\ memory\b.*\bkill(?:ed)?\b  # "Out of memory: Killed process 1234 (python)"
+    | \boom[-_]kill                         # "oom-kill:constraint=..." from the kernel log
+    | ^\s*Killed\s*$                        # a shell reporting its child's SIGKILL
+    | \bSegmentation\ fault\b
+    | ^Fatal\ Python\ error:
+    | \bcore\ dumped\b
+    | ^[A-Za-z_][\w.]*(?:Error|Exception):\ \S  # "ValueError: ..." without its traceback
+    """,
+    re.VERBOSE | re.IGNORECASE,
+)
+
+
+class _TracebackScanner:
+    """Follows one (possibly chained) traceback; `.result` is its last exception line."""
+
+    def __init__(self) -> None:
+        self.result: str | None = None
+        self.done = False
+        self._awaiting_chain = False  # just saw the exception line; a chain may follow
+        self._in_frames = True
+
+    def feed(self, line: str) -> None:
+        stripped = line.strip()
+        if self._awaiting_chain:
+            if not stripped:
+                return
+            if stripped in _CHAIN_LINES:
+                return
+            if stripped == TRACEBACK_START:
+                self._awaiting_chain = False
+                self._in_frames = True
+                return
+            self.done = True
+            return
+        if self._in_frames:
+            # Frames are indented ("  File ...", "    code", "    ^^^^");
+            # the exception line is the first one that is not.
+            if not stripped or line[:1] in (" ", "\t"):
+                return
+            self.result = stripped
+            self._in_frames = False
+            self._awaiting_chain = True
+
+
+def first_error_line(lines: Iterable[str]) -> str | None:
+    """The first line of `lines` that says why the process failed, or None."""
+    scanner: _TracebackScanner | None = None
+    paddle_block = False
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if scanner is not None:
+            scanner.feed(line)
+            if scanner.done:
+                return scanner.result
+            continue
+        stripped = line.strip()
+        if paddle_block:
+            if stripped and set(stripped) != {"-"}:
+                return stripped
+            continue
+        if stripped.endswith(TRACEBACK_START):
+            scanner = _TracebackScanner()
+            continue
+        if stripped == _PADDLE_SUMMARY:
+            paddle_block = True
+            continue
+        if _ERROR_LINE.search(line):
+            return stripped
+    if scanner is not None:
+        return scanner.result  # the log ended right after the traceback (the usual case)
+    return None
+
+
+def first_error_in_file(path: str, *, start: int = 0, limit: int = 256 << 20) -> str | None:
+    """`first_error_line` of a file from byte offset `start`, reading at most `limit` bytes.
+
+    A missing or unreadable file has no error line (the reader reports the file
+    itself). Undecodable bytes are replaced, never fatal.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return first_error_line(_decoded_lines(f, limit))
+    except OSError:
+        return None
+
+
+def last_run_start(path: str, header_prefix: str) -> int:
+    """Byte offset of the last line starting with `header_prefix` (0 when there is none).
+
+    The launcher appends a header line per run; errors of earlier runs are history,
+    so the reader scans from the last header. Reads backwards from the end in blocks.
+    """
+    needle = b"\n" + header_prefix.encode()
+    try:
+        with open(path, "rb") as f:
+            pos = f.seek(0, os.SEEK_END)
+            block = 65536
+            carry = b""
+            while pos > 0:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + carry
+                found = data.rfind(needle)
+                if found >= 0:
+                    return pos + found + 1
+                carry = data[: len(needle)]
+            f.seek(0)
+            return 0
+    except OSError:
+        return 0
+
+
+def _decoded_lines(f: BinaryIO, limit: int) -> Iterable[str]:
+    read = 0
+    for chunk in f:
+        read += len(chunk)
+        if read > limit:
+            return
+        yield chunk.decode("utf-8", errors="replace")

@@ -1,0 +1,452 @@
+"""Load log directories into one view of a job: its nodes, their processes, the root cause.
+
+A directory written by paddlike carries `summary.json` (paddlike.summary): the facts
+come from there, and each failed process's log is scanned for its first error line.
+A directory written by Paddle's own launchers has no summary: the processes are
+inferred from the file names (`workerlog.N`, `serverlog.N`, `heterlog.N`), ranks and
+hosts from `endpoints.log`, failures from the logs' contents.
+
+A multi-node job is several directories: given one by one, or as one parent with one
+sub-directory per node. Problems with the input raise `LogDirError` whose message is
+the one line the command prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paddlike.launch.logdir import HEADER_PREFIX
+from paddlike.logs.errors import first_error_in_file, last_run_start
+from paddlike.logs.report import TAIL_LINES, read_tail
+from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunSummary
+
+ENDPOINTS_FILE = "endpoints.log"
+# log file prefix -> role, as DESIGN.md names them (Paddle's names too).
+LOG_PREFIXES = {"workerlog": "trainer", "serverlog": "server", "heterlog": "heter"}
+_LOG_NAME = re.compile(r"^(workerlog|serverlog|heterlog)\.(\d+)$")
+_ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
+# The facts a paddlike run header carries (paddlike.launch.logdir.format_header).
+_HEADER_FACTS = re.compile(
+    r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
+    r"local (?P<local>\d+) restart (?P<restart>\d+):"
+)
+
+
+def last_run_error(path: str | os.PathLike[str]) -> str | None:
+    """The first error line of the last run in a log (runs start with a header line)."""
+    path = str(path)
+    return first_error_in_file(path, start=last_run_start(path, HEADER_PREFIX))
+
+
+def last_run_header(path: str | os.PathLike[str]) -> re.Match[str] | None:
+    """The facts of the last run header in a log, if paddlike wrote one."""
+    start = last_run_start(str(path), HEADER_PREFIX)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            line = f.readline(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return _HEADER_FACTS.search(line) if line.startswith(HEADER_PREFIX) else None
+
+
+# Process statuses shown by the reader. The first four come from the summary;
+# "exited" is a process the summary still lists as running whose pid is gone (the
+# launcher writes the end state when the job ends); "unknown" is a Paddle-written
+# directory's process whose log shows no error.
+STATUSES = ("ok", "failed", "killed", "running", "exited", "unknown")
+
+
+class LogDirError(Exception):
+    """A directory that cannot be read as logs; str() is the one line to print."""
+
+
+@dataclass
+class ProcessView:
+    """One process as the reader shows it (a summary record plus what its log says)."""
+
+    role: str
+    rank: int | None  # None where a Paddle-written directory does not tell
+    local_index: int
+    host: str
+    log_file: str  # relative to the node's log directory
+    log_path: str  # the node directory as given, joined with log_file
+    status: str
+    node_index: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    restarts: int = 0
+    endpoint: str = ""
+    first_error: str | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.start_time is None:
+            return None
+        end = self.end_time if self.end_time is not None else None
+        if end is None and self.status == "running":
+            end = time.time()
+        return None if end is None else max(0.0, end - self.start_time)
+
+    @property
+    def label(self) -> str:
+        rank = "?" if self.rank is None else str(self.rank)
+        return f"{self.role} {rank}"
+
+
+@dataclass
+class NodeView:
+    """One node's log directory."""
+
+    log_dir: str
+    processes: list[ProcessView]
+    summary: RunSummary | None = None  # None: a Paddle-written directory
+    node_index: int | None = None
+    host: str = ""
+    hostname: str = ""
+    status: str = "unknown"  # the summary's status, or "unknown" without one
+    trainer_endpoints: list[str] = field(default_factory=list)
+    server_endpoints: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobView:
+    """Every node of a job, and the job-wide root cause."""
+
+    nodes: list[NodeView]
+    root_cause: RootCause | None = None
+    root_cause_log_dir: str | None = None  # the node directory holding the cause's log
+
+    @property
+    def processes(self) -> list[ProcessView]:
+        return [p for node in self.nodes for p in node.processes]
+
+    @property
+    def status(self) -> str:
+        """running if any node runs; else failed, interrupted, succeeded, unknown."""
+        statuses = {node.status for node in self.nodes}
+        for status in ("running", "failed", "interrupted"):
+            if status in statuses:
+                return status
+        if statuses == {"succeeded"}:
+            return "succeeded"
+        if any(p.status == "failed" for p in self.processes):
+            return "failed"
+        return "unknown"
+
+    def find(self, role: str, rank: int) -> ProcessView | None:
+        """The process of `role` with global `rank` (or local index where the rank is unknown)."""
+        for proc in self.processes:
+            if proc.role == role and proc.rank == rank:
+                return proc
+        for proc in self.processes:
+            if proc.role == role and proc.rank is None and proc.local_index == rank:
+                return proc
+        return None
+
+
+# --- finding node directories -------------------------------------------------------
+
+
+def _is_node_dir(names: list[str]) -> bool:
+    return any(n in (SUMMARY_FILE, ENDPOINTS_FILE) or _LOG_NAME.match(n) for n in names)
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        raise LogDirError(f"{path}: no such directory") from None
+    except NotADirectoryError:
+        raise LogDirError(f"{path}: not a directory (give a log directory, e.g. log/)") from None
+    except PermissionError:
+        raise LogDirError(f"{path}: permission denied (cannot list the directory)") from None
+    except OSError as e:
+        raise LogDirError(f"{path}: cannot read the directory: {e.strerror}") from None
+
+
+def node_dirs(paths: list[str | os.PathLike[str]]) -> list[Path]:
+    """The node directories in `paths`: each path itself, or its sub-directories per node."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        names = _listdir(path)
+        if _is_node_dir(names):
+            found.append(path)
+            continue
+        subdirs = [path / n for n in names if (path / n).is_dir()]
+        nodes = [d for d in subdirs if _is_node_dir(_listdir_quiet(d))]
+        if nodes:
+            found.extend(nodes)
+        elif not names:
+            raise LogDirError(f"{path}: the directory is empty (no job has written logs here)")
+        else:
+            raise LogDirError(
+                f"{path}: no logs here (expected {SUMMARY_FILE}, {ENDPOINTS_FILE} or "
+                "workerlog.N, or one such directory per node)"
+            )
+    return found
+
+
+def _listdir_quiet(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+# --- one node ------------------------------------------------------------------------------
+
+
+def parse_endpoints(text: str) -> dict[str, list[str]]:
+    """endpoints.log -> {"PADDLE_TRAINER_ENDPOINTS": [...], ...}.
+
+    Paddle's format: a line `NAME: ` then one endpoint per line; a later `NAME:`
+    line starts the next list. Values on the heading line (comma-separated) count too.
+    """
+    lists: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        match = re.match(r"^([A-Z][A-Z0-9_]*):\s*(.*)$", line)
+        if match:
+            current = lists.setdefault(match.group(1), [])
+            current.extend(v for v in match.group(2).split(",") if v.strip())
+        elif current is not None:
+            current.extend(v.strip() for v in line.split(",") if v.strip())
+    return lists
+
+
+def _read_endpoints(log_dir: Path) -> dict[str, list[str]]:
+    try:
+        return parse_endpoints((log_dir / ENDPOINTS_FILE).read_text(errors="replace"))
+    except OSError:
+        return {}
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True when a process with `pid` exists here (os.kill(pid, 0); EPERM counts as alive)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_this_host(summary: RunSummary) -> bool:
+    return not summary.hostname or summary.hostname == socket.gethostname()
+
+
+def _view_from_record(
+    record: ProcessRecord, log_dir: Path, summary: RunSummary, local_host: bool
+) -> ProcessView:
+    status = record.status
+    if status == "running" and local_host and not pid_alive(record.pid):
+        status = "exited"
+    log_path = log_dir / record.log_file
+    view = ProcessView(
+        role=record.role,
+        rank=record.rank,
+        local_index=record.local_index,
+        host=record.host or summary.host,
+        log_file=record.log_file,
+        log_path=str(log_path),
+        status=status,
+        node_index=summary.node_index,
+        pid=record.pid,
+        exit_code=record.exit_code,
+        signal=record.signal,
+        start_time=record.start_time,
+        end_time=record.end_time,
+        restarts=record.restarts,
+        endpoint=record.endpoint,
+    )
+    if status in ("failed", "exited", "running") or record.signal:
+        view.first_error = last_run_error(log_path)
+    return view
+
+
+def _load_summary(log_dir: Path, notes: list[str]) -> RunSummary | None:
+    path = log_dir / SUMMARY_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        notes.append(f"{SUMMARY_FILE} unreadable ({e.strerror}): facts inferred from the logs")
+        return None
+    try:
+        data = json.loads(text)
+        if data.get("schema", 1) > 1:
+            notes.append(f"{SUMMARY_FILE} has schema {data['schema']}; this reader knows 1")
+        known = set(RunSummary.__dataclass_fields__)
+        return RunSummary.from_json({k: v for k, v in data.items() if k in known})
+    except (ValueError, TypeError, AttributeError) as e:
+        notes.append(f"{SUMMARY_FILE} is not a valid summary ({e}): facts inferred from the logs")
+        return None
+
+
+def load_node(log_dir: str | os.PathLike[str]) -> NodeView:
+    """One node's directory as a NodeView (summary-backed or inferred)."""
+    path = Path(log_dir)
+    names = _listdir(path)
+    notes: list[str] = []
+    endpoints = _read_endpoints(path)
+    trainers = endpoints.get("PADDLE_TRAINER_ENDPOINTS", [])
+    servers = endpoints.get("PADDLE_PSERVERS_IP_PORT_LIST", []) or endpoints.get(
+        "PADDLE_PSERVER_ENDPOINTS", []
+    )
+    summary = _load_summary(path, notes)
+    if summary is not None:
+        local_host = _is_this_host(summary)
+        procs = [_view_from_record(r, path, summary, local_host) for r in summary.processes]
+        status = summary.status
+        if status == "running" and local_host and not any(pid_alive(p.pid) for p in procs):
+            notes.append(
+                "the summary says running but none of its processes is alive here: "
+                "the launcher was probably killed before it could record the end"
+            )
+        return NodeView(
+            log_dir=str(path),
+            processes=sorted(procs, key=_process_order),
+            summary=summary,
+            node_index=summary.node_index,
+            host=summary.host,
+            hostname=summary.hostname,
+            status=status,
+            trainer_endpoints=trainers,
+            server_endpoints=servers,
+            notes=notes,
+        )
+    if not any(n == SUMMARY_FILE for n in names):
+        notes.append(
+            "roles and failures inferred from the file names and contents (a directory "
+            "written by Paddle's launcher, or by a launcher that is still starting)"
+        )
+    procs = _infer_processes(path, names, trainers, servers)
+    host = _common_host(procs)
+    return NodeView(
+        log_dir=str(path),
+        processes=sorted(procs, key=_process_order),
+        host=host,
+        status="unknown",
+        trainer_endpoints=trainers,
+        server_endpoints=servers,
+        notes=notes,
+    )
+
+
+def _infer_processes(
+    log_dir: Path, names: list[str], trainers: list[str], servers: list[str]
+) -> list[ProcessView]:
+    by_role: dict[str, list[int]] = {}
+    for name in names:
+        match = _LOG_NAME.match(name)
+        if match:
+            by_role.setdefault(LOG_PREFIXES[match.group(1)], []).append(int(match.group(2)))
+    procs = []
+    for role, indexes in by_role.items():
+        known = {"trainer": trainers, "server": servers}.get(role, [])
+        # Ranks are knowable only when this directory holds every process of the role.
+        ranks_known = len(known) == len(indexes) and sorted(indexes) == list(range(len(known)))
+        for index in sorted(indexes):
+            prefix = next(k for k, v in LOG_PREFIXES.items() if v == role)
+            log_file = f"{prefix}.{index}"
+            log_path = log_dir / log_file
+            error = last_run_error(log_path)
+            endpoint = known[index] if ranks_known else ""
+            rank = index if ranks_known else None
+            header = last_run_header(log_path)
+            if header is not None and header.group("role") == role:
+                rank = int(header.group("rank"))
+                endpoint = known[rank] if rank < len(known) else endpoint
+            procs.append(
+                ProcessView(
+                    role=role,
+                    rank=rank,
+                    local_index=index,
+                    host=endpoint.rsplit(":", 1)[0] if endpoint else "",
+                    log_file=log_file,
+                    log_path=str(log_path),
+                    status="failed" if error else "unknown",
+                    endpoint=endpoint,
+                    first_error=error,
+                )
+            )
+    return procs
+
+
+def _common_host(procs: list[ProcessView]) -> str:
+    hosts = {p.host for p in procs if p.host}
+    return hosts.pop() if len(hosts) == 1 else ""
+
+
+def _process_order(p: ProcessView) -> tuple[int, int, int]:
+    return (_ROLE_ORDER.get(p.role, 9), p.rank if p.rank is not None else p.local_index, 0)
+
+
+# --- the job ---------------------------------------------------------------------------------
+
+
+def load(paths: list[str | os.PathLike[str]], *, tail_lines: int = TAIL_LINES) -> JobView:
+    """Every node directory under `paths`, ordered by node index, with the job's root cause."""
+    nodes = [load_node(d) for d in node_dirs(paths)]
+    nodes.sort(key=lambda n: (n.node_index is None, n.node_index or 0, n.log_dir))
+    job = JobView(nodes=nodes)
+    job.root_cause, job.root_cause_log_dir = _root_cause(nodes, tail_lines)
+    return job
+
+
+def _root_cause(nodes: list[NodeView], tail_lines: int) -> tuple[RootCause | None, str | None]:
+    """The summaries' root cause (the job-wide one; the earliest if nodes disagree);
+    else, for inferred directories, the first process whose log shows an error."""
+    causes = [
+        (n.summary.root_cause, n) for n in nodes if n.summary and n.summary.root_cause is not None
+    ]
+    if causes:
+        cause, node = min(causes, key=lambda c: (c[0].time is None, c[0].time or 0.0))
+        holder = _node_holding(cause, nodes) or node
+        if not cause.tail and cause.log_file:
+            cause.tail = read_tail(Path(holder.log_dir) / cause.log_file, tail_lines)
+        return cause, holder.log_dir
+    for node in nodes:
+        if node.summary is not None:
+            continue
+        for proc in node.processes:
+            if proc.status == "failed":
+                reason = f"{proc.role} {'rank ' + str(proc.rank) if proc.rank is not None else ''}"
+                reason = reason.strip() + f" ({proc.log_file}) logged: {proc.first_error}"
+                cause = RootCause(
+                    reason=reason,
+                    host=proc.host,
+                    role=proc.role,
+                    rank=proc.rank,
+                    local_index=proc.local_index,
+                    log_file=proc.log_file,
+                    tail=read_tail(proc.log_path, tail_lines),
+                )
+                return cause, node.log_dir
+    return None, None
+
+
+def _node_holding(cause: RootCause, nodes: list[NodeView]) -> NodeView | None:
+    for node in nodes:
+        if cause.node_index is not None and node.node_index == cause.node_index:
+            return node
+    return None

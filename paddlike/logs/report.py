@@ -1,0 +1,206 @@
+"""The failure and success reports, shared by the launcher's console and `paddlike.logs`.
+
+One function renders the root cause, so that the launcher's last words and
+`python -m paddlike.logs` say the same thing. Standard library only: the launcher
+imports this module, and must stay light (no numpy, no third-party imports).
+
+    FAILED: trainer rank 1 exited with code 3
+      where    node 0 (198.18.0.1), trainer rank 1, local index 1
+      exit     code 3
+      ran for  2.31 s
+      log      log/workerlog.1
+      last 20 lines of workerlog.1:
+        | Traceback (most recent call last):
+        | ...
+"""
+
+from __future__ import annotations
+
+import os
+import signal as _signal
+from collections.abc import Sequence
+
+from paddlike.summary import RootCause
+
+TAIL_LINES = 20
+
+# ANSI SGR codes; used only when the caller says the output is a colour terminal.
+_RED = "31"
+_GREEN = "32"
+_YELLOW = "33"
+_DIM = "2"
+_BOLD = "1"
+
+
+def paint(text: str, code: str, color: bool) -> str:
+    """`text` wrapped in an ANSI colour when `color`, else unchanged."""
+    return f"\x1b[{code}m{text}\x1b[0m" if color and text else text
+
+
+def use_color(stream: object) -> bool:
+    """Colours only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):  # closed stream
+        return False
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration a person reads at a glance: 0.42 s, 12.3 s, 4m05s, 2h03m."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        seconds = 0.0
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def signal_description(name: str) -> str:
+    """'SIGKILL' -> 'signal SIGKILL (9)': the number as well, since users search for both."""
+    try:
+        number = int(_signal.Signals[name])
+    except KeyError:
+        return f"signal {name}"
+    return f"signal {name} ({number})"
+
+
+def describe_exit(exit_code: int | None, signal: str | None) -> str:
+    """'code 3', 'signal SIGKILL (9)', or 'unknown' when neither is known."""
+    if signal:
+        return signal_description(signal)
+    if exit_code is None:
+        return "unknown"
+    return f"code {exit_code}"
+
+
+def _where(cause: RootCause) -> str:
+    parts: list[str] = []
+    if cause.node_index is not None:
+        node = f"node {cause.node_index}"
+        if cause.host:
+            node += f" ({cause.host})"
+        parts.append(node)
+    elif cause.host:
+        parts.append(f"host {cause.host}")
+    if cause.role is not None or cause.rank is not None:
+        role = cause.role or "process"
+        parts.append(f"{role} rank {cause.rank}" if cause.rank is not None else role)
+    if cause.local_index is not None:
+        parts.append(f"local index {cause.local_index}")
+    return ", ".join(parts)
+
+
+def _log_path(log_file: str, log_dir: str | os.PathLike[str] | None) -> str:
+    if log_dir is None or os.path.isabs(log_file):
+        return log_file
+    return os.path.join(os.fspath(log_dir), log_file)
+
+
+def format_tail(lines: Sequence[str], *, color: bool = False, indent: str = "    ") -> str:
+    """Log lines quoted with a `| ` margin, so they stand apart from the report's own lines."""
+    bar = paint("|", _DIM, color)
+    return "\n".join(f"{indent}{bar} {line.rstrip()}" for line in lines)
+
+
+def format_root_cause(
+    cause: RootCause,
+    *,
+    color: bool = False,
+    log_dir: str | os.PathLike[str] | None = None,
+    tail_lines: int = TAIL_LINES,
+) -> str:
+    """The multi-line failure report: what failed, where, how, for how long, and its log's end.
+
+    `log_dir`, when given, is joined to the cause's relative log file name so the
+    user can copy the path. `tail_lines` caps the quoted lines (the cause carries
+    at most what the launcher captured).
+    """
+    label = paint("FAILED:", _RED + ";" + _BOLD, color)
+    out = [f"{label} {cause.reason}"]
+    rows: list[tuple[str, str]] = []
+    where = _where(cause)
+    if where:
+        rows.append(("where", where))
+    if cause.exit_code is not None or cause.signal:
+        rows.append(("exit", describe_exit(cause.exit_code, cause.signal)))
+    if cause.duration is not None:
+        rows.append(("ran for", format_duration(cause.duration)))
+    if cause.log_file:
+        rows.append(("log", _log_path(cause.log_file, log_dir)))
+    width = max((len(key) for key, _ in rows), default=0)
+    out.extend(f"  {key.ljust(width)}  {value}" for key, value in rows)
+    tail = list(cause.tail)[-tail_lines:] if tail_lines > 0 else []
+    if cause.log_file:
+        name = os.path.basename(cause.log_file)
+        if tail:
+            what = "last line" if len(tail) == 1 else f"last {len(tail)} lines"
+            out.append(f"  {what} of {name}:")
+            out.append(format_tail(tail, color=color))
+        else:
+            out.append(f"  {name} is empty")
+    elif tail:
+        out.append("  last lines:")
+        out.append(format_tail(tail, color=color))
+    return "\n".join(out)
+
+
+def format_success(
+    workers: int,
+    duration: float | None,
+    *,
+    color: bool = False,
+    nnodes: int = 1,
+    log_dir: str | os.PathLike[str] | None = None,
+    restarts: int = 0,
+) -> str:
+    """One line: 'OK: 4 workers finished in 2.31 s (2 nodes), logs in log/'."""
+    label = paint("OK:", _GREEN + ";" + _BOLD, color)
+    noun = "worker" if workers == 1 else "workers"
+    text = f"{label} {workers} {noun} finished in {format_duration(duration)}"
+    extras = []
+    if nnodes > 1:
+        extras.append(f"{nnodes} nodes")
+    if restarts:
+        extras.append(f"after {restarts} restart{'s' if restarts != 1 else ''}")
+    if extras:
+        text += f" ({', '.join(extras)})"
+    if log_dir is not None:
+        text += f", logs in {os.fspath(log_dir)}"
+    return text
+
+
+def read_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES) -> list[str]:
+    """The last `lines` lines of a file, reading only its end (logs can be gigabytes).
+
+    Missing or unreadable files give []; undecodable bytes are replaced, never fatal.
+    """
+    if lines <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            block = 8192
+            data = b""
+            pos = size
+            while pos > 0 and data.count(b"\n") <= lines:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+                block *= 2
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    result = text.splitlines()
+    return result[-lines:]

@@ -1,0 +1,172 @@
+"""Render a JobView as text: per node a heading, then one aligned row per process.
+
+Pure functions of the view (no I/O), so the exact output is tested. Colours are the
+caller's choice (see report.use_color): status words only, so the table still lines
+up — padding is computed on the plain text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from paddlike.logs.reader import JobView, NodeView, ProcessView
+from paddlike.logs.report import describe_exit, format_duration, format_root_cause, paint
+from paddlike.summary import SUMMARY_FILE
+
+COLUMNS = (
+    "ROLE",
+    "RANK",
+    "LOCAL",
+    "HOST",
+    "PID",
+    "STATUS",
+    "EXIT",
+    "TIME",
+    "RESTARTS",
+    "LOG",
+    "FIRST ERROR",
+)
+_STATUS_COLOR = {"ok": "32", "failed": "31;1", "killed": "33", "running": "36", "exited": "36"}
+_STATUS_WORD = {"killed": "killed", "exited": "exited", "unknown": "?"}
+MAX_ERROR_WIDTH = 120
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _exit_cell(p: ProcessView) -> str:
+    if p.signal:
+        return p.signal
+    if p.exit_code is not None:
+        return str(p.exit_code)
+    return "-"
+
+
+def _error_cell(p: ProcessView) -> str:
+    error = p.first_error or ""
+    if len(error) > MAX_ERROR_WIDTH:
+        error = error[: MAX_ERROR_WIDTH - 3] + "..."
+    return error or "-"
+
+
+def process_row(p: ProcessView) -> list[str]:
+    """The cells of one process, in COLUMNS order."""
+    return [
+        p.role,
+        _cell(p.rank if p.rank is not None else "?"),
+        str(p.local_index),
+        _cell(p.host),
+        _cell(p.pid),
+        _STATUS_WORD.get(p.status, p.status),
+        _exit_cell(p),
+        format_duration(p.duration),
+        str(p.restarts),
+        p.log_path,
+        _error_cell(p),
+    ]
+
+
+def format_rows(rows: list[list[str]], *, color: bool = False) -> list[str]:
+    """Rows aligned in columns (the last column is not padded)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row_index, row in enumerate(rows):
+        cells = []
+        for i, cell in enumerate(row):
+            padded = cell if i == len(row) - 1 else cell.ljust(widths[i])
+            if color and row_index > 0 and COLUMNS[i] == "STATUS":
+                padded = paint(cell, _STATUS_COLOR.get(cell, "0"), True) + padded[len(cell) :]
+            elif color and row_index == 0:
+                padded = paint(padded, "1", True)
+            cells.append(padded)
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _clock(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def node_heading(node: NodeView) -> str:
+    """'node 0 of 2 (nodea, 198.18.0.1): failed, exit 3, job job-..., ran 2.31 s, log/'."""
+    s = node.summary
+    if s is None:
+        return f"{node.log_dir} (no {SUMMARY_FILE})"
+    where = ", ".join(x for x in (s.hostname, s.host) if x)
+    text = f"node {s.node_index} of {s.nnodes}"
+    if where:
+        text += f" ({where})"
+    text += f": {s.status}"
+    if s.exit_code is not None:
+        text += f", exit {s.exit_code}"
+    end = s.end_time if s.end_time is not None else (time.time() if s.status == "running" else None)
+    if end is not None:
+        text += f", ran {format_duration(end - s.start_time)}"
+    text += f", started {_clock(s.start_time)}, job {s.job_id} ({s.mode})"
+    if s.restarts:
+        text += f", {s.restarts} restart{'s' if s.restarts != 1 else ''}"
+    return f"{text}, {node.log_dir}"
+
+
+def format_job(job: JobView, *, color: bool = False) -> str:
+    """The default view: the root cause (with its log's end) above every node's table."""
+    out: list[str] = []
+    if job.root_cause is not None:
+        out.append(format_root_cause(job.root_cause, color=color, log_dir=job.root_cause_log_dir))
+        out.append("")
+    for node in job.nodes:
+        out.append(node_heading(node))
+        out.extend(f"  note: {note}" for note in node.notes)
+        if node.processes:
+            rows = [list(COLUMNS)] + [process_row(p) for p in node.processes]
+            out.extend("  " + line for line in format_rows(rows, color=color))
+        else:
+            out.append("  (no processes recorded yet)")
+        out.append("")
+    out.append(_footer(job))
+    return "\n".join(out)
+
+
+def _footer(job: JobView) -> str:
+    procs = job.processes
+    counts: dict[str, int] = {}
+    for p in procs:
+        counts[p.status] = counts.get(p.status, 0) + 1
+    parts = [f"{n} {status}" for status, n in counts.items()]
+    text = f"job {job.status}: {len(procs)} processes on {len(job.nodes)} node"
+    text += "s" if len(job.nodes) != 1 else ""
+    if parts:
+        text += " (" + ", ".join(parts) + ")"
+    if "killed" in counts:
+        text += "; killed = stopped by the launcher after another process failed"
+    return text
+
+
+def format_process_tail(p: ProcessView, lines: list[str], *, color: bool = False) -> str:
+    """`--rank N`: one process's facts in a line, then the end of its log verbatim."""
+    known = p.exit_code is not None or p.signal
+    exit_text = describe_exit(p.exit_code, p.signal) if known else "-"
+    head = (
+        f"{p.role} rank {_cell(p.rank if p.rank is not None else '?')} "
+        f"(local index {p.local_index}, host {_cell(p.host)}, pid {_cell(p.pid)}): "
+        f"{p.status}, exit {exit_text}, ran {format_duration(p.duration)}"
+    )
+    if p.first_error:
+        head += f"\n  first error: {p.first_error}"
+    size = _size(p.log_path)
+    head += f"\n==> {p.log_path} ({size}; last {len(lines)} lines) <=="
+    return paint(head, "1", color) + ("\n" + "\n".join(lines) if lines else "")
+
+
+def _size(path: str) -> str:
+    try:
+        n = os.path.getsize(path)
+    except OSError:
+        return "missing"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"

@@ -1,0 +1,1 @@
+"""Scripts the parameter-server tests run as servers and trainers, and a small spawner."""

@@ -1,0 +1,122 @@
+"""Bad input end to end: exit 2, one line naming the option and the value, nothing
+started, no log directory created. And --dry_run and --help."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MARKER_SCRIPT = "open('STARTED', 'w').close()\n"
+
+
+def launch(tmp_path: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    (tmp_path / "w.py").write_text(MARKER_SCRIPT)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "SLURM_"))}
+    full_env.pop("PADDLE_TRAINERS", None)
+    full_env.pop("POD_IP", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", *argv],
+        cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def assert_rejected(result: subprocess.CompletedProcess, tmp_path: Path, starts: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"paddlike.launch: error: {starts}"), lines[0]
+    assert not (tmp_path / "STARTED").exists()
+    assert not (tmp_path / "log").exists()
+
+
+NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "starts"),
+    [
+        (["--nproc_per_node", "x"], {}, "--nproc_per_node: expected a positive integer, got 'x'"),
+        ([], {"PADDLIKE_NPROC_PER_NODE": "0"}, "--nproc_per_node (from PADDLIKE_NPROC_PER_NODE)"),
+        (["--ips", "10.255.255.1"], {}, "--ips: no entry of '10.255.255.1' is an address of this"),
+        (["--ips", "127.0.0.1,127.0.0.1"], {}, "--ips: entry '127.0.0.1' appears twice"),
+        (["--ips", "127.0.0.1,localhost"], {}, "--ips: '127.0.0.1' and 'localhost' are the same"),
+        (["--nnodes", "2"], {}, "--nnodes: 2 contradicts --ips"),
+        (["--ips", "127.0.0.1,10.255.255.1", "--node_rank", "1"], {}, "--node_rank: 1 names"),
+        (["--gpus", "3"], {"CUDA_VISIBLE_DEVICES": "0,1"}, "--gpus: 3 is not in CUDA_VISIBLE"),
+        (["--run_mode", "ps-heter"], {}, "--run_mode: 'ps-heter' is not supported yet"),
+        (["--tee", "first"], {}, "--tee: expected 'all', 'none'"),
+        (["--host", "10.255.255.1"], {}, "--host: '10.255.255.1' is not one of --ips"),
+        (["--unknown_flag"], {}, "unrecognized arguments: --unknown_flag"),
+        (["--servers", "127.0.0.1:7000"], {}, "--workers: needed too"),
+        (
+            ["--servers", "10.255.255.1:7000", "--workers", "10.255.255.1"],
+            {},
+            "--servers/--workers: this node has no role",
+        ),
+        (
+            [],
+            {
+                "SLURM_JOB_NODELIST": "127.0.0.1,10.255.255.1",
+                "SLURM_NODEID": "0",
+                "SLURM_NNODES": "3",
+            },
+            "SLURM_NNODES: 3 contradicts SLURM_JOB_NODELIST",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_starts_nothing(tmp_path, argv, env, starts):
+    assert_rejected(launch(tmp_path, *argv, "w.py", env=env), tmp_path, starts)
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this machine has an NVIDIA GPU")
+def test_asking_for_a_missing_gpu_is_an_error(tmp_path):
+    assert_rejected(launch(tmp_path, "--gpus", "0", "w.py"), tmp_path, "--gpus: no NVIDIA GPU")
+
+
+def test_missing_training_script(tmp_path):
+    assert_rejected(launch(tmp_path), tmp_path, "training_script: missing")
+
+
+def test_dry_run_prints_every_process_and_creates_nothing(tmp_path):
+    result = launch(tmp_path, "--dry_run", "--nproc_per_node", "2", "w.py", "--epochs", "3")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "[trainer rank 0] local index 0, device cpu" in out
+    assert "[trainer rank 1] local index 1, device cpu" in out
+    assert f"command: {sys.executable} -u w.py --epochs 3" in out
+    assert "    PADDLE_TRAINERS_NUM=2" in out
+    assert f"log {tmp_path / 'log' / 'workerlog.1'}" in out
+    assert not (tmp_path / "STARTED").exists()
+    assert not (tmp_path / "log").exists()
+
+
+def test_dry_run_accepts_gpus_that_are_not_there(tmp_path):
+    result = launch(tmp_path, "--dry_run", "--gpus", "0,1,2,3", "--nproc_per_node", "2", "w.py")
+    assert result.returncode == 0, result.stderr
+    assert "FLAGS_selected_gpus=2,3" in result.stdout
+    assert "PADDLE_DISTRI_BACKEND=nccl" in result.stdout
+
+
+def test_dry_run_in_ps_mode(tmp_path):
+    result = launch(tmp_path, "--dry_run", "--server_num", "2", "--worker_num", "2", "w.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("TRAINING_ROLE=PSERVER") == 2
+    assert result.stdout.count("TRAINING_ROLE=TRAINER") == 2
+    assert "log " + str(tmp_path / "log" / "serverlog.1") in result.stdout
+
+
+def test_help_groups_the_options(tmp_path):
+    result = launch(tmp_path, "--help")
+    assert result.returncode == 0
+    for group in ("Paddle options", "torchrun/OneFlow compatible", "multi-node",
+                  "parameter server", "output"):  # fmt: skip
+        assert f"{group}:" in result.stdout

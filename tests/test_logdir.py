@@ -1,0 +1,157 @@
+"""The log directory: lock, endpoints.log bytes, run headers, overwrite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from paddlike.launch.logdir import (
+    HEADER_PREFIX,
+    LogDir,
+    LogDirBusy,
+    LogDirError,
+    format_header,
+    read_tail_since,
+)
+from paddlike.launch.plan import ProcessSpec, Role
+
+
+def spec(rank: int = 0, *, err: bool = False) -> ProcessSpec:
+    return ProcessSpec(
+        role=Role.TRAINER,
+        rank=rank,
+        local_index=rank,
+        device_ids=(),
+        endpoint=f"127.0.0.1:{6070 + rank}",
+        env={},
+        argv=(sys.executable, "-u", "train.py", "--lr", "0.1"),
+        log_name=f"workerlog.{rank}",
+        err_log_name=f"workerlog.{rank}.err" if err else None,
+    )
+
+
+def test_creates_missing_directory_and_releases_lock_on_exit(tmp_path):
+    target = tmp_path / "a" / "log"
+    with LogDir.open(target, overwrite=False, host="127.0.0.1") as logdir:
+        assert logdir.path == target
+        assert target.is_dir()
+    with LogDir.open(target, overwrite=False, host="127.0.0.1"):
+        pass  # the lock was released: a later launcher gets it
+
+
+def test_second_opener_gets_busy_error_naming_holder_pid_and_host(tmp_path):
+    holder = rf"launcher pid {os.getpid()} on host 198\.18\.0\.7"
+    with (
+        LogDir.open(tmp_path, overwrite=False, host="198.18.0.7"),
+        pytest.raises(LogDirBusy, match=holder),
+    ):
+        LogDir.open(tmp_path, overwrite=False, host="127.0.0.1")
+
+
+def test_lock_is_held_against_another_process(tmp_path):
+    code = textwrap.dedent(
+        f"""
+        from paddlike.launch.logdir import LogDir, LogDirBusy
+        try:
+            LogDir.open({str(tmp_path)!r}, overwrite=False, host="127.0.0.1")
+        except LogDirBusy as exc:
+            print(exc)
+            raise SystemExit(2)
+        """
+    )
+    with LogDir.open(tmp_path, overwrite=False, host="127.0.0.1"):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert f"pid {os.getpid()}" in result.stdout
+
+
+def test_unwritable_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(LogDirError, match="cannot create log directory"):
+        LogDir.open(blocker / "log", overwrite=False, host="127.0.0.1")
+
+
+def test_endpoints_log_has_paddles_exact_bytes(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="127.0.0.1") as logdir:
+        logdir.write_endpoints(("127.0.0.1:6070", "127.0.0.1:6071"))
+        assert (tmp_path / "endpoints.log").read_bytes() == (
+            b"PADDLE_TRAINER_ENDPOINTS: \n127.0.0.1:6070\n127.0.0.1:6071"
+        )
+
+
+def test_endpoints_log_in_ps_mode_lists_servers_after_trainers(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="127.0.0.1") as logdir:
+        logdir.write_endpoints(["a:1", "b:2"], ["a:9", "b:9"])
+        assert (tmp_path / "endpoints.log").read_bytes() == (
+            b"PADDLE_TRAINER_ENDPOINTS: \na:1\nb:2\nPADDLE_PSERVERS_IP_PORT_LIST: \na:9\nb:9"
+        )
+
+
+def test_header_names_time_job_rank_and_command():
+    line = format_header(spec(1), job_id="job-x", restart=2, when=0.0)
+    assert line.startswith(HEADER_PREFIX)
+    assert "job job-x" in line and "trainer rank 1" in line and "restart 2" in line
+    assert line.endswith(f"{sys.executable} -u train.py --lr 0.1 ====")
+    assert "\n" not in line
+
+
+def _write_run(logdir: LogDir, header: str, text: bytes) -> None:
+    log = logdir.open_log(spec(0), header)
+    os.write(log.stdout, text)
+    log.close()
+
+
+def test_logs_are_appended_with_one_header_per_run(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="h") as logdir:
+        _write_run(logdir, "HEADER 1", b"first run, no newline")
+    with LogDir.open(tmp_path, overwrite=False, host="h") as logdir:
+        log = logdir.open_log(spec(0), "HEADER 2")
+        os.write(log.stdout, b"second run\n")
+        log.close()
+    text = (tmp_path / "workerlog.0").read_text()
+    assert text == "HEADER 1\nfirst run, no newline\nHEADER 2\nsecond run\n"
+    assert read_tail_since(tmp_path / "workerlog.0", log.start) == ["second run"]
+
+
+def test_overwrite_truncates_once_per_launch_and_appends_restarts(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="h") as logdir:
+        _write_run(logdir, "OLD", b"old output\n")
+    with LogDir.open(tmp_path, overwrite=True, host="h") as logdir:
+        _write_run(logdir, "NEW 0", b"round 0\n")
+        _write_run(logdir, "NEW 1", b"round 1\n")  # a restart round of the same launch
+    assert (tmp_path / "workerlog.0").read_text() == "NEW 0\nround 0\nNEW 1\nround 1\n"
+
+
+def test_redirect_gives_separate_stdout_and_stderr_files(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="h") as logdir:
+        log = logdir.open_log(spec(0, err=True), "H")
+        assert log.stdout != log.stderr
+        os.write(log.stdout, b"out\n")
+        os.write(log.stderr, b"err\n")
+        log.close()
+    assert (tmp_path / "workerlog.0").read_text() == "H\nout\n"
+    assert (tmp_path / "workerlog.0.err").read_text() == "H\nerr\n"
+
+
+def test_tail_reads_only_this_runs_last_lines(tmp_path):
+    path = tmp_path / "log"
+    earlier = b"".join(b"old %d\n" % i for i in range(100))
+    newer = [b"new %d\n" % i for i in range(30)]
+    path.write_bytes(earlier + b"".join(newer))
+    assert read_tail_since(path, len(earlier), 20) == [f"new {i}" for i in range(10, 30)]
+    last_two = len(earlier) + len(b"".join(newer[:28]))
+    assert read_tail_since(path, last_two, 20) == ["new 28", "new 29"]
+    assert read_tail_since(tmp_path / "missing", 0) == []
+
+
+def test_owner_file_is_json_and_goes_away_on_close(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="h"):
+        owner = json.loads((tmp_path / ".paddlike.owner").read_text())
+        assert owner["pid"] == os.getpid() and owner["host"] == "h"
+    assert not (tmp_path / ".paddlike.owner").exists()

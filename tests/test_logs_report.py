@@ -1,0 +1,178 @@
+"""The failure report and the first-error scanner: pure text in, text out."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlike.logs.errors import first_error_in_file, first_error_line, last_run_start
+from paddlike.logs.report import (
+    format_duration,
+    format_root_cause,
+    format_success,
+    read_tail,
+    use_color,
+)
+from paddlike.summary import RootCause
+
+TRACEBACK = [
+    "epoch 0 loss 0.7",
+    "Traceback (most recent call last):",
+    '  File "train.py", line 9, in <module>',
+    "    main()",
+    '  File "train.py", line 5, in main',
+    "    raise ValueError('bad shape (3, 4)')",
+    "ValueError: bad shape (3, 4)",
+]
+
+
+def failed_cause(**overrides: object) -> RootCause:
+    fields: dict[str, object] = dict(
+        reason="trainer rank 1 exited with code 3",
+        host="198.18.0.2",
+        node_index=1,
+        role="trainer",
+        rank=3,
+        local_index=1,
+        exit_code=3,
+        log_file="workerlog.1",
+        tail=[f"line {i}" for i in range(30)],
+        duration=2.5,
+    )
+    fields.update(overrides)
+    return RootCause(**fields)  # type: ignore[arg-type]
+
+
+def test_failure_report_names_host_node_role_rank_local_index_exit_duration_and_log():
+    text = format_root_cause(failed_cause(), log_dir="log")
+    first, *rest = text.splitlines()
+    assert first == "FAILED: trainer rank 1 exited with code 3"
+    assert "  where    node 1 (198.18.0.2), trainer rank 3, local index 1" in rest
+    assert "  exit     code 3" in rest
+    assert "  ran for  2.50 s" in rest
+    assert "  log      log/workerlog.1" in rest
+
+
+def test_failure_report_quotes_the_last_20_lines_of_the_log():
+    text = format_root_cause(failed_cause())
+    assert "last 20 lines of workerlog.1:" in text
+    assert "    | line 29" in text and "    | line 10" in text
+    assert "line 9\n" not in text + "\n"
+
+
+def test_failure_report_names_the_signal_and_its_number():
+    text = format_root_cause(failed_cause(exit_code=None, signal="SIGKILL"))
+    assert "exit     signal SIGKILL (9)" in text
+
+
+def test_failure_report_without_a_process_is_just_the_reason():
+    text = format_root_cause(RootCause(reason="node 1 (198.18.0.2) stopped sending heartbeats"))
+    assert text == "FAILED: node 1 (198.18.0.2) stopped sending heartbeats"
+
+
+def test_failure_report_says_when_the_log_is_empty():
+    assert "workerlog.1 is empty" in format_root_cause(failed_cause(tail=[]))
+
+
+def test_failure_report_is_plain_text_unless_colour_is_asked_for():
+    assert "\x1b[" not in format_root_cause(failed_cause())
+    assert "\x1b[" in format_root_cause(failed_cause(), color=True)
+
+
+def test_colour_is_off_for_files_and_with_no_color(tmp_path, monkeypatch):
+    with open(tmp_path / "out", "w") as f:
+        assert not use_color(f)
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_color(Tty())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_color(Tty())
+
+
+def test_success_line_counts_workers_and_nodes():
+    assert format_success(4, 12.34, nnodes=2, log_dir="log") == (
+        "OK: 4 workers finished in 12.3 s (2 nodes), logs in log"
+    )
+    assert format_success(1, 0.5) == "OK: 1 worker finished in 0.50 s"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0.421, "0.42 s"), (12.34, "12.3 s"), (245, "4m05s"), (7380, "2h03m")],
+)
+def test_durations_read_at_a_glance(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("lines", "error"),
+    [
+        (TRACEBACK, "ValueError: bad shape (3, 4)"),
+        ([*TRACEBACK, "", "more output"], "ValueError: bad shape (3, 4)"),
+        (
+            [
+                *TRACEBACK,
+                "",
+                "During handling of the above exception, another exception occurred:",
+                "",
+                "Traceback (most recent call last):",
+                '  File "train.py", line 12, in <module>',
+                "RuntimeError: cleanup failed",
+            ],
+            "RuntimeError: cleanup failed",
+        ),
+        (
+            ["x", "NCCL WARN Connect to 10.0.0.2<4242> failed : Connection refused", "y"],
+            "NCCL WARN Connect to 10.0.0.2<4242> failed : Connection refused",
+        ),
+        (
+            ["RuntimeError: NCCL error in: ../nccl.cpp:1, unhandled system error"],
+            "RuntimeError: NCCL error in: ../nccl.cpp:1, unhandled system error",
+        ),
+        (["step 1", "Killed"], "Killed"),
+        (
+            ["Out of memory: Killed process 4242 (python) total-vm:1kB"],
+            "Out of memory: Killed process 4242 (python) total-vm:1kB",
+        ),
+        (
+            ["torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"],
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+        ),
+        (
+            [
+                "--------------------------------------",
+                "Error Message Summary:",
+                "--------------------------------------",
+                "InvalidArgumentError: The shape of input is wrong (at /paddle/op.cc:12)",
+            ],
+            "InvalidArgumentError: The shape of input is wrong (at /paddle/op.cc:12)",
+        ),
+        (["epoch 1 loss 0.3", "done"], None),
+        (["the Killed count is 3"], None),
+    ],
+)
+def test_first_error_line(lines, error):
+    assert first_error_line(lines) == error
+
+
+def test_first_error_in_a_file_reads_only_the_last_run(tmp_path):
+    log = tmp_path / "workerlog.0"
+    header = "==== paddlike run 2026-01-01 00:00:00 job j trainer rank 0 local 0 restart"
+    log.write_text(
+        f"{header} 0: python t.py ====\n"
+        + "\n".join(TRACEBACK)
+        + f"\n{header} 1: python t.py ====\nZeroDivisionError: division by zero\n"
+    )
+    assert first_error_in_file(str(log)) == "ValueError: bad shape (3, 4)"
+    start = last_run_start(str(log), "==== paddlike run ")
+    assert first_error_in_file(str(log), start=start) == "ZeroDivisionError: division by zero"
+
+
+def test_tail_reads_the_last_lines_of_a_big_log(tmp_path):
+    log = tmp_path / "big"
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    assert read_tail(log, 3) == ["line 99997", "line 99998", "line 99999"]
+    assert read_tail(tmp_path / "missing", 3) == []

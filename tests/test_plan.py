@@ -1,0 +1,218 @@
+"""The plan: ranks, endpoints, environment, command and log names, decided without I/O."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paddlike import contract
+from paddlike.launch.devices import DeviceAssignment, assign_devices
+from paddlike.launch.options import parse_options
+from paddlike.launch.plan import (
+    EndpointLayout,
+    JobFacts,
+    PsLayout,
+    Role,
+    format_plan,
+    plan_collective,
+    plan_ps,
+)
+
+FACTS = JobFacts(job_id="job-test", python="/py", log_dir="/abs/log", environ={}, interface="eth0")
+
+
+def options(*argv: str):
+    return parse_options([*argv, "train.py", "--lr", "0.1"], {})
+
+
+def two_node_layout(node: int, nproc: int = 2) -> EndpointLayout:
+    return EndpointLayout(
+        hosts=("10.0.0.1", "10.0.0.2"),
+        node_index=node,
+        ports=((6070, 6071)[:nproc], (6070, 6071)[:nproc]),
+        master_port=6072,
+    )
+
+
+def cpu(n: int) -> DeviceAssignment:
+    return DeviceAssignment("cpu", tuple(() for _ in range(n)))
+
+
+def test_ranks_are_node_major_in_ips_order():
+    p0 = plan_collective(options(), two_node_layout(0), cpu(2), FACTS)
+    p1 = plan_collective(options(), two_node_layout(1), cpu(2), FACTS)
+    assert [p.rank for p in p0.processes] == [0, 1]
+    assert [p.rank for p in p1.processes] == [2, 3]
+    assert [p.local_index for p in p1.processes] == [0, 1]
+    assert p0.trainer_endpoints == p1.trainer_endpoints == (
+        "10.0.0.1:6070", "10.0.0.1:6071", "10.0.0.2:6070", "10.0.0.2:6071",
+    )  # fmt: skip
+
+
+def test_the_contract_environment_of_one_worker():
+    plan = plan_collective(options(), two_node_layout(1), cpu(2), FACTS)
+    env = plan.processes[1].env
+    expected = {
+        "PADDLE_TRAINER_ID": "3", "PADDLE_GLOBAL_RANK": "3", "RANK": "3",
+        "PADDLE_TRAINERS_NUM": "4", "PADDLE_GLOBAL_SIZE": "4", "WORLD_SIZE": "4",
+        "PADDLE_RANK_IN_NODE": "1", "PADDLE_LOCAL_RANK": "1", "LOCAL_RANK": "1",
+        "PADDLE_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "PADDLE_NNODES": "2",
+        "GROUP_RANK": "1", "NODE_RANK": "1",
+        "PADDLE_CURRENT_ENDPOINT": "10.0.0.2:6071",
+        "PADDLE_TRAINER_ENDPOINTS": "10.0.0.1:6070,10.0.0.1:6071,10.0.0.2:6070,10.0.0.2:6071",
+        "PADDLE_MASTER": "10.0.0.1:6072", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "6072",
+        "PADDLE_DISTRI_BACKEND": "gloo",
+        "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0",
+        "PADDLIKE_JOB_ID": "job-test", "PADDLIKE_RESTART_COUNT": "0",
+        "PADDLIKE_LOG_DIR": "/abs/log", "PADDLIKE_NODE_HOSTS": "10.0.0.1,10.0.0.2",
+        "PADDLIKE_RUN_MODE": "collective",
+    }  # fmt: skip
+    for name, value in expected.items():
+        assert env[name] == value, name
+    assert contract.SELECTED_GPUS not in env  # CPU mode
+
+
+def test_the_master_is_not_a_trainer_endpoint():
+    plan = plan_collective(options(), two_node_layout(0), cpu(2), FACTS)
+    assert plan.master == "10.0.0.1:6072"
+    assert plan.master not in plan.trainer_endpoints
+
+
+def test_gpu_workers_get_their_devices_and_nccl():
+    devices = assign_devices(("0", "1", "2", "3"), 2, environ={}, gpu_count=4)
+    plan = plan_collective(options(), two_node_layout(1), devices, FACTS)
+    env = plan.processes[1].env
+    assert env["FLAGS_selected_gpus"] == env["PADDLE_LOCAL_DEVICE_IDS"] == "2,3"
+    assert env["PADDLE_WORLD_DEVICE_IDS"] == "0:1,2:3,0:1,2:3"
+    assert env["PADDLE_DISTRI_BACKEND"] == "nccl"
+    assert plan.processes[1].device_ids == ("2", "3")
+
+
+def test_socket_interface_names_the_user_set_are_left_alone():
+    facts = JobFacts("j", "/py", "/l", {"NCCL_SOCKET_IFNAME": "ib0"}, interface="eth0")
+    env = plan_collective(options(), two_node_layout(0), cpu(2), facts).processes[0].env
+    assert "NCCL_SOCKET_IFNAME" not in env  # inherited from the launcher's environment
+    assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        ((), ("/py", "-u", "train.py", "--lr", "0.1")),
+        (("-m",), ("/py", "-u", "-m", "train.py", "--lr", "0.1")),
+        (("--no_python",), ("train.py", "--lr", "0.1")),
+    ],
+)
+def test_the_command(argv, command):
+    plan = plan_collective(options(*argv), two_node_layout(0), cpu(2), FACTS)
+    assert plan.processes[0].argv == command
+
+
+def test_log_names():
+    plan = plan_collective(options(), two_node_layout(0), cpu(2), FACTS)
+    assert [(p.log_name, p.err_log_name) for p in plan.processes] == [
+        ("workerlog.0", None),
+        ("workerlog.1", None),
+    ]
+    split = plan_collective(
+        options("--redirect_stdout_and_stderr"), two_node_layout(0), cpu(2), FACTS
+    )
+    assert [(p.log_name, p.err_log_name) for p in split.processes] == [
+        ("workerlog.0", "workerlog.0.err"),
+        ("workerlog.1", "workerlog.1.err"),
+    ]
+
+
+def test_dry_run_text_is_deterministic_and_complete():
+    plan = plan_collective(options(), two_node_layout(0), cpu(2), FACTS)
+    text = format_plan(plan, "/abs/log")
+    assert text == format_plan(plan, "/abs/log")
+    assert "[trainer rank 1] local index 1, device cpu, endpoint 10.0.0.1:6071" in text
+    assert "log /abs/log/workerlog.1" in text
+    assert "command: /py -u train.py --lr 0.1" in text
+    env_lines = [line.strip() for line in text.splitlines() if line.startswith("    ")]
+    first_block = env_lines[: len(plan.processes[0].env)]
+    assert first_block == sorted(first_block)
+
+
+@st.composite
+def jobs(draw):
+    nnodes = draw(st.integers(1, 5))
+    nproc = draw(st.integers(1, 4))
+    node = draw(st.integers(0, nnodes - 1))
+    hosts = tuple(f"10.0.1.{i + 1}" for i in range(nnodes))
+    base = draw(st.integers(1024, 60000))
+    ports = tuple(tuple(base + j for j in range(nproc)) for _ in hosts)
+    return EndpointLayout(hosts, node, ports, master_port=base + nproc), nproc
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs())
+def test_property_ranks_unique_and_contiguous_endpoints_unique_env_consistent(job):
+    layout, nproc = job
+    plans = [
+        plan_collective(
+            options(),
+            EndpointLayout(layout.hosts, n, layout.ports, layout.master_port),
+            cpu(nproc),
+            FACTS,
+        )
+        for n in range(len(layout.hosts))
+    ]
+    procs = [p for plan in plans for p in plan.processes]
+    world = len(layout.hosts) * nproc
+    assert sorted(p.rank for p in procs) == list(range(world))
+    assert len({p.endpoint for p in procs}) == world
+    for name in ("WORLD_SIZE", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_MASTER", "MASTER_ADDR",
+                 "MASTER_PORT", "PADDLE_NNODES", "PADDLIKE_JOB_ID"):  # fmt: skip
+        assert len({p.env[name] for p in procs}) == 1, name
+    for p in procs:
+        assert p.env["PADDLE_TRAINER_ENDPOINTS"].split(",")[p.rank] == p.endpoint
+        assert p.env["RANK"] == p.env["PADDLE_TRAINER_ID"] == str(p.rank)
+        assert p.env["WORLD_SIZE"] == str(world)
+    assert plans[0].master.rpartition(":")[0] == layout.hosts[0]
+    assert plans[0].master not in plans[0].trainer_endpoints
+
+
+PS = PsLayout(
+    servers=("10.0.0.1:7000", "10.0.0.2:7000"),
+    trainers=("10.0.0.1:6070", "10.0.0.2:6070", "10.0.0.2:6071"),
+    host="10.0.0.2",
+    node_index=1,
+    nnodes=2,
+)
+
+
+def test_ps_plan_starts_this_nodes_servers_then_trainers():
+    plan = plan_ps(options("--server_num", "1"), PS, FACTS)
+    assert [(p.role, p.rank, p.local_index, p.log_name) for p in plan.processes] == [
+        (Role.SERVER, 1, 0, "serverlog.0"),
+        (Role.TRAINER, 1, 0, "workerlog.0"),
+        (Role.TRAINER, 2, 1, "workerlog.1"),
+    ]
+    assert plan.run_mode == "ps"
+    assert plan.server_endpoints == PS.servers
+    assert plan.trainer_endpoints == PS.trainers
+
+
+def test_ps_environment_per_role():
+    plan = plan_ps(options("--server_num", "1"), PS, FACTS)
+    server, trainer = plan.processes[0].env, plan.processes[2].env
+    assert server["TRAINING_ROLE"] == server["PADDLE_ROLE"] == "PSERVER"
+    assert (server["PADDLE_PORT"], server["POD_IP"]) == ("7000", "10.0.0.2")
+    assert trainer["TRAINING_ROLE"] == trainer["PADDLE_ROLE"] == "TRAINER"
+    assert trainer["PADDLE_TRAINER_ID"] == "2"  # its position in the workers list
+    for env in (server, trainer):
+        assert env["PADDLE_PSERVERS_IP_PORT_LIST"] == "10.0.0.1:7000,10.0.0.2:7000"
+        assert env["PADDLE_TRAINER_ENDPOINTS"] == ",".join(PS.trainers)
+        assert env["PADDLE_TRAINERS_NUM"] == "3"
+        assert env["PADDLIKE_RUN_MODE"] == "ps"
+
+
+def test_plan_takes_the_interpreter_it_is_given():
+    facts = JobFacts("j", sys.executable, "/l", {})
+    plan = plan_collective(options(), two_node_layout(0), cpu(2), facts)
+    assert plan.processes[0].argv[0] == sys.executable

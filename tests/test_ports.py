@@ -1,0 +1,121 @@
+"""Port reservation: launchers starting at the same moment never get the same port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from paddlike.launch.ports import _process_start_time, reserve_ports
+
+RESERVE = """
+import json, sys
+from pathlib import Path
+from paddlike.launch.ports import reserve_ports
+sys.stdin.readline()  # start together
+print(json.dumps(reserve_ports(int(sys.argv[2]), registry_dir=Path(sys.argv[1]))), flush=True)
+sys.stdin.readline()  # hold the reservation until told to exit
+"""
+
+
+def test_reserved_ports_are_distinct_and_bindable(tmp_path):
+    ports = reserve_ports(5, registry_dir=tmp_path)
+    assert len(set(ports)) == 5
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("", port))
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == sorted(ports)
+
+
+def test_many_concurrent_reservations_get_disjoint_ports(tmp_path):
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RESERVE, str(tmp_path), "8"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    try:
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        got = [json.loads(p.stdout.readline()) for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=30)
+    everything = [port for ports in got for port in ports]
+    assert len(everything) == 48
+    assert len(set(everything)) == 48
+
+
+def test_a_live_owners_ports_are_skipped(tmp_path):
+    mine = set(reserve_ports(3, registry_dir=tmp_path))
+    again = set(reserve_ports(50, registry_dir=tmp_path))
+    assert not mine & again
+
+
+def test_entries_of_dead_owners_and_expired_entries_are_cleared(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    (tmp_path / "50001").write_text(f"{dead.stdout.strip()} 123 {time.time()}\n")
+    started = _process_start_time(os.getpid())
+    (tmp_path / "50002").write_text(f"{os.getpid()} {started} {time.time() - 3600}\n")
+    (tmp_path / "50003").write_text("garbage")
+    reserve_ports(1, registry_dir=tmp_path)
+    left = {p.name for p in tmp_path.iterdir() if p.name.isdigit()}
+    assert not left & {"50001", "50002", "50003"}
+
+
+def test_two_launchers_at_once_get_disjoint_endpoints(tmp_path):
+    script = tmp_path / "dump.py"
+    script.write_text(
+        "import json, os\n"
+        "keys = ['PADDLE_CURRENT_ENDPOINT', 'PADDLE_MASTER']\n"
+        "print(json.dumps({k: os.environ[k] for k in keys}))\n"
+    )
+    launchers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "paddlike.launch",
+                "--nproc_per_node",
+                "2",
+                "--log_dir",
+                str(tmp_path / f"log{i}"),
+                "--tee",
+                "none",
+                str(script),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        for p in launchers:
+            assert p.wait(timeout=60) == 0, p.stderr.read()
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    ports = []
+    for i in range(2):
+        for n in range(2):
+            text = Path(tmp_path / f"log{i}" / f"workerlog.{n}").read_text()
+            env = json.loads(text.splitlines()[-1])
+            ports += [env["PADDLE_CURRENT_ENDPOINT"], env["PADDLE_MASTER"]]
+    masters = set(ports[1::2])
+    assert len(masters) == 2  # one master per launcher
+    trainers = ports[0::2]
+    assert len(set(trainers)) == 4
+    assert not masters & set(trainers)

@@ -1,0 +1,149 @@
+"""Rendezvous: where the launchers meet, what they must agree on, and who is missing."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from paddlike.distributed.store import StoreClient, StoreServer
+from paddlike.launch.rendezvous import (
+    FingerprintMismatch,
+    NodeEntry,
+    Rendezvous,
+    RendezvousError,
+    RendezvousTimeout,
+    check_fingerprints,
+    fingerprint,
+    master_address,
+)
+
+HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # text only: no connection is opened to them
+
+
+def _fp(**changes: object) -> dict[str, str]:
+    args: dict = dict(
+        ips=HOSTS,
+        devices_per_node=0,
+        nproc_per_node=2,
+        run_mode="collective",
+        job_id="j1",
+        script="train.py",
+        script_args=["--epochs", "3"],
+    )
+    args.update(changes)
+    return fingerprint(**args)
+
+
+def _entry(i: int, fp: dict[str, str] | None = None, ports: tuple[int, ...] = (1, 2)) -> NodeEntry:
+    return NodeEntry(i, HOSTS[i], f"node{i}", 100 + i, ports, fp or _fp())
+
+
+@pytest.mark.parametrize(
+    ("master", "addr", "port", "expected"),
+    [
+        ("10.0.0.5:7000", None, None, ("10.0.0.5", 7000)),
+        (None, "10.0.0.5", 7000, ("10.0.0.5", 7000)),
+        (None, None, None, ("10.0.0.1", 6170)),
+        (None, "nodeb", None, ("nodeb", 6170)),
+    ],
+)
+def test_master_address_defaults_to_the_first_node_on_port_6170(master, addr, port, expected):
+    assert master_address(master, addr, port, HOSTS) == expected
+
+
+def test_identical_fingerprints_agree() -> None:
+    assert check_fingerprints([_entry(0), _entry(1), _entry(2)]) is None
+
+
+def test_a_different_ips_order_names_the_odd_node_and_the_field() -> None:
+    odd = _fp(ips=[HOSTS[1], HOSTS[0], HOSTS[2]])
+    msg = check_fingerprints([_entry(0), _entry(1, odd), _entry(2)])
+    assert msg is not None
+    assert "node 1 (node1, 10.0.0.2) disagrees on ips" in msg
+    assert "'10.0.0.2,10.0.0.1,10.0.0.3'" in msg and "node 0 (node0, 10.0.0.1)" in msg
+
+
+def test_with_two_nodes_the_node_that_differs_from_node_0_is_named() -> None:
+    msg = check_fingerprints([_entry(0), _entry(1, _fp(nproc_per_node=4))])
+    assert msg is not None and msg.startswith("rendezvous: node 1 (node1, 10.0.0.2) disagrees on")
+    assert "nproc_per_node" in msg
+
+
+def test_the_majority_wins_so_a_lone_node_0_is_the_odd_one() -> None:
+    other = _fp(script="other.py")
+    msg = check_fingerprints([_entry(0, other), _entry(1), _entry(2)])
+    assert msg is not None and "node 0 (node0, 10.0.0.1) disagrees on training script" in msg
+
+
+def test_an_unset_job_id_is_not_compared() -> None:
+    assert "job_id" not in _fp(job_id=None)
+    assert check_fingerprints([_entry(0, _fp(job_id=None)), _entry(1, _fp(job_id=None))]) is None
+
+
+def test_node_entries_round_trip_through_bytes() -> None:
+    e = _entry(2, ports=(40001, 40002, 40003))
+    assert NodeEntry.decode(e.encode()) == e
+
+
+# --- against a live store, nodes as threads --------------------------------------------
+
+
+@pytest.fixture
+def store() -> Iterator[StoreServer]:
+    with StoreServer().start() as srv:
+        yield srv
+
+
+def _join_all(store: StoreServer, entries: list[NodeEntry], nnodes: int, timeout: float = 10):
+    results: dict[int, object] = {}
+    lines: list[str] = []
+
+    def node(e: NodeEntry) -> None:
+        with StoreClient(*store.address) as kv:
+            r = Rendezvous(kv, e.index, nnodes, HOSTS, timeout, progress=lines.append)
+            try:
+                results[e.index] = r.join(e)
+            except RendezvousError as exc:
+                results[e.index] = exc
+
+    threads = [threading.Thread(target=node, args=(e,)) for e in entries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results, lines
+
+
+def test_all_nodes_get_every_nodes_ports_in_node_order(store: StoreServer) -> None:
+    entries = [_entry(i, ports=(4000 + 10 * i, 4001 + 10 * i)) for i in range(3)]
+    results, _ = _join_all(store, entries, 3)
+    ports = {i: r.ports for i, r in results.items()}  # type: ignore[union-attr]
+    assert ports[0] == ports[1] == ports[2] == ((4000, 4001), (4010, 4011), (4020, 4021))
+    assert {r.job_id for r in results.values()} == {"j1"}  # type: ignore[union-attr]
+
+
+def test_a_mismatch_fails_every_node_with_the_same_message_and_exit_code_2(store) -> None:
+    entries = [_entry(0), _entry(1, _fp(run_mode="ps")), _entry(2)]
+    results, _ = _join_all(store, entries, 3)
+    assert all(isinstance(r, FingerprintMismatch) for r in results.values())
+    assert len({str(r) for r in results.values()}) == 1
+    assert "node 1 (node1, 10.0.0.2) disagrees on run_mode" in str(results[0])
+    assert FingerprintMismatch.exit_code == 2
+
+
+def test_a_node_that_never_comes_is_named_by_the_timeout(store: StoreServer) -> None:
+    results, lines = _join_all(store, [_entry(0), _entry(2)], 3, timeout=1.5)
+    for r in results.values():
+        assert isinstance(r, RendezvousTimeout)
+        assert "node 1 (10.0.0.2) never joined" in str(r)
+    assert any("waiting for node 1 (10.0.0.2)" in line for line in lines)
+
+
+def test_two_launchers_claiming_one_node_index_are_both_named(store: StoreServer) -> None:
+    with StoreClient(*store.address) as kv:
+        Rendezvous(kv, 0, 2, HOSTS, 5).kv.compare_set("rdzv/0/node/0", None, _entry(0).encode())
+        twin = NodeEntry(0, HOSTS[0], "elsewhere", 999, (1, 2), _fp())
+        with pytest.raises(FingerprintMismatch, match=r"two launchers claim node index 0: node0"):
+            Rendezvous(kv, 0, 2, HOSTS, 5).join(twin)
