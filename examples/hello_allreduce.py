@@ -1,6 +1,6 @@
 """Two (or more) CPU workers sum an array.
 
-    python -m paddlike.launch --nproc_per_node 2 examples/hello_allreduce.py
+python -m paddlike.launch --nproc_per_node 2 examples/hello_allreduce.py
 """
 
 import numpy as np

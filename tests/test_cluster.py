@@ -169,3 +169,13 @@ def test_a_node_with_no_ps_role_is_an_error():
     options = parse_options(["--servers", "nodea:7000", "--workers", "nodea", "t.py"], {})
     with pytest.raises(UsageError, match=r"^--servers/--workers: this node has no role"):
         match_ps_node(options, {}, local=NODE_B, resolve=fake_resolve)
+
+
+def test_pod_ip_outside_the_node_list_is_ignored_without_a_scheduler():
+    node = match("--ips", "nodea,nodeb", env={"POD_IP": "10.9.9.9"})
+    assert node.node_index == 1  # matched by local address instead
+
+
+def test_host_outside_the_node_list_is_still_an_error_with_pod_ip_set():
+    with pytest.raises(UsageError, match=r"^--host: 'nodec' is not one of"):
+        match("--ips", "nodea,nodeb", "--host", "nodec", env={"POD_IP": "10.0.0.2"})

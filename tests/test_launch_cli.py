@@ -55,7 +55,7 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
         (["--run_mode", "ps-heter"], {}, "--run_mode: 'ps-heter' is not supported yet"),
         (["--tee", "first"], {}, "--tee: expected 'all', 'none'"),
         (["--host", "10.255.255.1"], {}, "--host: '10.255.255.1' is not one of --ips"),
-        (["--unknown_flag"], {}, "unrecognized arguments: --unknown_flag"),
+        (["--unknown_flag"], {}, "--unknown_flag: unknown option"),
         (["--servers", "127.0.0.1:7000"], {}, "--workers: needed too"),
         (
             ["--servers", "10.255.255.1:7000", "--workers", "10.255.255.1"],

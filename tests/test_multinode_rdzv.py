@@ -97,4 +97,4 @@ def test_launchers_started_seconds_apart_still_meet(tmp_path: Path) -> None:
             pb.wait(timeout=1.5)
         pa = start_launcher(a, "nodea,nodeb", tmp_path / "la", script)
         outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
-    assert (pa.returncode, pb.returncode) == (0, 0), outs
+    assert (pa.returncode, pb.returncode) == (0, 0), "\n".join(outs)

@@ -216,3 +216,36 @@ def test_plan_takes_the_interpreter_it_is_given():
     facts = JobFacts("j", sys.executable, "/l", {})
     plan = plan_collective(options(), two_node_layout(0), cpu(2), facts)
     assert plan.processes[0].argv[0] == sys.executable
+
+
+@st.composite
+def ps_jobs(draw):
+    hosts = [f"10.0.2.{i + 1}" for i in range(draw(st.integers(1, 3)))]
+    servers = draw(st.lists(st.sampled_from(hosts), min_size=1, max_size=4))
+    trainers = draw(st.lists(st.sampled_from(hosts), min_size=1, max_size=5))
+    return (
+        tuple(f"{h}:{7000 + i}" for i, h in enumerate(servers)),
+        tuple(f"{h}:{6000 + i}" for i, h in enumerate(trainers)),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps_jobs())
+def test_property_ps_every_role_runs_once_on_its_own_node(job):
+    servers, trainers = job
+    node_hosts = tuple(dict.fromkeys(e.rpartition(":")[0] for e in (*servers, *trainers)))
+    procs = []
+    for i, host in enumerate(node_hosts):
+        layout = PsLayout(servers, trainers, host, i, len(node_hosts), node_hosts)
+        plan = plan_ps(options("--server_num", "1"), layout, FACTS)
+        assert all(p.endpoint.startswith(host + ":") for p in plan.processes)
+        procs += plan.processes
+    assert sorted(p.rank for p in procs if p.role is Role.SERVER) == list(range(len(servers)))
+    assert sorted(p.rank for p in procs if p.role is Role.TRAINER) == list(range(len(trainers)))
+    for p in procs:
+        assert p.env["PADDLE_PSERVERS_IP_PORT_LIST"] == ",".join(servers)
+        assert p.env["PADDLE_TRAINER_ENDPOINTS"] == ",".join(trainers)
+        if p.role is Role.TRAINER:
+            assert trainers[int(p.env["PADDLE_TRAINER_ID"])] == p.endpoint
+        else:
+            assert servers[p.rank] == p.endpoint

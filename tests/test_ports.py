@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from paddlike.launch.ports import _process_start_time, reserve_ports
+from paddlike.launch.cluster import PsNode
+from paddlike.launch.options import parse_options
+from paddlike.launch.ports import _process_start_time, layout_endpoints, layout_ps, reserve_ports
 
 RESERVE = """
 import json, sys
@@ -119,3 +121,39 @@ def test_two_launchers_at_once_get_disjoint_endpoints(tmp_path):
     trainers = ports[0::2]
     assert len(set(trainers)) == 4
     assert not masters & set(trainers)
+
+
+def test_many_nodes_take_ports_from_start_port_and_the_master_the_next_one():
+    layout = layout_endpoints(("10.0.0.1", "10.0.0.2"), 1, 2, start_port=6070)
+    assert layout.trainer_endpoints() == (
+        "10.0.0.1:6070", "10.0.0.1:6071", "10.0.0.2:6070", "10.0.0.2:6071",
+    )  # fmt: skip
+    assert layout.master == "10.0.0.1:6072"
+
+
+def test_one_node_gets_reserved_free_ports_for_trainers_and_master():
+    layout = layout_endpoints(("127.0.0.1",), 0, 3, start_port=6070)
+    ports = [*layout.ports[0], layout.master_port]
+    assert len(set(ports)) == 4
+
+
+def test_ps_workers_without_ports_skip_the_ports_listed_on_their_host():
+    options = parse_options(
+        ["--servers", "10.0.0.1:6070,10.0.0.2:7000", "--workers", "10.0.0.1,10.0.0.1:6072,10.0.0.1",
+         "t.py"], {},
+    )  # fmt: skip
+    node = PsNode(
+        host="10.0.0.1", interface="eth0", reason="",
+        servers=(("10.0.0.1", 6070), ("10.0.0.2", 7000)),
+        trainers=(("10.0.0.1", None), ("10.0.0.1", 6072), ("10.0.0.1", None)),
+    )  # fmt: skip
+    layout = layout_ps(options, node)
+    assert layout.trainers == ("10.0.0.1:6071", "10.0.0.1:6072", "10.0.0.1:6073")
+    assert (layout.node_index, layout.nnodes) == (0, 2)
+
+
+def test_ps_counts_put_everything_on_this_node_on_free_ports():
+    options = parse_options(["--server_num", "2", "--worker_num", "3", "t.py"], {})
+    layout = layout_ps(options, PsNode(host="127.0.0.1", interface="lo", reason=""))
+    assert len(layout.servers) == 2 and len(layout.trainers) == 3
+    assert len(set(layout.servers + layout.trainers)) == 5

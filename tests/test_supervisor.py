@@ -363,7 +363,7 @@ def test_ps_failing_server_ends_the_job_with_its_code(tmp_path):
 def test_ps_server_ignoring_the_stop_request_is_sigkilled_and_the_job_still_succeeds(tmp_path):
     work = tmp_path / "w"
     work.mkdir()
-    argv = [str(work), "ignore_term", "ok"]
+    argv = [str(work), "ignore_term", "exit:0"]  # the trainer ends once the server is ready
     run = Run(tmp_path, make_plan(argv, 2, roles=[Role.SERVER, Role.TRAINER]), kill_timeout=0.3)
     outcome = run()
     assert outcome.exit_code == 0

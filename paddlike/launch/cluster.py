@@ -120,6 +120,13 @@ class NodeMatch:
         return len(self.hosts)
 
 
+def _resolve_or_none(name: str, resolve: Callable[[str], str]) -> str | None:
+    try:
+        return resolve(name)
+    except (OSError, UnicodeError):
+        return None
+
+
 def _resolve_all(
     entries: Sequence[str], option: str, resolve: Callable[[str], str]
 ) -> tuple[str, ...]:
@@ -191,7 +198,10 @@ def match_node(
     """Find this node in the node list; raise `UsageError` (one line) when it cannot."""
     sched = detect_scheduler(environ)
     entries, option, node_rank, host = _merge_scheduler(options, sched)
-    if host is None and environ.get(POD_IP) and sched is None:
+    # POD_IP alone (no scheduler list, no --host) is only a hint: many Kubernetes pods
+    # set it for every container, including single-node jobs on 127.0.0.1.
+    hint_only = host is None and sched is None
+    if hint_only and environ.get(POD_IP):
         host = environ[POD_IP]
     host_option = "--host" if options.host is not None else POD_IP
     if options.nnodes is not None and options.nnodes != len(entries):
@@ -219,6 +229,8 @@ def match_node(
             scheduler_master=sched.master if sched else None,
         )
 
+    if host is not None and hint_only and _resolve_or_none(host, resolve) not in hosts:
+        host = None
     if host is not None:
         try:
             addr = resolve(host)
@@ -326,7 +338,11 @@ def match_ps_node(
     host_opt = options.host if options.host is not None else environ.get(POD_IP) or None
     host_option = "--host" if options.host is not None else POD_IP
     host = None
-    if host_opt is not None:
+    if options.host is None and host_opt is not None:
+        host = _resolve_or_none(host_opt, resolve)
+        if host not in all_hosts:  # POD_IP is only a hint (see match_node)
+            host_opt = host = None
+    if host_opt is not None and host is None:
         try:
             host = resolve(host_opt)
         except (OSError, UnicodeError) as err:

@@ -283,9 +283,12 @@ class JobWatch:
                     continue
             raw = self.kv.try_get(self.abort_key)
             cause = decode_cause(raw) if raw is not None else None
-            self.kv.set(self.done_key(self.node_index), b"1")
         except StoreError as exc:
             cause = self.root_cause or self._contact_cause(str(exc))
+        # A courtesy to node 0, which keeps its store up until everyone read the outcome:
+        # the outcome is known already, so a store gone by now changes nothing.
+        with contextlib.suppress(StoreError):
+            self.kv.set(self.done_key(self.node_index), b"1")
         with self._lock:
             if cause is not None:
                 self._cause = cause

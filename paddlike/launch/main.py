@@ -5,8 +5,9 @@ bad input ends with one line and exit code 2 and leaves no trace. `prepare` is
 the pure-ish front half (it reads the environment, /proc and local interfaces,
 and reserves ports); `run` owns the side effects.
 
-The multi-node rendezvous slots in at `_layout`: it decides the ports of this
-node and the endpoints of all nodes.
+One node: ports reserved here (`_layout`), then `run`. Many nodes (collective):
+the same front half, then `jobwatch.run_multinode`, which trades ports at the
+rendezvous and supervises job-wide.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from paddlike.launch.options import PROG, LaunchOptions, UsageError, parse_options
 from paddlike.launch.plan import JobFacts, LaunchPlan
@@ -29,6 +31,13 @@ class Prepared:
     log_dir: str  # absolute
     interface: str
     match_reason: str
+    node: Any = None  # cluster.NodeMatch (collective mode)
+    devices: Any = None  # devices.DeviceAssignment (collective mode)
+
+    @property
+    def multinode(self) -> bool:
+        """Collective jobs on many nodes go through the rendezvous (`jobwatch`)."""
+        return self.node is not None and self.node.nnodes > 1
 
 
 def new_job_id() -> str:
@@ -67,11 +76,15 @@ def prepare(
     layout = _layout(options, node, devices.nproc, reserve=reserve)
     facts = JobFacts(job_id, python, log_dir, environ, node.interface)
     plan = plan_collective(options, layout, devices, facts)
-    return Prepared(options, plan, log_dir, node.interface, node.reason)
+    return Prepared(options, plan, log_dir, node.interface, node.reason, node, devices)
 
 
 def _layout(options: LaunchOptions, node, nproc: int, *, reserve: bool):
-    """Ports for this node and endpoints of all nodes (the rendezvous' seam)."""
+    """Ports for this node and endpoints of all nodes.
+
+    Many nodes: --start_port ports, shown by --dry_run only; a real many-node launch
+    negotiates them at the rendezvous (`jobwatch.run_multinode`).
+    """
     from paddlike.launch.ports import layout_endpoints
 
     return layout_endpoints(
@@ -128,5 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from paddlike.launch.plan import format_plan
 
         print(format_plan(prepared.plan, prepared.log_dir), flush=True)
+        if prepared.multinode:
+            print("(many nodes: ports shown from --start_port; a real launch negotiates them)")
         return 0
+    if prepared.multinode:
+        from paddlike.launch.jobwatch import run_multinode
+
+        return run_multinode(prepared.options, prepared.node, prepared.devices, environ)
     return run(prepared, environ)

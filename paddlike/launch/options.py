@@ -91,14 +91,6 @@ class LaunchOptions:
     def is_ps(self) -> bool:
         return self.run_mode in ("ps", "ps-heter")
 
-    def tee_indices(self, nprocs: int) -> tuple[int, ...]:
-        """The local worker indices whose output the console shows."""
-        if self.tee == "none":
-            return ()
-        if self.tee == "all":
-            return tuple(range(nprocs))
-        return tuple(i for i in (int(t) for t in self.tee.split(",")) if i < nprocs)
-
 
 # --- value checkers: str -> value, or a message saying what was expected ------------
 
@@ -256,6 +248,12 @@ class _Parser:
 
         class Parser(argparse.ArgumentParser):
             def error(self, message: str) -> None:  # type: ignore[override]
+                # argparse's wording, reshaped to ours: "--ips: expected one argument".
+                if message.startswith("unrecognized arguments: "):
+                    unknown = message.split(": ", 1)[1]
+                    raise UsageError(f"{unknown}: unknown option (see --help)", unknown)
+                if message.startswith("argument "):
+                    message = message[len("argument ") :]
                 raise UsageError(message)
 
         def formatter(prog: str) -> argparse.HelpFormatter:

@@ -365,7 +365,6 @@ class Supervisor:
                 self.console.warn(f"received {name} again: killing the remaining processes now")
                 self._kill_now(rnd)
                 continue
-            self.console.say(f"received {name}: stopping the job")
             cause = RootCause(
                 reason=f"launcher on {self.plan.host} received {name}",
                 host=self.plan.host,
@@ -419,6 +418,13 @@ class Supervisor:
             except Exception as exc:  # the local teardown must happen regardless
                 self.console.warn(f"could not publish the failure to the other nodes: {exc}")
         rnd.phase = Phase.TEARDOWN
+        others = sum(1 for p in rnd.procs if p.alive)
+        if others:
+            other = "other " if any(p.record.status == "failed" for p in rnd.procs) else ""
+            self.console.say(
+                f"{cause.reason}: stopping {others} {other}process{'es' if others > 1 else ''} "
+                f"(SIGTERM, SIGKILL after {self.kill_timeout:g} s)"
+            )
         self._signal_groups(rnd.procs, signal.SIGTERM)
         rnd.kill_deadline = time.monotonic() + self.kill_timeout
 

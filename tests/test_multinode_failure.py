@@ -1,0 +1,87 @@
+"""A failure anywhere ends the job everywhere, with one root cause; restarts go together."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.multinode_common import start_launcher, write_worker
+from tests.netns import netns_cluster
+
+pytestmark = pytest.mark.netns
+
+
+def _cause(log_dir: Path) -> dict:
+    return json.loads((log_dir / "summary.json").read_text())["root_cause"]
+
+
+def test_a_worker_exiting_3_on_node_b_ends_node_a_within_1_s_with_the_same_cause(tmp_path):
+    script = write_worker(tmp_path)
+    args = ["--fail", "3", "--code", "3", "--after", "0.5", "--sleep", "60"]
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+        pa = start_launcher(a, "nodea,nodeb", tmp_path / "la", script, script_args=args)
+        pb = start_launcher(b, "nodea,nodeb", tmp_path / "lb", script, script_args=args)
+        pb.communicate(timeout=60)
+        b_done = time.monotonic()
+        out_a = pa.communicate(timeout=60)[0].decode()
+        gap = time.monotonic() - b_done
+    assert (pa.returncode, pb.returncode) == (3, 3), out_a
+    assert gap < 1.0
+    ca, cb = _cause(tmp_path / "la"), _cause(tmp_path / "lb")
+    assert ca == cb
+    assert ca["rank"] == 3 and ca["exit_code"] == 3 and ca["host"] == b.addr
+    assert "trainer rank 3 exited with code 3" in out_a
+
+
+def test_node_b_launcher_killed_ends_node_a_within_the_heartbeat_timeout(tmp_path: Path) -> None:
+    script = write_worker(tmp_path)
+    opts = ["--heartbeat_timeout", "2"]
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+        pa = start_launcher(
+            a, "nodea,nodeb", tmp_path / "la", script, options=opts, script_args=["--sleep", "60"]
+        )
+        pb = start_launcher(
+            b, "nodea,nodeb", tmp_path / "lb", script, options=opts, script_args=["--sleep", "60"]
+        )
+        log = tmp_path / "lb" / "workerlog.0"
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "RANK" in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # no event to wait on across namespaces: the worker's log file
+        launcher_pid = (
+            int(next(p for p in os.popen(f"pgrep -P {pb.pid}").read().split()) or pb.pid)
+            if os.popen(f"pgrep -P {pb.pid}").read().strip()
+            else pb.pid
+        )
+        killed = time.monotonic()
+        os.kill(launcher_pid, signal.SIGKILL)
+        out_a = pa.communicate(timeout=60)[0].decode()
+        took = time.monotonic() - killed
+    assert pa.returncode not in (0, None)
+    assert took < 2 + 2, out_a
+    assert "node 1 (198.18.0.2) stopped sending heartbeats" in out_a
+
+
+def test_a_restart_round_runs_on_every_node_and_then_succeeds(tmp_path: Path) -> None:
+    script = write_worker(tmp_path)
+    args = ["--fail", "1", "--fail_rounds", "1", "--after", "0.2"]
+    opts = ["--max_restarts", "1"]
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        procs = [
+            start_launcher(
+                n, "nodea,nodeb", tmp_path / f"l{i}", script, options=opts, script_args=args
+            )
+            for i, n in enumerate(cluster.nodes)
+        ]
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for i in range(2):
+        text = (tmp_path / f"l{i}" / "workerlog.0").read_text()
+        assert "restart 1" in text
+        assert [ln.split()[-1] for ln in text.splitlines() if ln.startswith("RANK")] == ["0", "1"]
