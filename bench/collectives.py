@@ -230,7 +230,9 @@ def main() -> None:
     ap.add_argument("--worker", choices=["paddlike", "gloo"])
     ap.add_argument("--out")
     ap.add_argument("--no-gloo", action="store_true")
-    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    ap.add_argument(
+        "--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS)
+    )
     args = ap.parse_args()
     os.environ["BENCH_OPS"] = args.ops
     OPS_SELECTED[:] = [o for o in args.ops.split(",") if o in OPS]

@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from ps_workers.cluster import ps_job
+import pytest
+from ps_workers.cluster import ps_job, serving, trainer_env
+
+from paddlike.distributed import ps
+from paddlike.distributed.ps import checkpoint
 
 
 def save_then_crash(tmp_path: Path, ckpt: Path) -> dict[str, np.ndarray]:
@@ -73,3 +77,30 @@ def test_load_into_another_server_count_or_shape_is_an_error_that_says_so(tmp_pa
             "table 'w' has shape=(1000,) in the checkpoint, this job declares shape=(999,)"
             in job.log("t0")
         )
+
+
+def test_a_save_that_fails_on_one_server_leaves_the_previous_checkpoint_whole(
+    tmp_path, monkeypatch
+):
+    ckpt = tmp_path / "ckpt"
+    with serving(tmp_path, servers=2) as job:
+        ps.init(trainer_env(job))
+        ps.init_worker(mode="async", timeout=10)
+        w = ps.dense_table("w", shape=(10,), optimizer=ps.SGD(lr=1.0))
+        w.assign(np.arange(10, dtype=np.float32))
+        ps.save(ckpt)
+        w.push(np.ones(10, np.float32))
+        broken = tmp_path / "ckpt.tmp-broken"
+
+        def temp_dir_for(final: Path) -> Path:
+            (broken / "server-1").parent.mkdir()
+            (broken / "server-1").write_text("not a directory")  # server 1 cannot write here
+            return broken
+
+        monkeypatch.setattr(checkpoint, "temp_dir_for", temp_dir_for)
+        with pytest.raises(ps.PsError, match=r"parameter server 1 at .*: NotADirectoryError"):
+            ps.save(ckpt)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["ckpt"]
+        ps.load(ckpt)
+        np.testing.assert_array_equal(w.pull(), np.arange(10))
+        ps.stop_worker()

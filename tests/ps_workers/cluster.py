@@ -185,3 +185,29 @@ def logs_of(tmp: Path) -> str:
         f"--- {p.name}\n{p.read_text(errors='replace')}"
         for p in sorted((tmp / "log").glob("*log.*"))
     )
+
+
+@contextlib.contextmanager
+def serving(tmp: Path, servers: int, trainers: int = 1) -> Iterator[Job]:
+    """Only the servers of a job (serve.py); the test process plays the trainers.
+
+    `job.env` plus TRAINING_ROLE=TRAINER and PADDLE_TRAINER_ID is a trainer's environment.
+    """
+    ports = free_ports(servers + trainers)
+    server_eps = [f"127.0.0.1:{p}" for p in ports[:servers]]
+    env = base_env(server_eps, [f"127.0.0.1:{p}" for p in ports[servers:]])
+    job = Job([], [], {}, server_eps, env)
+    try:
+        for i, ep in enumerate(server_eps):
+            job.logs[f"s{i}"] = tmp / f"serverlog.{i}"
+            job.servers.append(
+                start_server(WORKERS / "serve.py", [], env, i, ep, job.logs[f"s{i}"])
+            )
+        yield job
+    finally:
+        for p in job.servers:
+            kill(p)
+
+
+def trainer_env(job: Job, trainer_id: int = 0) -> dict[str, str]:
+    return dict(job.env, TRAINING_ROLE="TRAINER", PADDLE_TRAINER_ID=str(trainer_id))

@@ -40,7 +40,7 @@ __all__ = ["CpuCommunicator", "host_key"]
 
 TRANSPORT_ENV = "PADDLIKE_CPU_TRANSPORT"  # auto (default) | tcp: force TCP even on one host
 SHM_BUFFER_ENV = "PADDLIKE_SHM_BUFFER_BYTES"
-DEFAULT_SHM_BUFFER = 2 << 20
+DEFAULT_SHM_BUFFER = 4 << 20
 SMALL_ALLREDUCE_BYTES = 256 << 10
 
 

@@ -8,6 +8,7 @@ Ranks given as `src`/`dst` are global ranks, as in Paddle.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -71,10 +72,13 @@ def _run(g: Group, what: str, fn: Callable[[float], None], sync_op: bool) -> Tas
         try:
             fn(time.monotonic() + g.timeout)
         except BaseException as exc:
+            # The ranks are now out of step: close the connections so that peers blocked on
+            # this rank fail at once (they see it leave) instead of at their deadline.
             g.broken = exc
+            with contextlib.suppress(Exception):
+                comm.close()
             raise
 
-    del comm
     task = g.queue.run(call, what, sync_op)
     return None if sync_op else task
 

@@ -226,8 +226,9 @@ class Mesh:
             timed_out = left <= 0 or not poller.poll(min(left, 3600.0) * 1000.0)
             if timed_out and deadline - time.monotonic() <= 0:
                 waiting = sorted({self.global_ranks[p] for p in [*outs, *ins]})
+                who = ("rank " if len(waiting) == 1 else "ranks ") + ", ".join(map(str, waiting))
                 raise CollectiveTimeoutError(
-                    f"{what}: timed out waiting for rank(s) {waiting} "
+                    f"{what}: timed out waiting for {who} "
                     f"(the operation's deadline passed; did they call {what} too?)"
                 )
             for fd in registered:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -220,15 +221,15 @@ def save(dirname: str | os.PathLike[str]) -> None:
         final = Path(dirname).resolve()
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = checkpoint.temp_dir_for(final)
-        tmp.mkdir()
-        reps = client.call(
-            [
-                (i, Message(Op.SAVE, text=json.dumps({"dir": str(tmp)})))
-                for i in range(len(client.socks))
-            ]
-        )
-        checkpoint.write_manifest(tmp, len(client.socks), json.loads(reps[0].text))
-        checkpoint.commit(tmp, final)
+        tmp.mkdir(exist_ok=True)
+        request = json.dumps({"dir": str(tmp)})
+        try:
+            reps = client.call([(i, Message(Op.SAVE, text=request)) for i in range(server_num())])
+            checkpoint.write_manifest(tmp, server_num(), json.loads(reps[0].text))
+            checkpoint.commit(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint stays as it was
+            raise
     barrier_worker()
 
 

@@ -269,8 +269,7 @@ class Server:
     def _grad(self, msg: Message, t: _Table) -> Any:
         if isinstance(t.shard, DenseShard):
             g = _array(msg, 0, np.float32, 1, "the gradient")
-            if g.size != t.shard.size:
-                t.shard.apply([], g.size)  # raises the shape error
+            t.shard.check_size(g.size, "the gradient")
             return g
         keys = _array(msg, 0, np.int64, 1, "the keys").array()
         grads = _array(msg, 1, np.float32, 2, "the gradients").array()
@@ -359,7 +358,9 @@ class Server:
     def _load(self, ident: bytes, msg: Message) -> None:
         root = Path(json.loads(msg.text)["dir"])
         loaded = {name: checkpoint.read_shard(root, self.index, name) for name in self.tables}
-        for name, (meta, arrays) in loaded.items():  # every file read before any table changes
+        for name, (meta, arrays) in loaded.items():  # all checked before any table changes
+            self.tables[name].shard.check_state(meta, arrays)
+        for name, (meta, arrays) in loaded.items():
             self.tables[name].shard.load_state(meta, arrays)
         self._reply(ident, msg)
 

@@ -86,8 +86,8 @@ class TableSpec:
 
 def merge_rows(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique keys and the sum of the rows of each (what duplicate keys mean)."""
-    if len(keys) == 0:
-        return keys, rows
+    if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
+        return keys, rows  # already sorted and unique (what workers send): no sort needed
     order = np.argsort(keys, kind="stable")
     sk = keys[order]
     first = np.empty(len(sk), dtype=bool)
@@ -128,7 +128,7 @@ class DenseShard:
         self._senders = []
         return self.values
 
-    def _check(self, n: int, what: str) -> None:
+    def check_size(self, n: int, what: str) -> None:
         if n != self.size:
             raise TableError(
                 f"table {self.spec.name!r}: {what} has {n} elements, this server's shard "
@@ -137,7 +137,7 @@ class DenseShard:
 
     def apply(self, parts: list[tuple[int, np.ndarray]], total: int) -> None:
         """One optimizer step from a gradient given as (offset, flat chunk) pieces."""
-        self._check(total, "the gradient")
+        self.check_size(total, "the gradient")
         values = self._writable()
         self.step += 1
         for off, g in parts:
@@ -147,13 +147,13 @@ class DenseShard:
 
     def add(self, parts: list[tuple[int, np.ndarray]], total: int, scale: float) -> None:
         """values += scale * delta (geo mode merges the workers' changes this way)."""
-        self._check(total, "the delta")
+        self.check_size(total, "the delta")
         values = self._writable()
         for off, d in parts:
             values[off : off + d.size] += np.float32(scale) * d
 
     def assign(self, parts: list[tuple[int, np.ndarray]], total: int) -> None:
-        self._check(total, "the assigned value")
+        self.check_size(total, "the assigned value")
         values = self._writable()
         for off, v in parts:
             values[off : off + v.size] = v
@@ -162,7 +162,8 @@ class DenseShard:
         meta = {"start": self.start, "stop": self.stop, "step": self.step}
         return meta, {"values": self.values, **{f"slot_{k}": v for k, v in self.slots.items()}}
 
-    def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    def check_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Raise TableError unless (meta, arrays) from a checkpoint fit this shard."""
         if (meta.get("start"), meta.get("stop")) != (self.start, self.stop):
             raise TableError(
                 f"table {self.spec.name!r}: the checkpoint holds elements "
@@ -172,6 +173,9 @@ class DenseShard:
         want = {"values", *(f"slot_{k}" for k in self.slots)}
         if set(arrays) != want or any(a.shape != (self.size,) for a in arrays.values()):
             raise TableError(f"table {self.spec.name!r}: checkpoint arrays do not fit the shard")
+
+    def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.check_state(meta, arrays)
         self._writable()
         self.values = arrays["values"].astype(np.float32).copy()
         self.slots = {k: arrays[f"slot_{k}"].astype(np.float32).copy() for k in self.slots}
@@ -268,7 +272,8 @@ class SparseShard:
         arrays.update({f"slot_{k}": s[:n] for k, s in self.slots.items()})
         return {"rows": n, "dim": self.dim}, arrays
 
-    def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    def check_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Raise TableError unless (meta, arrays) from a checkpoint fit this shard."""
         n = int(meta.get("rows", -1))
         if meta.get("dim") != self.dim:
             raise TableError(
@@ -278,6 +283,12 @@ class SparseShard:
         want = {"keys", "values", "steps", *(f"slot_{k}" for k in self.slots)}
         if set(arrays) != want or len(arrays["keys"]) != n:
             raise TableError(f"table {self.spec.name!r}: checkpoint arrays do not fit the shard")
+        if any(len(a) != n for a in arrays.values()):
+            raise TableError(f"table {self.spec.name!r}: checkpoint arrays differ in length")
+
+    def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.check_state(meta, arrays)
+        n = int(meta["rows"])
         self.n = 0
         self.index = KeyIndex(2 * n)
         self._alloc(max(1024, n))
