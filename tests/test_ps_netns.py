@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.netns
 def test_sync_training_with_a_server_and_a_trainer_on_each_of_two_nodes(tmp_path):
     out = tmp_path / "result.npz"
     args = [str(WORKERS / "ctr_train.py"), str(out), "--mode", "sync", "--steps", "10"]
-    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster, contextlib.ExitStack() as files:
         a, b = cluster.nodes
         env = base_env([f"{a.addr}:6170", f"{b.addr}:6170"], [f"{a.addr}:6171", f"{b.addr}:6171"])
         env["PADDLIKE_TIMEOUT"] = "30"
@@ -27,7 +29,7 @@ def test_sync_training_with_a_server_and_a_trainer_on_each_of_two_nodes(tmp_path
             server = dict(env, TRAINING_ROLE="PSERVER", POD_IP=node.addr, PADDLE_PORT="6170")
             trainer = dict(env, TRAINING_ROLE="TRAINER", PADDLE_TRAINER_ID=str(i))
             for role, e in (("server", server), ("trainer", trainer)):
-                log = (tmp_path / f"{role}.{i}").open("wb")
+                log = files.enter_context((tmp_path / f"{role}.{i}").open("wb"))
                 procs.append(
                     (
                         f"{role} {i}",
@@ -39,7 +41,7 @@ def test_sync_training_with_a_server_and_a_trainer_on_each_of_two_nodes(tmp_path
                 )
         for name, log, p in procs:
             code = p.wait(60)
-            assert code == 0, f"{name} exited {code}:\n{open(log).read()}"
+            assert code == 0, f"{name} exited {code}:\n{Path(log).read_text()}"
     w, emb = reference(steps=10, batch=64)
     got = np.load(out)
     np.testing.assert_allclose(got["w"], w, rtol=1e-4, atol=1e-5)

@@ -5,7 +5,7 @@ window until the worker binds it; two launchers starting at the same moment can 
 the same port in that window. So every port handed out is also written into a
 registry shared by all launchers on the host, under a file lock:
 
-    /tmp/paddlike-ports/lock          the filelock
+    /tmp/paddlike-ports/lock          the flock that guards the registry
     /tmp/paddlike-ports/<port>        "<pid> <pid start time> <unix time>"
 
 An entry blocks its port for `TTL` seconds (enough for workers to bind it) or until

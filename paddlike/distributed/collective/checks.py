@@ -35,7 +35,7 @@ def check_array(x: Any, op: str, arg: str) -> None:
             f"{tuple(x.strides)}); collectives write in place, so pass a contiguous array, "
             f"e.g. np.ascontiguousarray(x), and use that array afterwards"
         )
-    if not x.flags.writeable:
+    if not getattr(x.flags, "writeable", True):  # cupy arrays are always writeable
         raise ValueError(f"{op}: argument {arg!r} is read-only; pass a writeable array")
 
 

@@ -1,0 +1,272 @@
+"""The NCCL backend, through CuPy's binding (cupy.cuda.nccl); arrays are cupy arrays.
+
+One NCCL communicator per group. Rank 0 of the group makes the unique id and shares it
+through the store (with the group's deadline) before anyone builds the communicator;
+the worker's device (FLAGS_selected_gpus) is made current first. Counts are in
+elements, buffers are `arr.data.ptr`, work goes on the current CuPy stream.
+send/recv-based operations (gather, scatter, all_to_all, uneven all_gather) are grouped
+inside groupStart()/groupEnd(). AVG is SUM then a division where NCCL lacks it; bool
+reduces as uint8 with SUM -> MAX and PROD -> MIN (or / and).
+
+Deadlines: NCCL calls return at once and run on the stream; each operation then waits
+for its stream on a helper thread, and if the deadline passes first the communicator is
+aborted (`abort()`, never `destroy()` on an error path: destroy waits for peers).
+
+This module imports CuPy only inside functions: `import paddlike.distributed` works
+without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .backend import Communicator
+from .errors import CollectiveError, CollectiveTimeoutError
+from .reduce_op import ReduceOp
+
+__all__ = ["NcclCommunicator", "available", "decode_unique_id", "encode_unique_id"]
+
+_DTYPES = {
+    "float16": "NCCL_FLOAT16",
+    "float32": "NCCL_FLOAT32",
+    "float64": "NCCL_FLOAT64",
+    "int8": "NCCL_INT8",
+    "uint8": "NCCL_UINT8",
+    "int32": "NCCL_INT32",
+    "int64": "NCCL_INT64",
+    "bool": "NCCL_UINT8",
+}
+_OPS = {
+    ReduceOp.SUM: "NCCL_SUM",
+    ReduceOp.AVG: "NCCL_SUM",
+    ReduceOp.PROD: "NCCL_PROD",
+    ReduceOp.MAX: "NCCL_MAX",
+    ReduceOp.MIN: "NCCL_MIN",
+}
+_BOOL_OPS = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PROD: ReduceOp.MIN}
+
+
+def available(device_id: int = 0) -> bool:
+    """CuPy imports, has NCCL, and sees GPU `device_id`."""
+    try:
+        import cupy
+        from cupy.cuda import nccl  # noqa: F401
+    except Exception:
+        return False
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount()) > device_id
+    except Exception:
+        return False
+
+
+def encode_unique_id(uid: Any) -> bytes:
+    """NCCL's unique id for the store: CuPy >= 14 gives 128 bytes, older CuPy a tuple of 128
+    signed chars. A one-byte tag keeps the form, so the peers rebuild exactly that."""
+    if isinstance(uid, (bytes, bytearray)):
+        return b"B" + bytes(uid)
+    return b"T" + bytes(int(v) & 0xFF for v in uid)
+
+
+def decode_unique_id(raw: bytes) -> bytes | tuple[int, ...]:
+    tag, body = raw[:1], raw[1:]
+    if tag == b"B":
+        return bytes(body)
+    if tag == b"T":
+        return tuple(v - 256 if v > 127 else v for v in body)
+    raise CollectiveError(f"init: malformed NCCL unique id in the store (tag {tag!r})")
+
+
+def nccl_dtype_name(dtype: Any, what: str) -> str:
+    name = np.dtype(dtype).name
+    if name not in _DTYPES:
+        raise TypeError(
+            f"{what}: dtype {name} is not supported by NCCL; use one of {sorted(_DTYPES)}"
+        )
+    return _DTYPES[name]
+
+
+def nccl_op(op: ReduceOp, dtype: Any) -> tuple[str, bool]:
+    """(NCCL op name, divide afterwards) for `op` on `dtype`."""
+    if np.dtype(dtype) == np.bool_:
+        op = _BOOL_OPS.get(op, op)
+    return _OPS[op], op is ReduceOp.AVG
+
+
+class NcclCommunicator(Communicator):
+    def __init__(
+        self,
+        store: Any,
+        prefix: str,
+        rank: int,
+        global_ranks: Sequence[int],
+        device_id: int,
+        timeout: float,
+    ) -> None:
+        import cupy
+        from cupy.cuda import nccl
+
+        self._cp, self._nccl = cupy, nccl
+        self.name, self.rank, self.size = prefix, rank, len(global_ranks)
+        self.global_ranks = list(global_ranks)
+        self.device = cupy.cuda.Device(device_id)
+        self.device.use()  # before the communicator: NCCL binds it to the current device
+        key = f"{prefix}/nccl-uid"
+        if rank == 0:
+            store.set(key, encode_unique_id(nccl.get_unique_id()))
+        try:
+            raw = store.get(key, timeout=timeout)
+        except Exception as exc:
+            raise CollectiveTimeoutError(
+                f"init: rank {self.global_ranks[0]} did not publish the NCCL unique id "
+                f"within {timeout:g} s: {exc}"
+            ) from None
+        self.comm = nccl.NcclCommunicator(self.size, decode_unique_id(raw), rank)
+        self.transport = "nccl"
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _dt(self, x: Any, what: str) -> int:
+        return getattr(self._nccl, nccl_dtype_name(x.dtype, what))
+
+    def _stream(self) -> int:
+        return self._cp.cuda.get_current_stream().ptr
+
+    def _finish(self, deadline: float, what: str) -> None:
+        """Wait for the stream's work, or abort the communicator at the deadline."""
+        stream = self._cp.cuda.get_current_stream()
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                stream.synchronize()
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=wait, name=f"nccl-wait-{what}", daemon=True).start()
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            self.abort()
+            raise CollectiveTimeoutError(
+                f"{what}: NCCL did not complete before the deadline; a rank of group "
+                f"{self.global_ranks} did not join (or died); the communicator was aborted"
+            )
+        if errors:
+            self.abort()
+            raise CollectiveError(f"{what}: NCCL failed: {errors[0]}")
+        check = getattr(self.comm, "check_async_error", None)
+        if check is not None:
+            check()
+
+    def abort(self) -> None:
+        comm, self.comm = getattr(self, "comm", None), None
+        if comm is not None:
+            with contextlib.suppress(Exception):
+                comm.abort()
+
+    def close(self) -> None:
+        self.abort()
+
+    def _grouped(self, sends: list[tuple[Any, int]], recvs: list[tuple[Any, int]], what: str):
+        nccl, stream = self._nccl, self._stream()
+        nccl.groupStart()
+        try:
+            for arr, peer in sends:
+                self.comm.send(arr.data.ptr, arr.size, self._dt(arr, what), peer, stream)
+            for arr, peer in recvs:
+                self.comm.recv(arr.data.ptr, arr.size, self._dt(arr, what), peer, stream)
+        finally:
+            nccl.groupEnd()
+
+    # --- operations ------------------------------------------------------------------------
+
+    def all_reduce(self, x: Any, op: ReduceOp, deadline: float) -> None:
+        name, divide = nccl_op(op, x.dtype)
+        self.comm.allReduce(x.data.ptr, x.data.ptr, x.size, self._dt(x, "all_reduce"),
+                            getattr(self._nccl, name), self._stream())  # fmt: skip
+        if divide:
+            x /= self.size
+        self._finish(deadline, "all_reduce")
+
+    def reduce(self, x: Any, root: int, op: ReduceOp, deadline: float) -> None:
+        name, divide = nccl_op(op, x.dtype)
+        out = x if self.rank == root else self._cp.empty_like(x)
+        self.comm.reduce(x.data.ptr, out.data.ptr, x.size, self._dt(x, "reduce"),
+                         getattr(self._nccl, name), root, self._stream())  # fmt: skip
+        if divide and self.rank == root:
+            x /= self.size
+        self._finish(deadline, "reduce")
+
+    def broadcast(self, x: Any, root: int, deadline: float) -> None:
+        self.comm.bcast(x.data.ptr, x.size, self._dt(x, "broadcast"), root, self._stream())
+        self._finish(deadline, "broadcast")
+
+    def all_gather(self, outs: list[Any], x: Any, deadline: float) -> None:
+        if all(o.size == x.size for o in outs):
+            flat = self._cp.empty((self.size, x.size), x.dtype)
+            self.comm.allGather(x.data.ptr, flat.data.ptr, x.size, self._dt(x, "all_gather"),
+                                self._stream())  # fmt: skip
+            for k, o in enumerate(outs):
+                o[...] = flat[k].reshape(o.shape)
+        else:  # uneven: grouped point-to-point
+            peers = [k for k in range(self.size) if k != self.rank]
+            outs[self.rank][...] = x
+            self._grouped([(x, k) for k in peers], [(outs[k], k) for k in peers], "all_gather")
+        self._finish(deadline, "all_gather")
+
+    def gather(self, x: Any, outs: list[Any] | None, root: int, deadline: float) -> None:
+        if self.rank == root:
+            assert outs is not None
+            outs[root][...] = x
+            peers = [k for k in range(self.size) if k != root]
+            self._grouped([], [(outs[k], k) for k in peers], "gather")
+        else:
+            self._grouped([(x, root)], [], "gather")
+        self._finish(deadline, "gather")
+
+    def scatter(self, x: Any, ins: list[Any] | None, root: int, deadline: float) -> None:
+        if self.rank == root:
+            assert ins is not None
+            x[...] = ins[root]
+            peers = [k for k in range(self.size) if k != root]
+            self._grouped([(ins[k], k) for k in peers], [], "scatter")
+        else:
+            self._grouped([], [(x, root)], "scatter")
+        self._finish(deadline, "scatter")
+
+    def reduce_scatter(self, out: Any, ins: list[Any], op: ReduceOp, deadline: float) -> None:
+        name, divide = nccl_op(op, out.dtype)
+        flat = self._cp.concatenate([a.reshape(-1) for a in ins])
+        self.comm.reduceScatter(flat.data.ptr, out.data.ptr, out.size,
+                                self._dt(out, "reduce_scatter"), getattr(self._nccl, name),
+                                self._stream())  # fmt: skip
+        if divide:
+            out /= self.size
+        self._finish(deadline, "reduce_scatter")
+
+    def all_to_all(self, outs: list[Any], ins: list[Any], deadline: float) -> None:
+        outs[self.rank][...] = ins[self.rank]
+        peers = [k for k in range(self.size) if k != self.rank]
+        self._grouped([(ins[k], k) for k in peers], [(outs[k], k) for k in peers], "all_to_all")
+        self._finish(deadline, "all_to_all")
+
+    def send(self, x: Any, peer: int, deadline: float) -> None:
+        self.comm.send(x.data.ptr, x.size, self._dt(x, "send"), peer, self._stream())
+        self._finish(deadline, "send")
+
+    def recv(self, x: Any, peer: int, deadline: float) -> None:
+        self.comm.recv(x.data.ptr, x.size, self._dt(x, "recv"), peer, self._stream())
+        self._finish(deadline, "recv")
+
+    def barrier(self, deadline: float) -> None:
+        one = self._cp.zeros(1, self._cp.int32)
+        self.comm.allReduce(one.data.ptr, one.data.ptr, 1, self._nccl.NCCL_INT32,
+                            self._nccl.NCCL_SUM, self._stream())  # fmt: skip
+        self._finish(deadline, "barrier")
