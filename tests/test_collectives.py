@@ -65,7 +65,10 @@ def test_a_world_of_one_needs_no_launcher_and_no_peers(tmp_path: Path) -> None:
 
     code = (
         "import numpy as np, paddlike.distributed as dist\n"
+        "try:\n    dist.all_reduce(np.zeros(2))\nexcept dist.CollectiveError as e:\n"
+        "    print(e)\n"
         "g = dist.init_parallel_env()\n"
+        "try:\n    dist.new_group([0, 1])\nexcept ValueError as e:\n    print(e)\n"
         "x = np.arange(4.0); dist.all_reduce(x, dist.ReduceOp.AVG); out = []\n"
         "dist.all_gather(out, x); dist.broadcast(x, src=0); dist.barrier()\n"
         "print(dist.get_rank(), dist.get_world_size(), g.nranks, x.tolist(), len(out))\n"
@@ -76,4 +79,10 @@ def test_a_world_of_one_needs_no_launcher_and_no_peers(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == ["0 1 1 [0.0, 1.0, 2.0, 3.0] 1", "False"]
+    assert run.stdout.splitlines() == [
+        "all_reduce: the process group is not initialized; call "
+        "paddlike.distributed.init_parallel_env() first",
+        "new_group: ranks [0, 1] must be a non-empty list of ranks in 0..0",
+        "0 1 1 [0.0, 1.0, 2.0, 3.0] 1",
+        "False",
+    ]

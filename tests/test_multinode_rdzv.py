@@ -54,14 +54,17 @@ def test_every_node_gets_its_ranks_and_the_same_endpoints(tmp_path: Path, n: int
     assert {s["job_id"] for s in summaries} == {summaries[0]["job_id"]}
 
 
-#SKIPB2
-def test_a_different_ips_order_on_one_node_makes_both_exit_2_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("meet", ["at node a's store (--master)", "each at its own store"])
+def test_a_different_ips_order_on_one_node_makes_both_exit_2_naming_it(
+    tmp_path: Path, meet: str
+) -> None:
     script = write_worker(tmp_path)
     with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
         a, b = cluster.nodes
-        # node b lists the nodes the other way round and so believes it is node 0;
-        # --master on both makes them meet at node a's store, where that shows
-        master = ["--master", f"{a.addr}:6170"]
+        # node b lists the nodes the other way round and so believes it is node 0. With
+        # --master both meet at node a's store, where two claims to node 0 show; without,
+        # each hosts a store of its own, and each finds the other's while waiting for it.
+        master = ["--master", f"{a.addr}:6170"] if "--master" in meet else []
         pa = start_launcher(a, "nodea,nodeb", tmp_path / "la", script, options=master)
         pb = start_launcher(b, "nodeb,nodea", tmp_path / "lb", script, options=master)
         out_a = pa.communicate(timeout=60)[0].decode()
@@ -69,7 +72,11 @@ def test_a_different_ips_order_on_one_node_makes_both_exit_2_naming_it(tmp_path:
     assert (pa.returncode, pb.returncode) == (2, 2), (out_a, out_b)
     for out in (out_a, out_b):
         assert "disagrees on ips" in out or "two launchers claim node index 0" in out, out
+        assert "run the same command on every node" in out or "check --ips" in out, out
+    if not master:
+        assert "198.18.0.2,198.18.0.1" in out_a and "198.18.0.2,198.18.0.1" in out_b
     assert not list((tmp_path / "la").glob("workerlog.*"))
+    assert not list((tmp_path / "lb").glob("workerlog.*"))
 
 
 def test_a_node_that_never_starts_is_named_when_the_rendezvous_times_out(tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
         except BaseException:
             _close_store()
             raise
-        atexit.register(_close_quietly)
+        atexit.register(destroy_process_group)  # a script that forgets still leaves cleanly
         return runtime.default
 
 

@@ -601,14 +601,23 @@ class StoreClient:
     """A connection to a StoreServer. Thread-safe: one request at a time, under a lock.
 
     The constructor retries connecting until `timeout` (the server may not be up yet);
-    `timeout` is also the default deadline of `get`, `wait` and `barrier`.
+    `timeout` is also the default deadline of `get`, `wait` and `barrier`. A call after
+    the connection broke reconnects for at most `reconnect_timeout` (default `timeout`):
+    a server that was up and is gone is a different thing from one not up yet.
     """
 
     def __init__(
-        self, host: str, port: int, *, timeout: float = 300.0, token: bytes | None = None
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout: float = 300.0,
+        token: bytes | None = None,
+        reconnect_timeout: float | None = None,
     ) -> None:
         self.host, self.port = host, int(port)
         self.timeout = float(timeout)
+        self.reconnect_timeout = self.timeout if reconnect_timeout is None else reconnect_timeout
         self._token = token or None
         self._lock = threading.Lock()
         self._closed = False
@@ -618,6 +627,11 @@ class StoreClient:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        """False after a call broke the connection (the next call reconnects first)."""
+        return self._sock is not None and not self._closed
 
     def _connect(self, deadline: float) -> socket.socket:
         started = time.monotonic()
@@ -679,7 +693,7 @@ class StoreClient:
             if self._closed:
                 raise StoreError(f"store client for {self.address} is closed ({what})")
             if self._sock is None:  # broken earlier: reconnect (the server may be back)
-                self._sock = self._connect(time.monotonic() + self.timeout)
+                self._sock = self._connect(time.monotonic() + self.reconnect_timeout)
             sock = self._sock
             try:
                 sock.settimeout(wait + FRAME_TIMEOUT)

@@ -370,6 +370,8 @@ class JobSession:
         progress: Callable[[str], None],
         make_watch: Callable[[int], JobWatch],
         server: object | None = None,
+        master: tuple[str, int] | None = None,
+        token: bytes | None = None,
     ) -> None:
         self.kv = kv
         self.node_index = node_index
@@ -380,6 +382,8 @@ class JobSession:
         self.progress = progress
         self._make_watch = make_watch
         self.server = server
+        self.master = master
+        self.token = token
         self._watches: list[JobWatch] = []
 
     @classmethod
@@ -401,7 +405,9 @@ class JobSession:
         if hosts_store(master[0], hosts, node_index):
             server = host_store(master[0], master[1], allowed_hosts=hosts, token=token)
         try:
-            kv = StoreClient(*master, timeout=rdzv_timeout, token=token)
+            kv = StoreClient(
+                *master, timeout=rdzv_timeout, token=token, reconnect_timeout=heartbeat_timeout
+            )
         except StoreTimeoutError as exc:
             if server is not None:
                 server.close()
@@ -435,10 +441,17 @@ class JobSession:
             progress=progress,
             make_watch=make_watch,
             server=server,
+            master=master,
+            token=token,
         )
 
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
-        from paddlike.launch.rendezvous import Rendezvous
+        from paddlike.launch.rendezvous import Rendezvous, find_rival
+
+        def rival_check(round_: int, missing: list[int]) -> str | None:
+            if self.server is None or self.master is None:
+                return None  # only a store's host can have a rival
+            return find_rival(entry, round_, self.hosts, missing, self.master[1], self.token)
 
         rdzv = Rendezvous(
             kv=self.kv,
@@ -447,26 +460,14 @@ class JobSession:
             hosts=self.hosts,
             timeout=self.rdzv_timeout,
             progress=self.progress,
+            rival_check=rival_check,
         )
         try:
             return rdzv.join(entry, round_)
         except Exception:
-            self._linger_for_readers(round_)
+            if self.server is not None:  # the others must read the verdict before it closes
+                rdzv.linger(round_, DONE_GRACE)
             raise
-        finally:
-            with contextlib.suppress(StoreError):
-                self.kv.set(f"rdzv/{round_}/read/{self.node_index}", b"1")
-
-    def _linger_for_readers(self, round_: int) -> None:
-        """Node 0 failing at rendezvous: give the others a moment to read the same verdict."""
-        if self.server is None:
-            return
-        deadline = time.monotonic() + DONE_GRACE
-        for j in range(1, self.nnodes):
-            left = deadline - time.monotonic()
-            with contextlib.suppress(StoreError):
-                if left > 0 and self.kv.try_get(f"rdzv/{round_}/node/{j}") is not None:
-                    self.kv.get(f"rdzv/{round_}/read/{j}", timeout=left)
 
     def watch(self, round_: int) -> JobWatch:
         for old in self._watches:

@@ -21,6 +21,7 @@ etcd cluster through `paddlike.launch.etcd.EtcdKV`, which has the same methods.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -232,11 +233,39 @@ class Rendezvous:
     timeout: float
     progress: Callable[[str], None] = field(default=lambda line: None)
     clock: Callable[[], float] = time.monotonic
+    # (round, missing nodes) -> a mismatch message when a missing node turns out to run a
+    # rendezvous of its own (it read --ips in another order and believes it is node 0)
+    rival_check: Callable[[int, list[int]], str | None] | None = None
 
     def _key(self, round_: int, *parts: object) -> str:
         return "/".join(["rdzv", str(round_), *map(str, parts)])
 
     def join(self, entry: NodeEntry, round_: int = 0) -> RendezvousResult:
+        """Meet the others; every launcher that arrived marks when it has read the verdict
+        (`left/<ticket>`), so that the store's host can stay up until all have read it."""
+        ticket = None
+        try:
+            ticket = self.kv.add(self._key(round_, "arrived"), 1)
+            return self._join(entry, round_)
+        except StoreError as exc:
+            raise RendezvousError(
+                f"rendezvous: lost the store at {self.kv.address} (node 0's launcher gone?): "
+                f"{exc}"
+            ) from exc
+        finally:
+            if ticket is not None and getattr(self.kv, "connected", True):
+                with contextlib.suppress(StoreError):
+                    self.kv.set(self._key(round_, "left", ticket), b"1")
+
+    def linger(self, round_: int, timeout: float) -> None:
+        """The store's host, failing: wait (up to `timeout`) until every launcher that
+        arrived has read the verdict, so that all of them print it rather than "store gone"."""
+        with contextlib.suppress(StoreError, ValueError):
+            arrived = int(self.kv.try_get(self._key(round_, "arrived")) or b"0")
+            keys = [self._key(round_, "left", t) for t in range(1, arrived + 1)]
+            wait_keys(self.kv, keys, timeout)
+
+    def _join(self, entry: NodeEntry, round_: int) -> RendezvousResult:
         started = self.clock()
         deadline = started + self.timeout
         where = self.kv.address
@@ -319,6 +348,10 @@ class Rendezvous:
                 continue
             next_check = now + 1.0
             missing = missing_nodes(self.nnodes, self._present(round_))
+            rival = self.rival_check(round_, missing) if missing and self.rival_check else None
+            if rival:
+                self.kv.compare_set(complete, None, _MISMATCH_PREFIX + rival.encode())
+                return self.kv.get(complete, timeout=1.0)
             if missing and (missing != last_missing or now - last_print >= PROGRESS_EVERY):
                 self.progress(
                     f"rendezvous at {self.kv.address}: waiting for "
@@ -326,6 +359,91 @@ class Rendezvous:
                     f"({now - started:.0f} s of {self.timeout:g} s)"
                 )
                 last_missing, last_print = missing, now
+
+
+def first_difference(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
+    """The first fingerprint field (in `a`'s order, then `b`'s) where the two differ."""
+    for f in [*a, *(f for f in b if f not in a)]:
+        if a.get(f, "<unset>") != b.get(f, "<unset>"):
+            return f
+    return None
+
+
+def rival_message(mine: NodeEntry, theirs: NodeEntry, address: str) -> str:
+    """Two launchers each hosting a rendezvous of their own: say where, and why.
+
+    The usual cause is --ips in another order: each node then finds itself first.
+    """
+    f = first_difference(theirs.fingerprint, mine.fingerprint) or "ips"
+    who = theirs.hostname or theirs.host
+    return (
+        f"rendezvous: the launcher on {who} ({theirs.host}) disagrees on {f}: it has "
+        f"{theirs.fingerprint.get(f, '<unset>')!r}, {mine.hostname or mine.host} ({mine.host}) "
+        f"has {mine.fingerprint.get(f, '<unset>')!r}; so both believe they are node 0 and each "
+        f"hosts its own rendezvous (the other at {address}); run the same command on every node"
+    )
+
+
+RIVAL_PROBE_TIMEOUT = 0.2  # seconds per connection attempt to a missing node's store port
+
+
+def find_rival(
+    mine: NodeEntry,
+    round_: int,
+    hosts: Sequence[str],
+    missing: Sequence[int],
+    port: int,
+    token: bytes | None,
+) -> str | None:
+    """The store's host, while nodes are missing: does one of them host a rendezvous too?
+
+    One quick connection attempt per missing node at the launchers' store port. When a
+    paddlike store answers there and holds a node 0 entry for this round, both launchers
+    believe they are node 0: put the verdict into that store as well, so that its launcher
+    stops with the same message, and return it.
+    """
+    import socket
+
+    from paddlike.distributed.store import StoreClient
+
+    for j in missing:
+        host = hosts[j]
+        if host == mine.host:
+            continue
+        try:
+            socket.create_connection((host, port), timeout=RIVAL_PROBE_TIMEOUT).close()
+        except OSError:
+            continue  # nothing listens there: that node is simply not up yet
+        try:
+            kv = StoreClient(host, port, timeout=1.0, token=token, reconnect_timeout=0.0)
+        except StoreError:
+            continue  # not our kind of store, or another job's token: not a rival
+        with kv:
+            try:
+                theirs = NodeEntry.decode(kv.try_get(f"rdzv/{round_}/node/0") or b"")
+            except (StoreError, ValueError, KeyError):
+                continue
+            if theirs.host == mine.host:
+                continue
+            message = rival_message(mine, theirs, f"{host}:{port}")
+            # The rival may have found us first and be closing its store: then this
+            # write fails, but it has its verdict already.
+            with contextlib.suppress(StoreError):
+                kv.compare_set(f"rdzv/{round_}/complete", None, _MISMATCH_PREFIX + message.encode())
+            return message
+    return None
+
+
+def wait_keys(kv: KV, keys: Sequence[str], timeout: float) -> None:
+    """Until every key exists (StoreTimeoutError after `timeout`): one `wait` call where the
+    backend has it, else one waiting `get` per key under the same deadline."""
+    wait = getattr(kv, "wait", None)
+    if wait is not None:
+        wait(list(keys), timeout=timeout)
+        return
+    deadline = time.monotonic() + timeout
+    for k in keys:
+        kv.get(k, timeout=max(0.001, deadline - time.monotonic()))
 
 
 def hosts_store(master_host: str, hosts: Sequence[str], node_index: int) -> bool:

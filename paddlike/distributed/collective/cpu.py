@@ -55,6 +55,15 @@ def host_key() -> str:
     return "|".join(parts)
 
 
+def _buffer_bytes() -> int:
+    raw = os.environ.get(SHM_BUFFER_ENV, "").strip()
+    try:
+        value = int(raw) if raw else DEFAULT_SHM_BUFFER
+    except ValueError:
+        raise ValueError(f"environment variable {SHM_BUFFER_ENV}={raw!r} is not bytes") from None
+    return max(4096, value // 4096 * 4096)
+
+
 def _bounds(n_items: int, parts: int, k: int) -> tuple[int, int]:
     """Slice k of `parts` near-equal slices of range(n_items)."""
     base, extra = divmod(n_items, parts)
@@ -98,15 +107,16 @@ class CpuCommunicator(Communicator):
         self.arena: ShmArena | None = None
         if self.size > 1:
             mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
-            key = f"{host_key()}|{mode}|{int(shm_available())}"
+            buffer_bytes = _buffer_bytes()
+            # Shared memory only if every rank is on this host and agrees on the layout
+            # (a peer mapping a segment larger than the file would crash on access).
+            key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}"
             store.set(f"{prefix}/host/{rank}", key)
             keys = [
                 store.get(f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic()))
                 for k in range(self.size)
             ]
             if mode != "tcp" and shm_available() and all(k == keys[0] for k in keys):
-                buffer_bytes = int(os.environ.get(SHM_BUFFER_ENV, DEFAULT_SHM_BUFFER))
-                buffer_bytes = max(4096, buffer_bytes // 4096 * 4096)
                 self.arena = ShmArena(
                     store, prefix, rank, global_ranks, buffer_bytes, deadline, self.mesh.peer_closed
                 )

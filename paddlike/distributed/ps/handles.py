@@ -43,8 +43,19 @@ class DenseTable:
             )
         return np.ascontiguousarray(a).reshape(-1)
 
-    def _fetch(self) -> np.ndarray:
-        out = np.empty(self.spec.size, dtype=np.float32)
+    def _out(self, out: np.ndarray | None) -> np.ndarray:
+        if out is None:
+            return np.empty(self.shape, dtype=np.float32)
+        if out.shape != self.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(
+                f"table {self.name!r}: out= must be a C-contiguous float32 array of shape "
+                f"{self.shape}, got {out.dtype} {out.shape}"
+            )
+        return out
+
+    def _fetch(self, out: np.ndarray | None = None) -> np.ndarray:
+        dest = self._out(out)
+        flat = dest.reshape(-1)
         reqs = [
             (i, Message(Op.PULL_DENSE, step=self.pushes, text=self.name))
             for i, (a, b) in enumerate(self.ranges)
@@ -55,8 +66,8 @@ class DenseTable:
             parts = rep.arrays[0]
             assert isinstance(parts, ArrayParts)
             for off, part in parts.flat_parts():
-                out[start + off : start + off + part.size] = part
-        return out.reshape(self.shape)
+                flat[start + off : start + off + part.size] = part
+        return dest
 
     def _send(self, op: Op, flat: np.ndarray, step: int = 0) -> None:
         reqs = [
@@ -66,9 +77,13 @@ class DenseTable:
         ]
         self.client.call(reqs)
 
-    def pull(self) -> np.ndarray:
-        """The current values (sync mode: after every trainer's pushes so far are applied)."""
-        return self._fetch()
+    def pull(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The current values (sync mode: after every trainer's pushes so far are applied).
+
+        With `out` (float32, the table's shape) the values are written there: for large
+        tables that saves allocating (and page-faulting) a fresh array on every pull.
+        """
+        return self._fetch(out)
 
     def push(self, grad: object) -> None:
         """Send a gradient; the servers' optimizer applies it (sync: the mean of all workers')."""
@@ -92,48 +107,64 @@ class SparseTable:
         self.n = len(client.endpoints)
         self.pushes = 0
 
-    def _split(self, keys: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-        """A permutation grouping keys by server, and (server, lo, hi) slices of it."""
-        owner = sparse_servers(keys, self.n)
+    def _split(self, keys: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+        """(server, positions of its keys in increasing order) for every server with keys.
+
+        None stands for "all positions" (one server). Increasing positions keep sorted
+        keys sorted, which lets the server skip merging duplicates.
+        """
         if self.n == 1:
-            return np.arange(len(keys)), [(0, 0, len(keys))]
-        order = np.argsort(owner, kind="stable")
-        bounds = np.searchsorted(owner[order], np.arange(self.n + 1))
-        return order, [
-            (s, int(bounds[s]), int(bounds[s + 1]))
-            for s in range(self.n)
-            if bounds[s + 1] > bounds[s]
-        ]
+            return [(0, None)]
+        owner = sparse_servers(keys, self.n)
+        if self.n <= 16:  # a comparison per server beats sorting 64 K owners
+            groups = [(s, np.flatnonzero(owner == s)) for s in range(self.n)]
+        else:
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(self.n + 1))
+            groups = [(s, order[bounds[s] : bounds[s + 1]]) for s in range(self.n)]
+        return [(s, pos) for s, pos in groups if len(pos)]
 
     def _fetch(self, keys: np.ndarray, step: int) -> np.ndarray:
-        out = np.empty((len(keys), self.dim), dtype=np.float32)
         if len(keys) == 0:
-            return out
-        order, groups = self._split(keys)
-        sorted_keys = keys[order] if self.n > 1 else keys
+            return np.empty((0, self.dim), dtype=np.float32)
+        groups = self._split(keys)
         reqs = [
-            (s, Message(Op.PULL_SPARSE, step=step, text=self.name, arrays=[sorted_keys[lo:hi]]))
-            for s, lo, hi in groups
+            (
+                s,
+                Message(
+                    Op.PULL_SPARSE,
+                    step=step,
+                    text=self.name,
+                    arrays=[keys if pos is None else keys[pos]],
+                ),
+            )
+            for s, pos in groups
         ]
-        for (_, lo, hi), rep in zip(groups, self.client.call(reqs), strict=True):
-            rows = rep.array(0)
-            if self.n == 1:
-                out[:] = rows
-            else:
-                out[order[lo:hi]] = rows
+        replies = self.client.call(reqs)
+        if self.n == 1:
+            return np.array(replies[0].array(0))  # a writable copy the caller owns
+        out = np.empty((len(keys), self.dim), dtype=np.float32)
+        for (_, pos), rep in zip(groups, replies, strict=True):
+            out[pos] = rep.array(0)
         return out
 
     def _send(self, op: Op, keys: np.ndarray, rows: np.ndarray, step: int) -> None:
-        order, groups = self._split(keys)
-        if self.n > 1:
-            keys, rows = keys[order], rows[order]
+        groups = self._split(keys)
         reqs = [
-            (s, Message(op, step=step, text=self.name, arrays=[keys[lo:hi], rows[lo:hi]]))
-            for s, lo, hi in groups
+            (
+                s,
+                Message(
+                    op,
+                    step=step,
+                    text=self.name,
+                    arrays=[keys, rows] if pos is None else [keys[pos], np.take(rows, pos, axis=0)],
+                ),
+            )
+            for s, pos in groups
         ]
         if op is Op.PUSH_SPARSE and self.spec.mode == "sync":
             # every server takes part in every step, even with no keys for it this time
-            present = {s for s, _, _ in groups}
+            present = {s for s, _ in groups}
             empty = [np.empty(0, np.int64), np.empty((0, self.dim), np.float32)]
             reqs += [
                 (s, Message(op, step=step, text=self.name, arrays=empty))
@@ -182,11 +213,13 @@ class GeoDenseTable(DenseTable):
         merged = self._fetch().reshape(-1)
         self.local, self.base = merged.copy(), merged
 
-    def pull(self) -> np.ndarray:
+    def pull(self, out: np.ndarray | None = None) -> np.ndarray:
         if self.local is None:
             self._sync_in()
         assert self.local is not None
-        return self.local.reshape(self.shape).copy()
+        dest = self._out(out)
+        np.copyto(dest, self.local.reshape(self.shape))
+        return dest
 
     def push(self, grad: object) -> None:
         g = self._flat(grad, "the gradient")

@@ -13,6 +13,7 @@ deferred, the loop keeps serving) until the pushes of every earlier step are app
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -113,6 +114,12 @@ class Server:
             self.sock.send_multipart(frames, copy=False)
 
     def _error(self, ident: bytes, req: Message, text: str) -> None:
+        # One line in the serverlog too: the worker raises, but its log may be elsewhere.
+        print(
+            f"server {self.index}: error reply to trainer {req.trainer} (op {req.op}): {text}",
+            file=sys.stderr,
+            flush=True,
+        )
         rep = Message(op=req.op, req_id=req.req_id, trainer=req.trainer, text=text)
         rep.status = Status.ERROR
         self.sock.send_multipart([ident, *wire.encode(rep)])
@@ -138,8 +145,10 @@ class Server:
         try:
             while not self._stop:
                 poller.poll()  # no deadline: a server lives until the job stops it
+                with contextlib.suppress(BlockingIOError):
+                    wake_r.recv(4096)  # any signal wrote here; only SIGTERM stops us
                 self._drain()
-            self._drain()  # SIGTERM: finish what already arrived
+            self._drain(limit=100_000)  # SIGTERM: finish what already arrived
             for t in self.tables.values():
                 for ident, req in t.waiting:
                     self._error(ident, req, f"server {self.index} is stopping")
@@ -158,8 +167,11 @@ class Server:
     def _on_sigterm(self, signum: int, frame: object) -> None:
         self._stop = True
 
-    def _drain(self) -> None:
-        while True:
+    def _drain(self, limit: int | None = None) -> None:
+        """Handle every message already queued (at most `limit`), stopping early on SIGTERM."""
+        count = 0
+        while not (self._stop and limit is None) and (limit is None or count < limit):
+            count += 1
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:

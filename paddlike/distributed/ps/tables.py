@@ -88,15 +88,16 @@ def merge_rows(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """Sorted unique keys and the sum of the rows of each (what duplicate keys mean)."""
     if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
         return keys, rows  # already sorted and unique (what workers send): no sort needed
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)
     sk = keys[order]
     first = np.empty(len(sk), dtype=bool)
     first[0] = True
     np.not_equal(sk[1:], sk[:-1], out=first[1:])
+    sorted_rows = np.take(rows, order, axis=0)  # faster than rows[order] for 2-D rows
     if first.all():
-        return sk, rows[order]
+        return sk, sorted_rows
     starts = np.flatnonzero(first)
-    return sk[starts], np.add.reduceat(rows[order], starts, axis=0)
+    return sk[starts], np.add.reduceat(sorted_rows, starts, axis=0)
 
 
 class DenseShard:

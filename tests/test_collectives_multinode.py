@@ -1,0 +1,36 @@
+"""Collectives across two network-namespace "nodes" through the launcher: ranks on different
+hosts talk over TCP (the shared-memory path is only for ranks of one host)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.collective_workers.launching import WORKERS, reports
+from tests.multinode_common import start_launcher
+from tests.netns import netns_cluster
+
+
+@pytest.mark.netns
+def test_two_nodes_run_every_operation_over_tcp(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    with netns_cluster(2) as cluster:
+        ips = ",".join(node.addr for node in cluster.nodes)
+        procs = [
+            start_launcher(
+                node, ips, tmp_path / f"log{i}", WORKERS / "matrix.py", script_args=[str(out)]
+            )
+            for i, node in enumerate(cluster.nodes)
+        ]
+        outputs = [p.communicate(timeout=100)[0].decode() for p in procs]
+    logs = "\n".join(
+        f"--- {f}\n{f.read_text()[-3000:]}" for f in sorted(tmp_path.glob("log*/workerlog.*"))
+    )
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs) + logs
+    got = reports(out)
+    assert sorted(got) == [0, 1, 2, 3], logs
+    for rank, report in got.items():
+        assert report["failures"] == [], f"rank {rank}: " + "\n".join(report["failures"])
+        assert report["default_transport"] == "tcp"  # the group spans two hosts
