@@ -26,6 +26,18 @@ NNODES = "PADDLE_NNODES"
 GROUP_RANK = "GROUP_RANK"
 NODE_RANK = "NODE_RANK"
 
+# torchrun's own additions; libraries (Lightning, torch's env:// init) read them.
+GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
+ROLE_RANK = "ROLE_RANK"
+ROLE_NAME = "ROLE_NAME"
+ROLE_WORLD_SIZE = "ROLE_WORLD_SIZE"
+TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"  # makes torch's is_torchelastic_launched() true
+TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+TORCHELASTIC_MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS"
+# Always "False": no torchrun agent hosts a store here, so rank 0 must host torch's own.
+TORCHELASTIC_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+OMP_NUM_THREADS = "OMP_NUM_THREADS"  # "1" with several workers per node, unless set
+
 # --- endpoints ---------------------------------------------------------------
 CURRENT_ENDPOINT = "PADDLE_CURRENT_ENDPOINT"
 TRAINER_ENDPOINTS = "PADDLE_TRAINER_ENDPOINTS"
@@ -54,6 +66,16 @@ NEXT_HETER_TRAINER_IP_PORT_LIST = "PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST"
 STAGE_ID = "STAGE_ID"
 STAGE_NUM = "STAGE_NUM"
 HETER_DEVICE_TYPE = "HETER_DEVICE_TYPE"
+
+# Paddle's fleet starts its gloo (barrier_worker, util.all_reduce) only when these are set;
+# server 0's node hosts the gloo HTTP rendezvous at PADDLE_GLOO_HTTP_ENDPOINT.
+PADDLE_WITH_GLOO = "PADDLE_WITH_GLOO"
+PADDLE_GLOO_RENDEZVOUS = "PADDLE_GLOO_RENDEZVOUS"
+PADDLE_GLOO_HTTP_ENDPOINT = "PADDLE_GLOO_HTTP_ENDPOINT"
+
+# Paddle's launcher sets these two; Paddle's auto-checkpoint and fleet_util read them.
+PADDLE_LOG_DIR = "PADDLE_LOG_DIR"
+PADDLE_JOB_ID = "PADDLE_JOB_ID"
 
 ROLE_TRAINER = "TRAINER"
 ROLE_PSERVER = "PSERVER"

@@ -90,3 +90,11 @@ def test_importing_the_package_does_not_load_numpy() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["False", "True"]
+
+
+def test_every_public_name_of_the_package_resolves() -> None:
+    import paddlike.distributed as dist
+
+    missing = [name for name in dist.__all__ if getattr(dist, name, None) is None]
+    assert missing == []
+    assert dist.alltoall is not dist.all_to_all  # Paddle's argument order, its own function

@@ -223,13 +223,6 @@ if fleet.is_worker():
 """
 
 
-@pytest.mark.xfail(
-    reason="plan_ps gives trainers no PADDLE_PORT (Paddle's role maker: 'Can not find "
-    "PADDLE_PORT') and no PADDLE_WITH_GLOO/PADDLE_GLOO_RENDEZVOUS/PADDLE_GLOO_HTTP_ENDPOINT "
-    "(fleet.util.all_reduce silently returns its input); passes once the plan sets them",
-    raises=AssertionError,
-    strict=False,
-)
 def test_paddle_parameter_server_script_finds_its_role_and_reduces_over_fleet_gloo(
     paddle_python, tmp_path
 ):

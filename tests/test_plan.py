@@ -69,10 +69,28 @@ def test_the_contract_environment_of_one_worker():
         "PADDLIKE_JOB_ID": "job-test", "PADDLIKE_RESTART_COUNT": "0",
         "PADDLIKE_LOG_DIR": "/abs/log", "PADDLIKE_NODE_HOSTS": "10.0.0.1,10.0.0.2",
         "PADDLIKE_RUN_MODE": "collective",
+        "PADDLE_JOB_ID": "job-test", "PADDLE_LOG_DIR": "/abs/log",
+        # torchrun's names, so torch scripts and libraries see a torchrun-style launch
+        "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_NAME": "default",
+        "ROLE_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "job-test",
+        "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "OMP_NUM_THREADS": "1",
     }  # fmt: skip
     for name, value in expected.items():
         assert env[name] == value, name
     assert contract.SELECTED_GPUS not in env  # CPU mode
+
+
+def test_one_openmp_thread_per_worker_unless_the_user_chose_or_there_is_one_worker():
+    def omp(nproc: int, environ: dict[str, str]) -> str | None:
+        facts = JobFacts("job-test", "/py", "/abs/log", environ, "eth0")
+        plan = plan_collective(options(), two_node_layout(0, nproc), cpu(nproc), facts)
+        return plan.processes[0].env.get("OMP_NUM_THREADS")
+
+    assert omp(2, {}) == "1"
+    assert omp(2, {"OMP_NUM_THREADS": "4"}) is None  # inherited from the launcher as is
+    assert omp(1, {}) is None
 
 
 def test_the_master_is_not_a_trainer_endpoint():
@@ -183,6 +201,7 @@ PS = PsLayout(
     host="10.0.0.2",
     node_index=1,
     nnodes=2,
+    gloo_endpoint="10.0.0.1:6070",
 )
 
 
@@ -210,6 +229,11 @@ def test_ps_environment_per_role():
         assert env["PADDLE_TRAINER_ENDPOINTS"] == ",".join(PS.trainers)
         assert env["PADDLE_TRAINERS_NUM"] == "3"
         assert env["PADDLIKE_RUN_MODE"] == "ps"
+    # Paddle's fleet.init() needs PADDLE_PORT of trainers too, and its gloo endpoint
+    assert trainer["PADDLE_PORT"] == PS.trainers[2].rpartition(":")[2]
+    for env in (server, trainer):
+        assert env["PADDLE_GLOO_HTTP_ENDPOINT"] == "10.0.0.1:6070"
+        assert (env["PADDLE_WITH_GLOO"], env["PADDLE_GLOO_RENDEZVOUS"]) == ("1", "3")
 
 
 def test_plan_takes_the_interpreter_it_is_given():

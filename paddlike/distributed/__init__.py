@@ -28,6 +28,7 @@ _LAZY = {
             "all_gather",
             "all_reduce",
             "all_to_all",
+            "alltoall",
             "barrier",
             "broadcast",
             "gather",

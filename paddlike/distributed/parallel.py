@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -118,8 +119,7 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
         runtime.rank, runtime.world_size = env.rank, env.world_size
         runtime.device_id, runtime.timeout = env.device_id, seconds
         runtime.prefix = f"paddlike/r{os.environ.get(C.RESTART_COUNT, '0')}"
-        host = env.current_endpoint.rpartition(":")[0].strip("[]") if env.current_endpoint else ""
-        runtime.host = host or "127.0.0.1"
+        runtime.host = _own_host(env)
         if env.world_size > 1 or runtime.backend == "nccl":
             _connect_store(env, seconds)
         try:
@@ -129,6 +129,23 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
             raise
         atexit.register(destroy_process_group)  # a script that forgets still leaves cleanly
         return runtime.default
+
+
+def _own_host(env: ParallelEnv) -> str:
+    """The address peers reach this worker at: its endpoint's host (the launcher's contract);
+    for torchrun-style environments without one, the local address of the route to the
+    master (a UDP connect sends nothing), or loopback in a world of one."""
+    if env.current_endpoint:
+        return env.current_endpoint.rpartition(":")[0].strip("[]")
+    master = master_address()
+    if master is None:
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master[0], master[1]))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
 
 
 def _connect_store(env: ParallelEnv, timeout: float) -> None:

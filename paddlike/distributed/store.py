@@ -604,6 +604,9 @@ class StoreClient:
     `timeout` is also the default deadline of `get`, `wait` and `barrier`. A call after
     the connection broke reconnects for at most `reconnect_timeout` (default `timeout`):
     a server that was up and is gone is a different thing from one not up yet.
+    `io_timeout` bounds how long the server may take to answer beyond the wait a call
+    asks for (default FRAME_TIMEOUT); a caller that must notice a cut network soon (the
+    launchers' heartbeats) sets it low.
     """
 
     def __init__(
@@ -614,10 +617,12 @@ class StoreClient:
         timeout: float = 300.0,
         token: bytes | None = None,
         reconnect_timeout: float | None = None,
+        io_timeout: float = FRAME_TIMEOUT,
     ) -> None:
         self.host, self.port = host, int(port)
         self.timeout = float(timeout)
         self.reconnect_timeout = self.timeout if reconnect_timeout is None else reconnect_timeout
+        self.io_timeout = float(io_timeout)
         self._token = token or None
         self._lock = threading.Lock()
         self._closed = False
@@ -696,9 +701,9 @@ class StoreClient:
                 self._sock = self._connect(time.monotonic() + self.reconnect_timeout)
             sock = self._sock
             try:
-                sock.settimeout(wait + FRAME_TIMEOUT)
+                sock.settimeout(wait + self.io_timeout)
                 sock.sendall(_frame(request))
-                r = _Reader(_read_frame(sock, wait + FRAME_TIMEOUT))
+                r = _Reader(_read_frame(sock, wait + self.io_timeout))
             except (OSError, EOFError, ProtocolError) as exc:
                 # The stream is out of step after a failure mid-request: never reuse it.
                 self._drop()

@@ -126,6 +126,14 @@ class JobWatch:
         self._threads: list[threading.Thread] = []
 
     @property
+    def store_host_label(self) -> str:
+        """Who this node loses when the store goes: node 0 on the TCP store, else the store."""
+        host = self.kv.address.rpartition(":")[0]
+        if host in self.hosts:
+            return node_label(self.hosts.index(host), self.hosts)
+        return f"the store ({self.kv.address})"
+
+    @property
     def fd(self) -> int:
         """Readable when the job must end for a cause found by a thread of this watch."""
         return self._read_fd
@@ -216,9 +224,10 @@ class JobWatch:
     def _contact_cause(self, detail: str) -> RootCause:
         return RootCause(
             reason=(
-                f"{node_label(self.node_index, self.hosts)} lost contact with the job's store at "
-                f"{self.kv.address} for {self.heartbeat_timeout:g} s (--heartbeat_timeout): "
-                f"{detail}"
+                f"{node_label(self.node_index, self.hosts)} lost contact with "
+                f"{self.store_host_label}, which hosts the job's store at {self.kv.address}, "
+                f"for {self.heartbeat_timeout:g} s (--heartbeat_timeout): its launcher died or "
+                f"the network to it failed ({detail})"
             ),
             host=self.hosts[self.node_index] if self.node_index < len(self.hosts) else "",
             node_index=self.node_index,
@@ -270,6 +279,8 @@ class JobWatch:
         The wait lasts as long as other nodes still run healthy workers; it ends early
         when this node loses contact with the store (heartbeat timeout).
         """
+        if self._lost_contact is not None:
+            return self._lost_contact  # nobody to report to
         try:
             self.kv.set(self.end_key(self.node_index), b"ok" if ok else b"failed")
             keys = [self.end_key(j) for j in range(self.nnodes)]
@@ -326,8 +337,18 @@ def tcp_store_watch(
 ) -> JobWatch:
     """A JobWatch on the launchers' TCP store: node 0 monitors heartbeats."""
 
+    # Each call of the watch's own connections gives up after one heartbeat period, so a cut
+    # network is noticed within the timeout rather than after a TCP timeout.
+    period = heartbeat_timeout / HEARTBEATS_PER_TIMEOUT
+
     def connect() -> StoreClient:
-        return StoreClient(*address, timeout=heartbeat_timeout, token=token)
+        return StoreClient(
+            *address,
+            timeout=heartbeat_timeout,
+            token=token,
+            reconnect_timeout=period,
+            io_timeout=period,
+        )
 
     hb_kv = connect()
     liveness = CounterLiveness(hb_kv, node_index, nnodes, heartbeat_timeout)
@@ -406,7 +427,11 @@ class JobSession:
             server = host_store(master[0], master[1], allowed_hosts=hosts, token=token)
         try:
             kv = StoreClient(
-                *master, timeout=rdzv_timeout, token=token, reconnect_timeout=heartbeat_timeout
+                *master,
+                timeout=rdzv_timeout,
+                token=token,
+                reconnect_timeout=heartbeat_timeout,
+                io_timeout=heartbeat_timeout,
             )
         except StoreTimeoutError as exc:
             if server is not None:

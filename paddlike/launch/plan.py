@@ -100,6 +100,7 @@ class PsLayout:
     node_index: int
     nnodes: int
     node_hosts: tuple[str, ...] = ()  # distinct hosts, first-appearance order
+    gloo_endpoint: str = ""  # Paddle fleet's gloo HTTP rendezvous, on server 0's host
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ def _log_names(role: Role, local_index: int, split: bool) -> tuple[str, str | No
 def _launcher_env(options: LaunchOptions, facts: JobFacts, node_hosts: Sequence[str]) -> dict:
     env = {
         contract.JOB_ID: facts.job_id,
+        contract.PADDLE_JOB_ID: facts.job_id,
+        contract.PADDLE_LOG_DIR: facts.log_dir,
         contract.RESTART_COUNT: str(facts.restart_count),
         contract.LOG_DIR: facts.log_dir,
         contract.NODE_HOSTS: ",".join(node_hosts),
@@ -151,6 +154,25 @@ def _ifname_env(facts: JobFacts) -> dict[str, str]:
         name: facts.interface
         for name in (contract.GLOO_SOCKET_IFNAME, contract.NCCL_SOCKET_IFNAME)
         if name not in facts.environ
+    }
+
+
+def _threads_env(facts: JobFacts, nproc: int) -> dict[str, str]:
+    """One OpenMP thread per worker when several share a node (torchrun does the same),
+    unless the user chose: N workers x all-cores threads each oversubscribe the CPU."""
+    if nproc > 1 and contract.OMP_NUM_THREADS not in facts.environ:
+        return {contract.OMP_NUM_THREADS: "1"}
+    return {}
+
+
+def _paddle_gloo_env(layout: PsLayout) -> dict[str, str]:
+    """What Paddle's fleet needs to start its gloo in PS mode (barrier_worker, all_reduce)."""
+    if not layout.gloo_endpoint:
+        return {}
+    return {
+        contract.PADDLE_WITH_GLOO: "1",
+        contract.PADDLE_GLOO_RENDEZVOUS: "3",
+        contract.PADDLE_GLOO_HTTP_ENDPOINT: layout.gloo_endpoint,
     }
 
 
@@ -191,6 +213,14 @@ def plan_collective(
         contract.MASTER_PORT: str(master_port),
         contract.WORLD_DEVICE_IDS: ",".join(world_ids),
         contract.DISTRI_BACKEND: "nccl" if gpu else "gloo",
+        contract.GROUP_WORLD_SIZE: str(len(layout.hosts)),
+        contract.ROLE_NAME: "default",
+        contract.ROLE_WORLD_SIZE: str(world),
+        contract.TORCHELASTIC_RUN_ID: facts.job_id,
+        contract.TORCHELASTIC_RESTART_COUNT: str(facts.restart_count),
+        contract.TORCHELASTIC_MAX_RESTARTS: str(options.max_restarts),
+        contract.TORCHELASTIC_USE_AGENT_STORE: "False",
+        **_threads_env(facts, nproc),
         **_ifname_env(facts),
         **_launcher_env(options, facts, layout.hosts),
     }
@@ -203,6 +233,7 @@ def plan_collective(
             contract.TRAINER_ID: str(rank),
             contract.GLOBAL_RANK: str(rank),
             contract.RANK: str(rank),
+            contract.ROLE_RANK: str(rank),
             contract.RANK_IN_NODE: str(local),
             contract.PADDLE_LOCAL_RANK: str(local),
             contract.LOCAL_RANK: str(local),
@@ -252,6 +283,7 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
         contract.GROUP_RANK: str(layout.node_index),
         contract.NODE_RANK: str(layout.node_index),
         contract.DISTRI_BACKEND: "gloo",
+        **_paddle_gloo_env(layout),
         **_ifname_env(facts),
         **_launcher_env(options, facts, node_hosts),
     }
@@ -293,6 +325,7 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
             contract.LOCAL_RANK: str(local),
             contract.PADDLE_LOCAL_SIZE: str(len(local_trainers)),
             contract.LOCAL_WORLD_SIZE: str(len(local_trainers)),
+            contract.PADDLE_PORT: port,  # Paddle's fleet.init() requires it of trainers too
             contract.POD_IP: host,
             contract.CURRENT_ENDPOINT: ep,
         }

@@ -200,28 +200,50 @@ def layout_ps(options: LaunchOptions, node: PsNode, *, reserve: bool = True) -> 
 
     Counts (--server_num/--worker_num): everything on this node, on free ports.
     Lists: servers' ports as given; a trainer listed without a port gets the first
-    port from --start_port not already listed on its host (the same on every node).
+    port from --start_port not already listed on its host (the same on every node),
+    and so does Paddle fleet's gloo endpoint on server 0's host.
     """
     if node.servers is None or node.trainers is None:
         n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
-        n = n_servers + n_trainers
+        n = n_servers + n_trainers + 1  # + Paddle fleet's gloo endpoint
         ports = reserve_ports(n) if reserve else free_ports(n)
         eps = tuple(f"{node.host}:{p}" for p in ports)
-        return PsLayout(eps[:n_servers], eps[n_servers:], node.host, 0, 1, (node.host,))
+        return PsLayout(
+            eps[:n_servers],
+            eps[n_servers : n - 1],
+            node.host,
+            0,
+            1,
+            (node.host,),
+            gloo_endpoint=eps[-1],
+        )
     used: dict[str, set[int]] = {}
     for host, port in (*node.servers, *node.trainers):
         if port is not None:
             used.setdefault(host, set()).add(port)
-    trainers = []
-    for host, port in node.trainers:
-        if port is None:
-            port = start = options.start_port
-            while port in used.get(host, ()):
-                port += 1
-            if port > 65535:
-                raise UsageError(f"--start_port: {start} leaves no free port", "--start_port")
-            used.setdefault(host, set()).add(port)
-        trainers.append(f"{host}:{port}")
+
+    def next_port(host: str) -> int:
+        port = options.start_port
+        while port in used.get(host, ()):
+            port += 1
+        if port > 65535:
+            raise UsageError(
+                f"--start_port: {options.start_port} leaves no free port", "--start_port"
+            )
+        used.setdefault(host, set()).add(port)
+        return port
+
+    trainers = [f"{h}:{p if p is not None else next_port(h)}" for h, p in node.trainers]
     servers = tuple(f"{h}:{p}" for h, p in node.servers)
+    gloo_host = node.servers[0][0]
+    gloo_endpoint = f"{gloo_host}:{next_port(gloo_host)}"
     hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers)))
-    return PsLayout(servers, tuple(trainers), node.host, hosts.index(node.host), len(hosts), hosts)
+    return PsLayout(
+        servers,
+        tuple(trainers),
+        node.host,
+        hosts.index(node.host),
+        len(hosts),
+        hosts,
+        gloo_endpoint=gloo_endpoint,
+    )

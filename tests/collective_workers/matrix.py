@@ -155,6 +155,18 @@ def run_suite(g, tag: str) -> None:
         x = ins[me].copy()
         dist.all_reduce(x, R.AVG, group=g)
         check(case + "/avg", x, reference(R.AVG, ins))
+    # deterministic: the same inputs give the same bits, run after run and on every rank
+    case = f"{tag}/deterministic"
+    base = data(me, case, (100_003,), "float32")
+    first, second = base.copy(), base.copy()
+    dist.all_reduce(first, group=g)
+    dist.all_reduce(second, group=g)
+    everyone: list[np.ndarray] = []
+    dist.all_gather(everyone, first, group=g)
+    global checks
+    checks += 1
+    if not np.array_equal(first, second) or not all(np.array_equal(first, e) for e in everyone):
+        failures.append(f"{case}: results differ between runs or ranks")
     # all_gather with uneven contributions (torch style: pre-allocated list)
     case = f"{tag}/all_gather/uneven"
     out = [np.zeros(3 + 5000 * k, np.int64) for k in range(n)]

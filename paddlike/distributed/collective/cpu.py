@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..store import StoreClient
+from ..store import StoreClient, StoreError
 from .backend import Communicator
-from .errors import CollectiveError
+from .errors import CollectiveTimeoutError
 from .reduce_op import ReduceOp, reduce_into, ufunc_of
 from .shm import ShmArena, shm_available
 from .tcp import OPCODE, OPCODES, Mesh, Recv, Send
@@ -105,23 +105,37 @@ class CpuCommunicator(Communicator):
         deadline = time.monotonic() + timeout
         self.mesh = Mesh.connect(store, prefix, rank, global_ranks, host, deadline)
         self.arena: ShmArena | None = None
-        if self.size > 1:
-            mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
-            buffer_bytes = _buffer_bytes()
-            # Shared memory only if every rank is on this host and agrees on the layout
-            # (a peer mapping a segment larger than the file would crash on access).
-            key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}"
-            store.set(f"{prefix}/host/{rank}", key)
-            keys = [
-                store.get(f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic()))
-                for k in range(self.size)
-            ]
-            if mode != "tcp" and shm_available() and all(k == keys[0] for k in keys):
-                self.arena = ShmArena(
-                    store, prefix, rank, global_ranks, buffer_bytes, deadline, self.mesh.peer_closed
-                )
+        try:
+            if self.size > 1:
+                self.arena = self._shared_memory(store, prefix, deadline)
+        except BaseException as exc:
+            self.mesh.close()
+            if isinstance(exc, StoreError):
+                raise CollectiveTimeoutError(
+                    f"setting up group {prefix.rsplit('/', 1)[-1]} (ranks {self.global_ranks}): "
+                    f"{exc}"
+                ) from None
+            raise
         self._uses = 0
         self.transport = "shm" if self.arena is not None else ("tcp" if self.size > 1 else "none")
+
+    def _shared_memory(self, store: StoreClient, prefix: str, deadline: float) -> ShmArena | None:
+        """The group's shared memory, when every rank is on this host and agrees on the
+        layout (a peer mapping a segment larger than the file would crash on access)."""
+        mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
+        buffer_bytes = _buffer_bytes()
+        key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}"
+        store.set(f"{prefix}/host/{self.rank}", key)
+        keys = [
+            store.get(f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic()))
+            for k in range(self.size)
+        ]
+        if mode == "tcp" or not shm_available() or any(k != keys[0] for k in keys):
+            return None
+        return ShmArena(
+            store, prefix, self.rank, self.global_ranks, buffer_bytes, deadline,
+            self.mesh.peer_closed,
+        )  # fmt: skip
 
     def close(self) -> None:
         if self.arena is not None:
@@ -487,8 +501,3 @@ class CpuCommunicator(Communicator):
             deadline,
             "barrier",
         )
-
-
-def check_peer_error(exc: BaseException) -> bool:
-    """True for the errors after which the communicator cannot be used again."""
-    return isinstance(exc, (CollectiveError, OSError))

@@ -188,6 +188,7 @@ class NcclCommunicator(Communicator):
     # --- operations ------------------------------------------------------------------------
 
     def all_reduce(self, x: Any, op: ReduceOp, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         name, divide = nccl_op(op, x.dtype)
         self.comm.allReduce(x.data.ptr, x.data.ptr, x.size, self._dt(x, "all_reduce"),
                             getattr(self._nccl, name), self._stream())  # fmt: skip
@@ -196,6 +197,7 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "all_reduce")
 
     def reduce(self, x: Any, root: int, op: ReduceOp, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         name, divide = nccl_op(op, x.dtype)
         out = x if self.rank == root else self._cp.empty_like(x)
         self.comm.reduce(x.data.ptr, out.data.ptr, x.size, self._dt(x, "reduce"),
@@ -205,10 +207,12 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "reduce")
 
     def broadcast(self, x: Any, root: int, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         self.comm.bcast(x.data.ptr, x.size, self._dt(x, "broadcast"), root, self._stream())
         self._finish(deadline, "broadcast")
 
     def all_gather(self, outs: list[Any], x: Any, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         if all(o.size == x.size for o in outs):
             flat = self._cp.empty((self.size, x.size), x.dtype)
             self.comm.allGather(x.data.ptr, flat.data.ptr, x.size, self._dt(x, "all_gather"),
@@ -222,6 +226,7 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "all_gather")
 
     def gather(self, x: Any, outs: list[Any] | None, root: int, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         if self.rank == root:
             assert outs is not None
             outs[root][...] = x
@@ -232,6 +237,7 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "gather")
 
     def scatter(self, x: Any, ins: list[Any] | None, root: int, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         if self.rank == root:
             assert ins is not None
             x[...] = ins[root]
@@ -242,6 +248,7 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "scatter")
 
     def reduce_scatter(self, out: Any, ins: list[Any], op: ReduceOp, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         name, divide = nccl_op(op, out.dtype)
         flat = self._cp.concatenate([a.reshape(-1) for a in ins])
         self.comm.reduceScatter(flat.data.ptr, out.data.ptr, out.size,
@@ -252,20 +259,24 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "reduce_scatter")
 
     def all_to_all(self, outs: list[Any], ins: list[Any], deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         outs[self.rank][...] = ins[self.rank]
         peers = [k for k in range(self.size) if k != self.rank]
         self._grouped([(ins[k], k) for k in peers], [(outs[k], k) for k in peers], "all_to_all")
         self._finish(deadline, "all_to_all")
 
     def send(self, x: Any, peer: int, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         self.comm.send(x.data.ptr, x.size, self._dt(x, "send"), peer, self._stream())
         self._finish(deadline, "send")
 
     def recv(self, x: Any, peer: int, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         self.comm.recv(x.data.ptr, x.size, self._dt(x, "recv"), peer, self._stream())
         self._finish(deadline, "recv")
 
     def barrier(self, deadline: float) -> None:
+        self.device.use()  # current device is per thread; async ops run on another
         one = self._cp.zeros(1, self._cp.int32)
         self.comm.allReduce(one.data.ptr, one.data.ptr, 1, self._nccl.NCCL_INT32,
                             self._nccl.NCCL_SUM, self._stream())  # fmt: skip

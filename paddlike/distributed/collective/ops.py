@@ -23,6 +23,7 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_to_all",
+    "alltoall",
     "barrier",
     "broadcast",
     "gather",
@@ -233,6 +234,16 @@ def all_to_all(
     for i, o in enumerate(outs):
         check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
     return _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), sync_op)  # type: ignore[union-attr]
+
+
+def alltoall(
+    in_tensor_list: list[Any],
+    out_tensor_list: list[Any],
+    group: Group | None = None,
+    sync_op: bool = True,
+) -> Task | None:
+    """Paddle's spelling and argument order (inputs first) of all_to_all."""
+    return all_to_all(out_tensor_list, in_tensor_list, group, sync_op)
 
 
 def send(tensor: Any, dst: int = 0, group: Group | None = None, sync_op: bool = True):
