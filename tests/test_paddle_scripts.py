@@ -6,7 +6,7 @@ The environment contract (DESIGN.md) promises that a script written for
 check what the user sees: the reduced values in every workerlog.N, the launcher's
 exit code, and a prompt, attributed failure when one rank dies.
 
-Paddle is ~0.9 GB, so it lives in a side virtualenv, never in .venv: `make compat-env`
+Paddle is ~0.9 GB, so it lives in a side virtualenv, never in .venv: `make paddle-env`
 makes `.venv-paddle` (or point PADDLIKE_PADDLE_PYTHON at any python that has
 paddlepaddle and paddlike's dependencies). Without one, every test here skips with the reason.
 """
@@ -50,7 +50,7 @@ def paddle_python() -> str:
     python = _paddle_python()
     if python is None:
         pytest.skip(
-            "no Paddle interpreter: run `make compat-env` (makes .venv-paddle) "
+            "no Paddle interpreter: run `make paddle-env` (makes .venv-paddle) "
             "or set PADDLIKE_PADDLE_PYTHON"
         )
     # find_spec, not import: importing paddle costs ~3 s.

@@ -117,7 +117,13 @@ def run(prepared: Prepared, environ: Mapping[str, str]) -> int:
             tee=options.tee,
             color=sys.stderr.isatty() and "NO_COLOR" not in environ,
         )
-        return supervisor.run().exit_code
+        from paddlike.launch.rounds import RoundEnd, run_rounds
+
+        def one_round(round_: int) -> RoundEnd:
+            outcome = supervisor.run(restart_count=round_)
+            return RoundEnd(outcome.exit_code, outcome.root_cause)
+
+        return run_rounds(options.max_restarts, one_round)
 
 
 def _fail(message: str, code: int = 2) -> int:

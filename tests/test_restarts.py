@@ -1,0 +1,93 @@
+"""--max_restarts on one node: a failed round is followed by a new one, up to N times.
+
+(The many-node restart round is in test_multinode_failure.py; the decision table is
+tested here on `run_rounds` directly with plain functions as rounds.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from paddlike.launch.rounds import RoundEnd, run_rounds
+from paddlike.summary import RootCause, read_summary
+
+# Rank 1 fails with exit code 3 in every round before --fail_rounds; the rest succeed.
+WORKER = """
+import os, sys
+rank, restart = int(os.environ["PADDLE_TRAINER_ID"]), int(os.environ["PADDLIKE_RESTART_COUNT"])
+print("RANK", rank, "RESTART", restart, flush=True)
+if rank == 1 and restart < int(sys.argv[1]):
+    sys.exit(3)
+"""
+
+
+def _launch(tmp_path: Path, max_restarts: int, fail_rounds: int) -> subprocess.CompletedProcess:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2"]
+    cmd += ["--log_dir", str(tmp_path / "log"), "--max_restarts", str(max_restarts)]
+    cmd += [str(script), str(fail_rounds)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def _restarts_seen(log: Path) -> list[str]:
+    return [ln.split()[-1] for ln in log.read_text().splitlines() if ln.startswith("RANK ")]
+
+
+def test_one_node_job_whose_worker_fails_once_succeeds_in_a_second_round(tmp_path: Path) -> None:
+    done = _launch(tmp_path, max_restarts=1, fail_rounds=1)
+    assert done.returncode == 0, done.stderr
+    assert "restart 1 of 1 after: trainer rank 1 exited with code 3" in done.stderr
+    for i in range(2):
+        text = (tmp_path / "log" / f"workerlog.{i}").read_text()
+        assert _restarts_seen(tmp_path / "log" / f"workerlog.{i}") == ["0", "1"]
+        headers = [ln for ln in text.splitlines() if ln.startswith("==== paddlike run")]
+        assert [h.split(" restart ")[1].split(":")[0] for h in headers] == ["0", "1"]
+    summary = read_summary(tmp_path / "log")
+    assert summary is not None and summary.status == "succeeded" and summary.restarts == 1
+
+
+def test_one_node_job_that_keeps_failing_gives_up_with_the_last_root_cause(tmp_path: Path) -> None:
+    done = _launch(tmp_path, max_restarts=2, fail_rounds=99)
+    assert done.returncode == 3, done.stderr
+    assert "giving up after 2 restart(s); last root cause: trainer rank 1 exited with code 3" in (
+        done.stderr
+    )
+    assert _restarts_seen(tmp_path / "log" / "workerlog.1") == ["0", "1", "2"]
+
+
+def test_without_max_restarts_a_failure_ends_the_job_after_one_round(tmp_path: Path) -> None:
+    done = _launch(tmp_path, max_restarts=0, fail_rounds=1)
+    assert done.returncode == 3
+    assert "restart" not in done.stderr.replace("restart 0", "")
+    assert _restarts_seen(tmp_path / "log" / "workerlog.1") == ["0"]
+
+
+def _worker_failed() -> RootCause:
+    return RootCause(reason="trainer rank 1 exited with code 3", role="trainer", rank=1)
+
+
+def test_rounds_stop_at_the_first_success() -> None:
+    ends = [RoundEnd(3, _worker_failed()), RoundEnd(0, None), RoundEnd(9, _worker_failed())]
+    said: list[str] = []
+    assert run_rounds(5, lambda r: ends[r], said.append) == 0
+    assert said == ["restart 1 of 5 after: trainer rank 1 exited with code 3"]
+
+
+def test_a_signal_to_the_launcher_is_not_restarted() -> None:
+    interrupted = RootCause(reason="launcher on 127.0.0.1 received SIGINT", signal="SIGINT")
+    rounds: list[int] = []
+
+    def one(r: int) -> RoundEnd:
+        rounds.append(r)
+        return RoundEnd(130, interrupted)
+
+    assert run_rounds(3, one, lambda line: None) == 130
+    assert rounds == [0]
+
+
+def test_a_lost_node_is_not_restarted() -> None:
+    lost = RootCause(reason="node 1 (10.0.0.2) stopped sending heartbeats", node_index=1)
+    assert run_rounds(3, lambda r: RoundEnd(1, lost), lambda line: None) == 1
