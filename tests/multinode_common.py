@@ -9,9 +9,8 @@ from pathlib import Path
 
 from tests.netns import Node
 
-# Until main.py routes many-node jobs to jobwatch.run_multinode, the tests start this
-# driver, which runs main's front half and then that path; afterwards, -m paddlike.launch.
-LAUNCH = [sys.executable, str(Path(__file__).with_name("multinode_launch.py"))]
+# The real launcher: `ip netns exec` execs it, so the Popen's pid is the launcher's.
+LAUNCH = [sys.executable, "-m", "paddlike.launch"]
 
 # A worker: prints its rank and endpoints; `--fail RANK CODE` makes one rank exit with CODE
 # after `--after` seconds; the others sleep `--sleep` seconds.

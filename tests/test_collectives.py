@@ -27,14 +27,17 @@ def test_every_operation_matches_numpy_on_shared_memory_and_tcp(tmp_path: Path, 
         assert report["checks"] > 400
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
-@pytest.mark.parametrize("size", [1000, 200_000])
+@pytest.mark.parametrize(
+    ("transport", "size", "mode"),
+    [("auto", 1000, "exit"), ("auto", 200_000, "exit"), ("tcp", 1000, "exit"),
+     ("tcp", 200_000, "exit"), ("auto", 1000, "exit-async")],
+)  # fmt: skip
 def test_rank_that_exits_mid_job_gives_others_an_error_naming_it(
-    tmp_path: Path, transport: str, size: int
+    tmp_path: Path, transport: str, size: int, mode: str
 ) -> None:
     out = tmp_path / "results"
     out.mkdir()
-    run = launch(tmp_path, WORKERS / "peer_exit.py", str(out), "exit", "60", str(size), nproc=3,
+    run = launch(tmp_path, WORKERS / "peer_exit.py", str(out), mode, "60", str(size), nproc=3,
                  env={"PADDLIKE_CPU_TRANSPORT": transport})  # fmt: skip
     assert run.returncode == 0, run.stdout + logs(tmp_path)
     got = reports(out)

@@ -1,5 +1,5 @@
 """Collectives across two network-namespace "nodes" through the launcher: ranks on different
-hosts talk over TCP (the shared-memory path is only for ranks of one host)."""
+hosts talk over TCP; all_reduce goes through shared memory within each host first."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from tests.netns import netns_cluster
 
 
 @pytest.mark.netns
-def test_two_nodes_run_every_operation_over_tcp(tmp_path: Path) -> None:
+def test_two_nodes_of_two_ranks_run_every_operation_shared_memory_within_tcp_between(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "results"
     out.mkdir()
     with netns_cluster(2) as cluster:
@@ -33,4 +35,5 @@ def test_two_nodes_run_every_operation_over_tcp(tmp_path: Path) -> None:
     assert sorted(got) == [0, 1, 2, 3], logs
     for rank, report in got.items():
         assert report["failures"] == [], f"rank {rank}: " + "\n".join(report["failures"])
-        assert report["default_transport"] == "tcp"  # the group spans two hosts
+        # Two hosts with two ranks each: shared memory on each host, TCP between them.
+        assert report["default_transport"] == "shm+tcp"

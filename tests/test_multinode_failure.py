@@ -37,6 +37,8 @@ def test_a_worker_exiting_3_on_node_b_ends_node_a_within_1_s_with_the_same_cause
     assert ca == cb
     assert ca["rank"] == 3 and ca["exit_code"] == 3 and ca["host"] == b.addr
     assert "trainer rank 3 exited with code 3" in out_a
+    # the failed worker's log is on node b's host, not in node a's log directory
+    assert f"{tmp_path / 'lb' / 'workerlog.1'} on node 1 (198.18.0.2)" in out_a
 
 
 def _wait_for_worker(log_dir: Path) -> None:

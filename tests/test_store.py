@@ -359,3 +359,42 @@ def test_a_peer_outside_the_job_is_refused_and_a_job_host_is_served() -> None:
     assert (
         f"refused peer {outsider.addr}: its address is not one of the job's hosts" in err.decode()
     )
+
+
+def test_the_last_writes_before_close_get_their_answers_not_a_closed_connection() -> None:
+    # The launchers' end of job: node 0 closes its store as soon as every node's "done"
+    # key is there; each node's set of that key must still be answered.
+    for _ in range(30):
+        srv = StoreServer().start()
+        clients = [StoreClient(*srv.address, timeout=5) for _ in range(9)]
+        owner, setters = clients[0], clients[1:]
+        keys = [f"done/{i}" for i in range(len(setters))]
+        errors: list[BaseException] = []
+
+        def done(c: StoreClient, key: str, errors: list[BaseException] = errors) -> None:
+            try:
+                c.set(key, b"1")
+            except StoreError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=done, args=a) for a in zip(setters, keys, strict=True)]
+        try:
+            for t in threads:
+                t.start()
+            owner.wait(keys, timeout=5)
+            srv.close()
+            for t in threads:
+                t.join(timeout=10)
+        finally:
+            for c in clients:
+                c.close()
+            srv.close()
+        assert errors == []
+
+
+def test_a_get_waiting_when_the_store_closes_answers_timeout(server: StoreServer) -> None:
+    with StoreClient(*server.address, timeout=5) as waiter:
+        waiter.ping()
+        threading.Timer(0.2, server.close).start()
+        with pytest.raises(StoreTimeoutError, match="'never'"):
+            waiter.get("never", timeout=5)

@@ -60,6 +60,7 @@ MAGIC = b"PLKS"
 HANDSHAKE_TIMEOUT = 10.0  # seconds a fresh connection gets to authenticate
 FRAME_TIMEOUT = 30.0  # seconds between the first and last byte of one frame
 MAX_CONNECTIONS = 4096
+CLOSE_GRACE = 1.0  # seconds `StoreServer.close` lets replies to requests in flight go out
 _MAC_SIZE = 32
 _FLAG_TOKEN = 1
 _FLAG_REFUSED = 2
@@ -459,6 +460,8 @@ class StoreServer:
         self._table = _Table()
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a request's reply is out
+        self._busy: set[socket.socket] = set()  # connections between a request and its reply
         self._accept_thread: threading.Thread | None = None
         self._closed = False
         self.refused: list[str] = []  # peers refused so far (address: reason), for diagnostics
@@ -475,18 +478,25 @@ class StoreServer:
         self._accept_thread.start()
         return self
 
-    def close(self) -> None:
+    def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Stop serving. Requests already received get their replies first (for up to
+        `grace` s; waiting gets and waits answer TIMEOUT at once): a client whose last
+        write was applied must not see "connection closed" instead of its answer."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            conns = list(self._conns)
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         with self._table.changed:
             self._table.closed = True
             self._table.changed.notify_all()
+        deadline = time.monotonic() + grace
+        with self._idle:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+            conns = list(self._conns)
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -563,16 +573,25 @@ class StoreServer:
                 return
             while True:
                 payload = _read_frame(conn, None)
+                with self._lock:
+                    if self._closed:
+                        return  # came after close(): no answer
+                    self._busy.add(conn)
                 try:
                     reply = self._dispatch(payload, lambda: _still_connected(conn))
                 except ProtocolError as exc:
                     conn.sendall(_frame(_U8.pack(ERROR) + _field(str(exc).encode())))
                     return
                 conn.sendall(_frame(reply))
+                with self._idle:
+                    self._busy.discard(conn)
+                    self._idle.notify_all()
         except (OSError, EOFError, ProtocolError):
             return
         finally:
-            with self._lock:
+            with self._idle:
+                self._busy.discard(conn)
+                self._idle.notify_all()
                 self._conns.discard(conn)
             with contextlib.suppress(OSError):
                 conn.close()

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
@@ -117,6 +117,7 @@ class JobWatch:
         self.monitor = monitor
         self.clock = clock
         self.abort_key = f"job/{round_}/abort"
+        self.log_dir: str | None = None  # this node's log directory, for published causes
         self._read_fd, self._write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -163,6 +164,9 @@ class JobWatch:
         """`on_failure`: make `cause` the job's root cause unless another node's came first."""
         if cause.time is None:
             cause.time = time.time()
+        if cause.log_file and self.log_dir and not os.path.isabs(cause.log_file):
+            # the other nodes cannot join a relative name to our log directory
+            cause = replace(cause, log_file=os.path.join(self.log_dir, cause.log_file))
         try:
             winner = decode_cause(self.kv.compare_set(self.abort_key, None, encode_cause(cause)))
         except StoreError:
@@ -177,9 +181,15 @@ class JobWatch:
         with contextlib.suppress(OSError):
             os.read(self._read_fd, 4096)
         with self._lock:
-            if self._published_ours:
+            if self._published_ours or self._cause is None:
                 return None
-            return self._cause
+            cause = self._cause
+        if cause.log_file and cause.node_index not in (None, self.node_index):
+            # The failure report names the log file: say that it is on the other node's host
+            # (an absolute path is printed as it is, not joined to our log directory).
+            where = node_label(cause.node_index, self.hosts)
+            cause = replace(cause, log_file=f"{cause.log_file} on {where}")
+        return cause
 
     @property
     def root_cause(self) -> RootCause | None:
@@ -296,10 +306,13 @@ class JobWatch:
             cause = decode_cause(raw) if raw is not None else None
         except StoreError as exc:
             cause = self.root_cause or self._contact_cause(str(exc))
-        # A courtesy to node 0, which keeps its store up until everyone read the outcome:
-        # the outcome is known already, so a store gone by now changes nothing.
-        with contextlib.suppress(StoreError):
+        # Node 0 keeps its store up until every node has said it read the outcome (and the
+        # store answers requests in flight before it closes), so this cannot fail unless
+        # node 0 died just now; the outcome is known already, so then it changes nothing.
+        try:
             self.kv.set(self.done_key(self.node_index), b"1")
+        except StoreError as exc:
+            _say(f"warning: could not tell node 0 that this node read the job's outcome: {exc}")
         with self._lock:
             if cause is not None:
                 self._cause = cause
@@ -494,10 +507,12 @@ class JobSession:
                 rdzv.linger(round_, DONE_GRACE)
             raise
 
-    def watch(self, round_: int) -> JobWatch:
+    def watch(self, round_: int, log_dir: str | None = None) -> JobWatch:
         for old in self._watches:
             old.stop()
-        w = self._make_watch(round_).start()
+        w = self._make_watch(round_)
+        w.log_dir = log_dir
+        w.start()
         self._watches.append(w)
         return w
 
@@ -572,7 +587,7 @@ def run_multinode(options, node, devices, environ, *, python: str | None = None)
 
 
 def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int:
-    """Rounds until one succeeds on every node, or restarts run out."""
+    """Rounds (`rounds.run_rounds`) until one succeeds on every node, or restarts run out."""
     import socket
     import sys
 
@@ -581,14 +596,14 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
     from paddlike.launch.plan import EndpointLayout, JobFacts, plan_collective
     from paddlike.launch.ports import PortError, reserve_ports
     from paddlike.launch.rendezvous import RendezvousError
+    from paddlike.launch.rounds import RoundEnd, run_rounds
     from paddlike.launch.supervisor import Supervisor
-    from paddlike.summary import read_summary, write_summary
 
     hostname = socket.gethostname()
     hosts, index, nproc = list(node.hosts), node.node_index, devices.nproc
     generated_job_id = options.job_id or new_job_id()
-    exit_code = 1
-    for round_ in range(options.max_restarts + 1):
+
+    def one_round(round_: int) -> RoundEnd:
         try:
             ports = reserve_ports(nproc + 1, hosts[index])
             entry = NodeEntry(
@@ -597,7 +612,7 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
             result = session.rendezvous(round_, entry)
         except (RendezvousError, PortError) as exc:
             _say(f"error: {exc}")
-            return getattr(exc, "exit_code", 1)
+            return RoundEnd(getattr(exc, "exit_code", 1), RootCause(reason=str(exc)))
         layout = EndpointLayout(
             tuple(hosts),
             index,
@@ -605,12 +620,7 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
             master_port=result.nodes[0].ports[nproc],
         )
         facts = JobFacts(
-            result.job_id,
-            python,
-            logdir.path.__str__(),
-            environ,
-            node.interface,
-            restart_count=round_,
+            result.job_id, python, str(logdir.path), environ, node.interface, restart_count=round_
         )
         plan = plan_collective(options, layout, devices, facts)
         logdir.write_endpoints(plan.trainer_endpoints, plan.server_endpoints)
@@ -619,19 +629,9 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
                 f"rendezvous with {len(hosts)} nodes at {session.kv.address} took "
                 f"{result.elapsed:.2f} s"
             )
-            import sys
-
-            print(
-                format_banner(plan, logdir.path, interface=node.interface, why=node.reason),
-                file=sys.stderr,
-                flush=True,
-            )
-        else:
-            _say(
-                f"restart {round_} of {options.max_restarts}: all {len(hosts)} nodes start "
-                "a new round"
-            )
-        watch = session.watch(round_)
+            banner = format_banner(plan, logdir.path, interface=node.interface, why=node.reason)
+            print(banner, file=sys.stderr, flush=True)
+        watch = session.watch(round_, log_dir=str(logdir.path))
         supervisor = Supervisor(
             plan, logdir, base_env=environ, kill_timeout=options.kill_timeout, tee=options.tee
         )
@@ -639,17 +639,9 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
             extra_fds={watch.fd: watch.poll}, on_failure=watch.publish, restart_count=round_
         )
         cause = watch.finish(outcome.exit_code == 0)
-        if cause is not None:
-            summary = read_summary(logdir.path)
-            if summary is not None:
-                summary.root_cause = cause
-                if summary.status == "succeeded":
-                    summary.status = "failed"
-                    summary.exit_code = 1
-                write_summary(logdir.path, summary)
         if cause is None:
-            return outcome.exit_code
-        exit_code = outcome.exit_code or 1
+            return RoundEnd(outcome.exit_code, None)
+        _record_job_cause(logdir.path, cause)
         if outcome.exit_code == 0:  # else the supervisor already reported the cause
             _say(
                 f"the job failed on another node: {cause.reason}"
@@ -657,8 +649,20 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
             )
             for line in cause.tail[-20:]:
                 _say(f"  | {line}")
-        if round_ < options.max_restarts:
-            continue
-    if options.max_restarts:
-        _say(f"giving up after {options.max_restarts} restart(s); last root cause: {cause.reason}")
-    return exit_code
+        return RoundEnd(outcome.exit_code or 1, cause)
+
+    return run_rounds(options.max_restarts, one_round, _say)
+
+
+def _record_job_cause(log_dir, cause: RootCause) -> None:
+    """The run summary of every node records the job-wide root cause."""
+    from paddlike.summary import read_summary, write_summary
+
+    summary = read_summary(log_dir)
+    if summary is None:
+        return
+    summary.root_cause = cause
+    if summary.status == "succeeded":
+        summary.status = "failed"
+        summary.exit_code = 1
+    write_summary(log_dir, summary)

@@ -249,8 +249,7 @@ class Rendezvous:
             return self._join(entry, round_)
         except StoreError as exc:
             raise RendezvousError(
-                f"rendezvous: lost the store at {self.kv.address} (node 0's launcher gone?): "
-                f"{exc}"
+                f"rendezvous: lost the store at {self.kv.address} (node 0's launcher gone?): {exc}"
             ) from exc
         finally:
             if ticket is not None and getattr(self.kv, "connected", True):

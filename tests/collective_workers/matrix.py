@@ -84,6 +84,7 @@ def expect_error(name: str, fn, exc_type, *needles: str) -> None:
 
 
 def run_suite(g, tag: str) -> None:
+    global checks
     n, me = g.nranks, g.rank
     ranks = g.ranks
     for dtype in DTYPES:
@@ -155,6 +156,25 @@ def run_suite(g, tag: str) -> None:
         x = ins[me].copy()
         dist.all_reduce(x, R.AVG, group=g)
         check(case + "/avg", x, reference(R.AVG, ins))
+    # back-to-back one-sided operations (roots run ahead of readers): nothing overwritten
+    case = f"{tag}/one-sided"
+    bad = 0
+    for i in range(60):
+        root = i % n
+        x = np.full(3000 + i, float(me * 1000 + i))
+        dist.broadcast(x, src=ranks[root], group=g)
+        bad += int(not np.all(x == root * 1000 + i))
+        parts = [np.full(500, float(k * 7 + i)) for k in range(n)]
+        y = np.zeros(500)
+        dist.scatter(y, parts if me == root else None, src=ranks[root], group=g)
+        bad += int(not np.all(y == me * 7 + i))
+        gl: list[np.ndarray] = [] if me == root else None  # type: ignore[assignment]
+        dist.gather(np.full(700, float(me + i)), gl, dst=ranks[root], group=g)
+        if me == root:
+            bad += sum(int(not np.all(gl[k] == k + i)) for k in range(n))
+    checks += 1
+    if bad:
+        failures.append(f"{case}: {bad} wrong results")
     # deterministic: the same inputs give the same bits, run after run and on every rank
     case = f"{tag}/deterministic"
     base = data(me, case, (100_003,), "float32")
@@ -163,7 +183,6 @@ def run_suite(g, tag: str) -> None:
     dist.all_reduce(second, group=g)
     everyone: list[np.ndarray] = []
     dist.all_gather(everyone, first, group=g)
-    global checks
     checks += 1
     if not np.array_equal(first, second) or not all(np.array_equal(first, e) for e in everyone):
         failures.append(f"{case}: results differ between runs or ranks")
@@ -243,9 +262,11 @@ def main() -> None:
             os.environ[TRANSPORT_ENV] = "tcp" if transport == "tcp" else "auto"
             bad = dist.new_group(list(range(world)))
             x = np.zeros(4 if me == 0 else 8, np.float32)
+            # Ranks 0 and 1 meet the mismatch themselves; across hosts, others may first see
+            # a rank that gave up (closed its connections) — an error all the same.
             expect_error(f"mismatch/{transport}",
                          lambda x=x, bad=bad: dist.all_reduce(x, group=bad),
-                         dist.CollectiveError, "different")  # fmt: skip
+                         dist.CollectiveError, *(["different"] if me <= 1 else []))  # fmt: skip
             expect_error(f"broken/{transport}", lambda bad=bad: dist.barrier(group=bad),
                          dist.CollectiveError, "earlier failure")  # fmt: skip
         os.environ.pop(TRANSPORT_ENV)

@@ -1,5 +1,5 @@
-"""Worker: the last rank leaves ("exit": its process ends mid-job, exit code 0) or never
-arrives ("stall"); the others run all_reduce and report the error they got, and how fast.
+"""Worker: the last rank leaves ("exit", "exit-async": its process ends mid-job, exit code 0)
+or never arrives ("stall"); the others run all_reduce and report the error they got, and how fast.
 
 argv: RESULT_DIR MODE TIMEOUT (of the group under test) [SIZE];
 transport from PADDLIKE_CPU_TRANSPORT.
@@ -29,7 +29,7 @@ def main() -> None:
     x = np.ones(size, np.float32)
     dist.all_reduce(x, group=group)  # everyone is up and connected
     if me == last:
-        if mode == "exit":
+        if mode.startswith("exit"):
             os._exit(0)  # no goodbye: like a crash, but the launcher sees success
         runtime.store.get("release", timeout=60)  # stall until the others have their error
         # Rank 0 exits once it sees this key, maybe before the store answers this set.
@@ -39,7 +39,10 @@ def main() -> None:
     start = time.monotonic()
     report = {"rank": me}
     try:
-        dist.all_reduce(x, group=group)
+        if mode == "exit-async":  # the error comes out of Task.wait()
+            dist.all_reduce(x, group=group, sync_op=False).wait()
+        else:
+            dist.all_reduce(x, group=group)
         report["error"] = None
     except dist.CollectiveError as exc:
         report["error"] = type(exc).__name__

@@ -14,6 +14,9 @@ Algorithm choice, per operation:
   step reduced chunk by chunk while the rest arrives, and sent while received.
   The other collectives are direct exchanges, which move no more bytes per rank than a
   ring does.
+- a group spanning hosts, some with several of its ranks: all_reduce goes in two levels
+  (reduce to one leader per host through shared memory, all_reduce between leaders over
+  TCP, broadcast back through shared memory); the other operations use TCP directly.
 
 Reductions always combine contributions in one fixed order (rank order, or ring order
 for the TCP ring), so results are the same bits on every rank and every run.
@@ -105,11 +108,15 @@ class CpuCommunicator(Communicator):
         deadline = time.monotonic() + timeout
         self.mesh = Mesh.connect(store, prefix, rank, global_ranks, host, deadline)
         self.arena: ShmArena | None = None
+        # Groups spanning hosts with several ranks on one host reduce hierarchically: within
+        # each host through shared memory, then across hosts between one leader per host.
+        self.local: CpuCommunicator | None = None
+        self.leaders: CpuCommunicator | None = None
         try:
             if self.size > 1:
-                self.arena = self._shared_memory(store, prefix, deadline)
+                self._shared_memory(store, prefix, host, deadline)
         except BaseException as exc:
-            self.mesh.close()
+            self.close()
             if isinstance(exc, StoreError):
                 raise CollectiveTimeoutError(
                     f"setting up group {prefix.rsplit('/', 1)[-1]} (ranks {self.global_ranks}): "
@@ -117,27 +124,54 @@ class CpuCommunicator(Communicator):
                 ) from None
             raise
         self._uses = 0
-        self.transport = "shm" if self.arena is not None else ("tcp" if self.size > 1 else "none")
+        if self.local is not None:
+            self.transport = "shm+tcp"
+        else:
+            self.transport = "shm" if self.arena else ("tcp" if self.size > 1 else "none")
 
-    def _shared_memory(self, store: StoreClient, prefix: str, deadline: float) -> ShmArena | None:
-        """The group's shared memory, when every rank is on this host and agrees on the
-        layout (a peer mapping a segment larger than the file would crash on access)."""
+    def _shared_memory(self, store: StoreClient, prefix: str, host: str, deadline: float) -> None:
+        """Shared memory for the group when every rank is on this host and agrees on the
+        layout (a peer mapping a segment larger than the file would crash on access);
+        else, for hosts with several of the group's ranks, the two-level communicators."""
         mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
         buffer_bytes = _buffer_bytes()
         key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}"
         store.set(f"{prefix}/host/{self.rank}", key)
         keys = [
-            store.get(f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic()))
+            store.get(
+                f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic())
+            ).decode()
             for k in range(self.size)
         ]
-        if mode == "tcp" or not shm_available() or any(k != keys[0] for k in keys):
-            return None
-        return ShmArena(
-            store, prefix, self.rank, self.global_ranks, buffer_bytes, deadline,
-            self.mesh.peer_closed,
+        if mode == "tcp" or not shm_available():
+            return
+        if all(k == keys[0] for k in keys):
+            self.arena = ShmArena(
+                store, prefix, self.rank, self.global_ranks, buffer_bytes, deadline,
+                self.mesh.peer_closed,
+            )  # fmt: skip
+            return
+        hosts = list(dict.fromkeys(keys))  # in order of their lowest rank
+        if len(hosts) == len(keys):
+            return  # one rank per host: nothing to share
+        mine = [k for k in range(self.size) if keys[k] == keys[self.rank]]
+        leaders = [keys.index(h) for h in hosts]
+        left = max(0.001, deadline - time.monotonic())
+        self.local = CpuCommunicator(
+            store, f"{prefix}/host{hosts.index(keys[self.rank])}", mine.index(self.rank),
+            [self.global_ranks[k] for k in mine], host, left,
         )  # fmt: skip
+        if self.rank in leaders:
+            self.leaders = CpuCommunicator(
+                store, f"{prefix}/leaders", leaders.index(self.rank),
+                [self.global_ranks[k] for k in leaders], host, left,
+            )  # fmt: skip
 
     def close(self) -> None:
+        for sub in (self.local, self.leaders):
+            if sub is not None:
+                sub.close()
+        self.local = self.leaders = None
         if self.arena is not None:
             self.arena.close()
             self.arena = None
@@ -153,18 +187,26 @@ class CpuCommunicator(Communicator):
     def _shm_steps(
         self, opname: str, nbytes: int, deadline: float, what: str, pieces: int,
         before: Callable[[int, int], None], after: Callable[[int, int], None],
+        sources: Sequence[int] | None = None,
     ) -> None:  # fmt: skip
-        """The common shape: for each piece, `before(i, buf)`, one step, `after(i, buf)`.
-        The first step also checks that every rank called the same op with the same size."""
+        """The common shape: for each piece, `before(i, buf)` writes this rank's buffer, a
+        step, `after(i, buf)` reads the buffers of `sources` (default: every rank), having
+        waited only for those. The first step also checks that they called the same op
+        with the same size."""
         arena = self.arena
         assert arena is not None
-        parity = arena.begin(OPCODE[opname], nbytes)
+        opcode = OPCODE[opname]
+        parity = 0
         for i in range(pieces):
             buf = self._buf()
-            before(i, buf)
-            arena.sync(deadline, what)
             if i == 0:
-                arena.check(parity, OPCODE[opname], nbytes, what, OPCODES)
+                parity = arena.begin(opcode, nbytes, deadline, what)
+            else:
+                arena.begin_use(deadline, what)
+            before(i, buf)
+            arena.sync(deadline, what, peers=sources)
+            if i == 0:
+                arena.check(parity, opcode, nbytes, what, OPCODES, ranks=sources)
             after(i, buf)
 
     # --- all_reduce / reduce --------------------------------------------------------------
@@ -179,6 +221,8 @@ class CpuCommunicator(Communicator):
         what = "all_reduce" if root is None else "reduce"
         if self.arena is not None:
             self._shm_reduce(x, op, deadline, root, what)
+        elif self.local is not None and root is None:
+            self._two_level_allreduce(x, op, deadline)
         elif root is not None:
             self._tcp_reduce_to_root(x, op, deadline, root)
         elif x.nbytes <= SMALL_ALLREDUCE_BYTES or self.size == 1:
@@ -202,9 +246,13 @@ class CpuCommunicator(Communicator):
         in_place = keeps and r <= 1
         scratch = None if keeps else np.empty(_bounds(per, n, 0)[1], dt)
         opcode = OPCODE[what]
-        parity = arena.begin(opcode, x.nbytes)
+        parity = 0
         for i, (a, b) in enumerate(chunks):
             buf = self._buf()
+            if i == 0:
+                parity = arena.begin(opcode, x.nbytes, deadline, what)
+            else:
+                arena.begin_use(deadline, what)
             m = b - a
             mine = arena.data(r, buf, dt)
             lo, hi = _bounds(m, n, r)
@@ -228,6 +276,19 @@ class CpuCommunicator(Communicator):
                     if k != r:
                         klo, khi = _bounds(m, n, k)
                         xf[a + klo : a + khi] = arena.data(k, buf, dt)[klo:khi]
+
+    def _two_level_allreduce(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
+        """Reduce onto each host's leader (shared memory), all_reduce between the leaders
+        (TCP), broadcast back on each host. The order of combination is fixed: the same
+        bits every run."""
+        assert self.local is not None
+        inner = ReduceOp.SUM if op is ReduceOp.AVG else op
+        self.local.reduce(x, 0, inner, deadline)
+        if self.leaders is not None:
+            self.leaders.all_reduce(x, inner, deadline)
+            if op is ReduceOp.AVG:
+                np.divide(x, self.size, out=x, casting="unsafe")
+        self.local.broadcast(x, 0, deadline)
 
     def _tcp_allreduce_direct(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
         xf = x.reshape(-1)
@@ -312,8 +373,9 @@ class CpuCommunicator(Communicator):
                     a, b = chunks[i]
                     xb[a:b] = arena.data(root, buf)[: b - a]
 
+            sources = [] if r == root else [root]
             self._shm_steps(
-                "broadcast", x.nbytes, deadline, "broadcast", len(chunks), before, after
+                "broadcast", x.nbytes, deadline, "broadcast", len(chunks), before, after, sources
             )
         elif self.rank == root:
             peers = [k for k in range(self.size) if k != root]
@@ -362,7 +424,8 @@ class CpuCommunicator(Communicator):
                         ob[a : a + take] = arena.data(k, buf)[:take]
 
             nbytes = sum(sizes)
-            self._shm_steps(what, nbytes, deadline, what, len(chunks), before, after)
+            sources = None if receives else []
+            self._shm_steps(what, nbytes, deadline, what, len(chunks), before, after, sources)
             return
         peers = [k for k in range(self.size) if k != r]
         if root is None:
@@ -399,7 +462,10 @@ class CpuCommunicator(Communicator):
                     a, b = chunks[i]
                     xb[a:b] = arena.data(root, buf)[r * region : r * region + b - a]
 
-            self._shm_steps("scatter", x.nbytes, deadline, "scatter", len(chunks), before, after)
+            sources = [] if r == root else [root]
+            self._shm_steps(
+                "scatter", x.nbytes, deadline, "scatter", len(chunks), before, after, sources
+            )
         elif r == root:
             sends = [Send(k, _mv(ins[k]), "scatter") for k in range(self.size) if k != r]  # type: ignore[index]
             self.mesh.exchange(sends, [], deadline, "scatter")
@@ -489,7 +555,7 @@ class CpuCommunicator(Communicator):
     def barrier(self, deadline: float) -> None:
         if self.arena is not None:
             arena = self.arena
-            parity = arena.begin(OPCODE["barrier"], 0)
+            parity = arena.begin(OPCODE["barrier"], 0, deadline, "barrier")
             arena.sync(deadline, "barrier")
             arena.check(parity, OPCODE["barrier"], 0, "barrier", OPCODES)
             return

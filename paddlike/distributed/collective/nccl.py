@@ -145,6 +145,9 @@ class NcclCommunicator(Communicator):
 
         def wait() -> None:
             try:
+                # The current device is per thread: with the legacy default stream (ptr 0),
+                # synchronize() acts on this thread's device, so make it ours first.
+                self.device.use()
                 stream.synchronize()
             except BaseException as exc:
                 errors.append(exc)

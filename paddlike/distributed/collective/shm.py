@@ -118,6 +118,7 @@ class ShmArena:
         self._peer_closed = peer_closed
         self.step = 0
         self.ops = 0
+        self._use_step: int | None = None  # first step posted in the latest use
         seg_bytes = HEADER_BYTES + 2 * buffer_bytes
         path = os.path.join(SHM_DIR, f"paddlike-{os.getpid()}-{secrets.token_hex(6)}")
         own = _Segment(path, seg_bytes, create=True)
@@ -160,8 +161,24 @@ class ShmArena:
 
     # --- ordering ----------------------------------------------------------------------
 
-    def begin(self, opcode: int, nbytes: int) -> int:
-        """Publish this op's descriptor; returns the op's parity (which descriptor slot)."""
+    # A "use" is one round of a buffer: write it, post, read the peers' buffers. A rank may
+    # write its buffer b again (two uses later) only when every peer has finished reading
+    # it, i.e. has begun the use in between (posted that use's first step): `begin_use`
+    # waits for that, so ranks need not meet at every step, only where they read.
+    # Every rank posts the same number of steps per use, so step numbers line up.
+
+    def begin_use(self, deadline: float, what: str) -> None:
+        """Before writing this rank's next buffer."""
+        if self._use_step is not None:
+            for k in range(self.size):
+                if k != self.rank:
+                    self._wait(k, self._use_step, deadline, what)
+        self._use_step = None
+
+    def begin(self, opcode: int, nbytes: int, deadline: float, what: str) -> int:
+        """Start an op (and its first use): publish its descriptor in one of two slots, used
+        alternately; returns the slot. After begin_use, so no peer still reads that slot."""
+        self.begin_use(deadline, what)
         parity = self.ops & 1
         self.ops += 1
         seg = self.segs[self.rank]
@@ -169,9 +186,13 @@ class ShmArena:
         _DESC.pack_into(seg.mm, _DESC_OFFSETS[parity], opcode, 0, nbytes)
         return parity
 
-    def check(self, parity: int, opcode: int, nbytes: int, what: str, names: Sequence[str]) -> None:
-        """After the op's first sync: every rank must have published the same descriptor."""
-        for k, seg in enumerate(self.segs):
+    def check(
+        self, parity: int, opcode: int, nbytes: int, what: str, names: Sequence[str],
+        ranks: Sequence[int] | None = None,
+    ) -> None:  # fmt: skip
+        """After the op's first wait: the ranks waited for published the same descriptor."""
+        for k in range(self.size) if ranks is None else ranks:
+            seg = self.segs[k]
             assert seg is not None
             their_op, _, their_bytes = _DESC.unpack_from(seg.mm, _DESC_OFFSETS[parity])
             if (their_op, their_bytes) != (opcode, nbytes):
@@ -185,6 +206,8 @@ class ShmArena:
     def sync(self, deadline: float, what: str, peers: Sequence[int] | None = None) -> None:
         """Post the next step and wait until `peers` (default: all) have posted it."""
         self.step = (self.step + 1) & 0xFFFFFFFF
+        if self._use_step is None:
+            self._use_step = self.step
         own = self.segs[self.rank]
         assert own is not None
         own.counter[0] = self.step
