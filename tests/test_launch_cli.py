@@ -54,6 +54,7 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
         (["--gpus", "3"], {"CUDA_VISIBLE_DEVICES": "0,1"}, "--gpus: 3 is not in CUDA_VISIBLE"),
         (["--run_mode", "ps-heter"], {}, "--run_mode: 'ps-heter' is not supported yet"),
         (["--tee", "first"], {}, "--tee: expected 'all', 'none'"),
+        (["--nproc_per_node", "2", "--tee", "0,2"], {}, "--tee: this node runs 2 trainer(s)"),
         (["--host", "10.255.255.1"], {}, "--host: '10.255.255.1' is not one of --ips"),
         (["--unknown_flag"], {}, "--unknown_flag: unknown option"),
         (["--servers", "127.0.0.1:7000"], {}, "--workers: needed too"),
@@ -75,6 +76,17 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
 )
 def test_bad_input_exits_2_with_one_line_and_starts_nothing(tmp_path, argv, env, starts):
     assert_rejected(launch(tmp_path, *argv, "w.py", env=env), tmp_path, starts)
+
+
+@pytest.mark.parametrize(
+    ("argv", "starts"),
+    [
+        (["trian.py"], "training_script: 'trian.py' not found (working directory "),
+        (["--no_python", "no-such-command-x"], "training_script: 'no-such-command-x' is not an"),
+    ],
+)
+def test_a_missing_training_script_is_named_before_anything_starts(tmp_path, argv, starts):
+    assert_rejected(launch(tmp_path, *argv), tmp_path, starts)
 
 
 @pytest.mark.skipif(not NO_GPU, reason="this machine has an NVIDIA GPU")

@@ -55,6 +55,7 @@ def prepare(
     from paddlike.launch.plan import plan_collective, plan_ps
 
     options = parse_options(argv, environ)
+    _check_command_exists(options, environ)
     log_dir = os.path.abspath(options.log_dir)
     job_id = options.job_id or new_job_id()
     reserve = not options.dry_run  # a dry run creates nothing, not even reservations
@@ -62,6 +63,7 @@ def prepare(
         ps_node = cluster.match_ps_node(options, environ)
         facts = JobFacts(job_id, python, log_dir, environ, ps_node.interface)
         plan = plan_ps(options, ports.layout_ps(options, ps_node, reserve=reserve), facts)
+        _check_tee(options, plan)
         return Prepared(options, plan, log_dir, ps_node.interface, ps_node.reason)
     from paddlike.launch.devices import assign_devices, count_gpus
 
@@ -76,7 +78,55 @@ def prepare(
     layout = _layout(options, node, devices.nproc, reserve=reserve)
     facts = JobFacts(job_id, python, log_dir, environ, node.interface)
     plan = plan_collective(options, layout, devices, facts)
+    _check_tee(options, plan)
     return Prepared(options, plan, log_dir, node.interface, node.reason, node, devices)
+
+
+def _check_command_exists(options: LaunchOptions, environ: Mapping[str, str]) -> None:
+    """A missing script is the user's typo: say so now, not as N worker crashes later."""
+    script = options.training_script
+    if options.module:
+        return  # resolved by the workers' interpreter, on its own sys.path
+    if options.no_python:
+        import shutil
+
+        if os.sep in script:
+            runnable = os.path.isfile(script) and os.access(script, os.X_OK)
+        else:
+            runnable = shutil.which(script, path=environ.get("PATH")) is not None
+        if not runnable:
+            raise UsageError(
+                f"training_script: {script!r} is not an executable file or a command "
+                f"on PATH (--no_python runs it as a command)",
+                "training_script",
+            )
+        return
+    if not os.path.isfile(script):
+        raise UsageError(
+            f"training_script: {script!r} not found (working directory {os.getcwd()})",
+            "training_script",
+        )
+
+
+def _check_tee(options: LaunchOptions, plan: LaunchPlan) -> None:
+    """--tee names local trainers by index; an index this node does not have is a typo."""
+    from paddlike.launch.console import parse_tee
+    from paddlike.launch.plan import Role
+
+    try:
+        chosen = parse_tee(options.tee)
+    except ValueError as exc:
+        raise UsageError(str(exc), "--tee") from None
+    if chosen == "all":
+        return
+    local = sum(1 for p in plan.processes if p.role is Role.TRAINER)
+    missing = sorted(i for i in chosen if i >= max(local, 1))
+    if missing:
+        raise UsageError(
+            f"--tee: this node runs {local} trainer(s) (local indices 0..{local - 1}), "
+            f"got {options.tee!r}",
+            "--tee",
+        )
 
 
 def _layout(options: LaunchOptions, node, nproc: int, *, reserve: bool):
