@@ -140,3 +140,23 @@ def test_a_restart_round_runs_on_every_node_and_then_succeeds(tmp_path: Path) ->
         text = (tmp_path / f"l{i}" / "workerlog.0").read_text()
         assert "restart 1" in text
         assert [ln.split()[-1] for ln in text.splitlines() if ln.startswith("RANK")] == ["0", "1"]
+
+
+def test_an_interrupted_launcher_ends_every_node_and_is_not_restarted(tmp_path: Path) -> None:
+    script = write_worker(tmp_path)
+    opts, args = ["--max_restarts", "1"], ["--sleep", "60"]
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        procs = [
+            start_launcher(
+                n, "nodea,nodeb", tmp_path / f"l{i}", script, options=opts, script_args=args
+            )
+            for i, n in enumerate(cluster.nodes)
+        ]
+        for i in range(2):
+            _wait_for_worker(tmp_path / f"l{i}")
+        procs[1].send_signal(signal.SIGINT)
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [130, 130], outs
+    for out in outs:
+        assert "launcher on 198.18.0.2 received SIGINT" in out
+        assert "restart 1" not in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +17,10 @@ from paddlike.launch.rendezvous import (
     RendezvousTimeout,
     check_fingerprints,
     fingerprint,
+    first_difference,
     master_address,
+    rival_message,
+    same_job,
 )
 
 HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # text only: no connection is opened to them
@@ -147,3 +151,37 @@ def test_two_launchers_claiming_one_node_index_are_both_named(store: StoreServer
         twin = NodeEntry(0, HOSTS[0], "elsewhere", 999, (1, 2), _fp())
         with pytest.raises(FingerprintMismatch, match=r"two launchers claim node index 0: node0"):
             Rendezvous(kv, 0, 2, HOSTS, 5).join(twin)
+
+
+def test_a_rival_rendezvous_is_described_by_the_field_and_where_it_runs() -> None:
+    mine = _entry(0)
+    theirs = NodeEntry(0, HOSTS[1], "node1", 7, (1, 2), _fp(ips=[HOSTS[1], HOSTS[0], HOSTS[2]]))
+    msg = rival_message(mine, theirs, "10.0.0.2:6170")
+    assert msg.startswith("rendezvous: the launcher on node1 (10.0.0.2) disagrees on ips:")
+    assert "'10.0.0.2,10.0.0.1,10.0.0.3'" in msg and "node0 (10.0.0.1) has '10.0.0.1," in msg
+    assert "both believe they are node 0" in msg and "10.0.0.2:6170" in msg
+    assert same_job(mine, theirs)
+    other_job = NodeEntry(0, HOSTS[1], "node1", 7, (1, 2), _fp(ips=[HOSTS[1], "10.0.0.9"]))
+    assert not same_job(mine, other_job)  # its store is left alone
+    assert first_difference(_fp(), _fp(script="b.py")) == "training script"
+    assert first_difference(_fp(), _fp()) is None
+
+
+def test_the_store_host_lingers_until_every_arrival_has_read_the_verdict(store) -> None:
+    # Node 0 fails its rendezvous; before closing the store it waits for the "left" mark
+    # of each launcher that arrived, so none of them sees "store gone" instead.
+    with StoreClient(*store.address) as kv, StoreClient(*store.address) as other:
+        kv.add("rdzv/0/arrived", 2)
+        kv.set("rdzv/0/left/1", b"1")
+        threading.Timer(0.2, other.set, args=("rdzv/0/left/2", b"1")).start()
+        started = time.monotonic()
+        Rendezvous(kv, 0, 2, HOSTS, 5).linger(0, timeout=5)
+        assert 0.15 < time.monotonic() - started < 4
+
+
+def test_every_launcher_marks_that_it_read_the_verdict_even_when_it_fails(store) -> None:
+    entries = [_entry(0), _entry(1, _fp(run_mode="ps"))]
+    _join_all(store, entries, 2)
+    with StoreClient(*store.address) as kv:
+        assert kv.try_get("rdzv/0/arrived") == b"2"
+        assert kv.try_get("rdzv/0/left/1") == kv.try_get("rdzv/0/left/2") == b"1"

@@ -4,7 +4,8 @@ During a round each launcher runs a `JobWatch`:
 
 - `publish(cause)` (the supervisor's `on_failure`) stores this node's root cause
   under ``job/<round>/abort`` create-only, so the first failure anywhere wins and
-  every node reports the same one;
+  every node reports the same one (its log file as an absolute path on its host;
+  other nodes print it "on node N (host)");
 - a watcher thread blocks on that key (a waiting `get`, no polling) and, when it
   appears, makes `fd` readable; the supervisor's event loop then calls `poll()`,
   which returns the remote cause and the supervisor tears down;
@@ -12,11 +13,16 @@ During a round each launcher runs a `JobWatch`:
   (node 0 on the TCP store, every node on etcd) publish "node N stopped sending
   heartbeats" for a node silent longer than `heartbeat_timeout`, and mark its end
   so nobody waits for it. A node that cannot reach the store for that long
-  (node 0 gone, network cut) aborts with that as the cause;
+  (node 0 gone, network cut) aborts with that as the cause. Each call on the
+  watch's own connections gives up after one beat period, so a cut network is
+  seen within the timeout rather than after TCP's;
 - `finish(ok)` reports this node's end and waits until every node has ended (or
   was lost); it returns the job-wide root cause, None when the round succeeded
   everywhere. Node 0 keeps its store up until everyone has read the outcome
-  (`JobSession.close`).
+  (`JobSession.close`; on etcd every node waits so, as its keys go with its lease).
+
+`run_multinode` runs rounds through `rounds.run_rounds`, the loop the one-node path
+uses too; `JobSession` is the link to the other nodes (TCP store or etcd).
 """
 
 from __future__ import annotations
@@ -418,6 +424,9 @@ class JobSession:
         self.server = server
         self.master = master
         self.token = token
+        # whether this launcher's exit takes away keys the others may still read: node 0's
+        # on the TCP store (it hosts it), every node's on etcd (its keys carry its lease)
+        self.keeps_keys = server is not None
         self._watches: list[JobWatch] = []
 
     @classmethod
@@ -483,6 +492,80 @@ class JobSession:
             token=token,
         )
 
+    @classmethod
+    def open_etcd(
+        cls,
+        *,
+        master: str,
+        job_id: str | None,
+        node_index: int,
+        hosts: Sequence[str],
+        rdzv_timeout: float,
+        heartbeat_timeout: float,
+        progress: Callable[[str], None],
+    ) -> JobSession:
+        """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
+        (TTL --heartbeat_timeout) and marks itself alive under it."""
+        from paddlike.launch.etcd import (
+            EtcdStore,
+            EtcdUnreachable,
+            LeaseLiveness,
+            parse_etcd_master,
+        )
+        from paddlike.launch.rendezvous import RendezvousError, RendezvousTimeout
+
+        kv = EtcdStore(
+            parse_etcd_master(master),
+            job_id=job_id,
+            timeout=rdzv_timeout,
+            io_timeout=max(0.5, heartbeat_timeout / HEARTBEATS_PER_TIMEOUT),
+        )
+        deadline, delay = time.monotonic() + rdzv_timeout, 0.05
+        while True:
+            try:
+                if kv.lease is None:
+                    kv.grant_lease(heartbeat_timeout)
+                kv.set(f"alive/{node_index}", str(os.getpid()))
+                break
+            except EtcdUnreachable as exc:
+                if time.monotonic() + delay > deadline:
+                    kv.close()
+                    raise RendezvousTimeout(
+                        f"rendezvous: etcd at {kv.address} did not answer within "
+                        f"{rdzv_timeout:g} s (--rdzv_timeout): {exc}"
+                    ) from exc
+                time.sleep(delay)  # etcd not up yet: back off and retry until the deadline
+                delay = min(delay * 2, 1.0)
+            except StoreError as exc:
+                kv.close()
+                raise RendezvousError(f"--master: cannot use etcd at {kv.address}: {exc}") from exc
+
+        def make_watch(round_: int) -> JobWatch:
+            return JobWatch(
+                connect=kv.sharing_lease,
+                kv=kv,
+                liveness=LeaseLiveness(kv, node_index, len(hosts)),
+                node_index=node_index,
+                nnodes=len(hosts),
+                hosts=hosts,
+                round_=round_,
+                heartbeat_timeout=heartbeat_timeout,
+                monitor=True,
+            )
+
+        session = cls(
+            kv=kv,
+            node_index=node_index,
+            nnodes=len(hosts),
+            hosts=hosts,
+            rdzv_timeout=rdzv_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            progress=progress,
+            make_watch=make_watch,
+        )
+        session.keeps_keys = True
+        return session
+
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
         from paddlike.launch.rendezvous import Rendezvous, find_rival
 
@@ -503,7 +586,7 @@ class JobSession:
         try:
             return rdzv.join(entry, round_)
         except Exception:
-            if self.server is not None:  # the others must read the verdict before it closes
+            if self.keeps_keys:  # the others must read the verdict before it goes
                 rdzv.linger(round_, DONE_GRACE)
             raise
 
@@ -518,7 +601,7 @@ class JobSession:
 
     def close(self) -> None:
         """Stop the watches; node 0 first waits (briefly) until every node read the outcome."""
-        if self.server is not None and self._watches:
+        if self.keeps_keys and self._watches:
             self._watches[-1].wait_done()
         for w in self._watches:
             w.stop()
@@ -568,15 +651,26 @@ def run_multinode(options, node, devices, environ, *, python: str | None = None)
         return 2
     with logdir:
         try:
-            session = JobSession.open_tcp(
-                master=master,
-                node_index=index,
-                hosts=hosts,
-                token=token,
-                rdzv_timeout=options.rdzv_timeout,
-                heartbeat_timeout=options.heartbeat_timeout,
-                progress=_say,
-            )
+            if options.master and options.master.startswith("etcd://"):
+                session = JobSession.open_etcd(
+                    master=options.master,
+                    job_id=options.job_id,
+                    node_index=index,
+                    hosts=hosts,
+                    rdzv_timeout=options.rdzv_timeout,
+                    heartbeat_timeout=options.heartbeat_timeout,
+                    progress=_say,
+                )
+            else:
+                session = JobSession.open_tcp(
+                    master=master,
+                    node_index=index,
+                    hosts=hosts,
+                    token=token,
+                    rdzv_timeout=options.rdzv_timeout,
+                    heartbeat_timeout=options.heartbeat_timeout,
+                    progress=_say,
+                )
         except (RendezvousError, StoreError) as exc:
             _say(f"error: {exc}")
             return getattr(exc, "exit_code", 1)

@@ -14,9 +14,17 @@ first ``--ips`` entry and port 6170). Each launcher, node 0 included, then:
    fingerprints agree. The endpoints then come from the published ports, so no
    port is ever assumed free on another host.
 
-The deciding is pure (`check_fingerprints`, `missing_nodes`, `master_address`);
-`Rendezvous.join` is the shell that talks to the store. The same logic runs on an
-etcd cluster through `paddlike.launch.etcd.EtcdKV`, which has the same methods.
+Two launchers that each believe they are node 0 (``--ips`` in another order, no
+``--master``) each host a store of their own and would wait for each other until the
+timeout. So while nodes are missing, the store's host looks for a rendezvous at the
+missing nodes' store port (`find_rival`) and, finding one, fails both with exit 2.
+A failing store host keeps its store up until every launcher that arrived has read
+the verdict (`Rendezvous.linger`).
+
+The deciding is pure (`check_fingerprints`, `missing_nodes`, `master_address`,
+`rival_message`); `Rendezvous.join` is the shell that talks to the store. The same
+logic runs on an etcd cluster through `paddlike.launch.etcd.EtcdStore`, which has
+the same methods.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ PROGRESS_EVERY = 10.0  # then at most this often, or when the set of missing nod
 
 
 class KV(Protocol):
-    """The key-value operations rendezvous and job watching need (StoreClient, EtcdKV)."""
+    """The key-value operations rendezvous and job watching need (StoreClient, EtcdStore)."""
 
     address: str
 
@@ -368,6 +376,15 @@ def first_difference(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
     return None
 
 
+def same_job(a: NodeEntry, b: NodeEntry) -> bool:
+    """Whether two node-0 entries look like one job started with --ips in two orders:
+    the same set of nodes and the same script."""
+    fa, fb = a.fingerprint, b.fingerprint
+    return sorted(fa.get("ips", "").split(",")) == sorted(fb.get("ips", "").split(",")) and (
+        fa.get("training script") == fb.get("training script")
+    )
+
+
 def rival_message(mine: NodeEntry, theirs: NodeEntry, address: str) -> str:
     """Two launchers each hosting a rendezvous of their own: say where, and why.
 
@@ -422,8 +439,8 @@ def find_rival(
                 theirs = NodeEntry.decode(kv.try_get(f"rdzv/{round_}/node/0") or b"")
             except (StoreError, ValueError, KeyError):
                 continue
-            if theirs.host == mine.host:
-                continue
+            if theirs.host == mine.host or not same_job(mine, theirs):
+                continue  # another job that happens to use this port: none of our business
             message = rival_message(mine, theirs, f"{host}:{port}")
             # The rival may have found us first and be closing its store: then this
             # write fails, but it has its verdict already.

@@ -1,0 +1,337 @@
+"""The launchers' key-value store on an etcd v3 cluster (``--master etcd://host:port,...``).
+
+`EtcdStore` has the methods rendezvous and job watching use on the TCP store (set,
+get, try_get, add, compare_set, delete, wait), so the same rendezvous, abort and
+restart logic runs through etcd, and no node is a single point of failure. It talks
+to etcd's HTTP/JSON gateway (``/v3/...``, served by etcd 3.3 and later; 3.4 also
+serves ``/v3beta``) with urllib: no extra dependency.
+
+- keys and values are base64 in the JSON; every key lives under
+  ``/paddlike/<job id>/`` (``--job_id``, default "default");
+- `compare_set` and `add` are transactions (`/v3/kv/txn`); `add` retries its
+  compare-and-swap on the key's mod revision until it wins or the deadline passes;
+- `get` waits with a watch (`/v3/watch`, a stream of JSON lines) that starts just
+  after the revision at which the key was found missing, so no put is missed;
+- liveness is a lease: every key this launcher writes is attached to its lease
+  (TTL = --heartbeat_timeout), kept alive every TTL/5. A launcher that dies or is cut
+  off loses its lease, and with it its ``alive/<node>`` key: the others notice that
+  (`LeaseLiveness`). Keys of a job that ended vanish with the launchers' leases, so
+  the next run with the same job id starts clean.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from paddlike.distributed.store import StoreError, StoreTimeoutError
+
+PREFIX = "/paddlike"
+DEFAULT_JOB = "default"
+IO_TIMEOUT = 5.0  # seconds for one gateway request that does not wait for a key
+
+
+class EtcdUnreachable(StoreError):
+    """No endpoint of the cluster answered (as opposed to one answering with an error)."""
+
+
+def parse_etcd_master(master: str) -> list[tuple[str, int]]:
+    """``etcd://h1:2379,h2:2379`` -> [("h1", 2379), ("h2", 2379)] (validated by options)."""
+    rest = master[len("etcd://") :] if master.startswith("etcd://") else master
+    out = []
+    for item in rest.split(","):
+        host, _, port = item.strip().rpartition(":")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes:
+    return base64.b64decode(text or "")
+
+
+def _to_bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+class EtcdStore:
+    """A job's keys on etcd, through the JSON gateway. Thread-safe (one HTTP request per
+    call); `grant_lease` before writing so that this launcher's keys carry its lease."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[tuple[str, int]],
+        *,
+        job_id: str | None = None,
+        timeout: float = 300.0,
+        io_timeout: float = IO_TIMEOUT,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("no etcd endpoints")
+        self.endpoints = list(endpoints)
+        self.prefix = f"{PREFIX}/{job_id or DEFAULT_JOB}/"
+        self.timeout = timeout
+        self.io_timeout = io_timeout
+        self.lease: int | None = None
+        self.lease_ttl: float = 0.0
+        self._good = 0  # index of the endpoint that answered last
+        self._owns_lease = True
+        self._keepalive_stop = threading.Event()
+        self._keepalive_thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return "etcd://" + ",".join(f"{h}:{p}" for h, p in self.endpoints)
+
+    # -- the gateway --
+
+    def _open(self, path: str, body: dict, timeout: float):  # type: ignore[no-untyped-def]
+        """POST `body` to the first endpoint that answers; the open response."""
+        data = json.dumps(body).encode()
+        errors = []
+        n = len(self.endpoints)
+        for k in range(n):
+            i = (self._good + k) % n
+            host, port = self.endpoints[i]
+            url = f"http://{host}:{port}/v3/{path}"
+            req = urllib.request.Request(url, data=data, method="POST")
+            req.add_header("Content-Type", "application/json")
+            try:
+                resp = urllib.request.urlopen(req, timeout=max(0.05, timeout))
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode("utf-8", "replace").strip()
+                raise StoreError(f"etcd at {host}:{port} rejected /v3/{path}: {detail}") from exc
+            except (urllib.error.URLError, OSError) as exc:
+                errors.append(f"{host}:{port}: {getattr(exc, 'reason', exc)}")
+                continue
+            self._good = i
+            return resp
+        raise EtcdUnreachable(
+            f"no etcd endpoint of {self.address} answered /v3/{path}: " + "; ".join(errors)
+        )
+
+    def _call(self, path: str, body: dict, timeout: float | None = None) -> dict:
+        t = self.io_timeout if timeout is None else timeout
+        try:
+            with self._open(path, body, t) as resp:
+                return json.loads(resp.read() or b"{}")
+        except TimeoutError as exc:
+            raise StoreTimeoutError(f"etcd at {self.address} did not answer /v3/{path}") from exc
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"etcd at {self.address} failed during /v3/{path}: {exc}") from exc
+
+    def _k(self, key: str) -> str:
+        return _b64((self.prefix + key).encode())
+
+    def _put_op(self, key: str, value: bytes) -> dict:
+        op: dict = {"key": self._k(key), "value": _b64(value)}
+        if self.lease is not None:
+            op["lease"] = str(self.lease)
+        return op
+
+    def _range(self, key: str) -> tuple[dict | None, int]:
+        """(the key's kv or None, the store revision of the answer)."""
+        r = self._call("kv/range", {"key": self._k(key)})
+        kvs = r.get("kvs") or []
+        return (kvs[0] if kvs else None), int(r.get("header", {}).get("revision", 0))
+
+    # -- the KV interface --
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._call("kv/put", self._put_op(key, _to_bytes(value)))
+
+    def try_get(self, key: str) -> bytes | None:
+        kv, _ = self._range(key)
+        return None if kv is None else _unb64(kv.get("value"))
+
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        """The key's value, waiting up to `timeout` (default: the store's) for a put."""
+        t = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + t
+        while True:
+            kv, revision = self._range(key)
+            if kv is not None:
+                return _unb64(kv.get("value"))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreTimeoutError(
+                    f"key {key!r} did not appear in etcd at {self.address} within {t:g} s"
+                )
+            value = self._watch_put(key, revision + 1, left)
+            if value is not None:
+                return value
+
+    def _watch_put(self, key: str, start_revision: int, timeout: float) -> bytes | None:
+        """The value of the first put of `key` at or after `start_revision`, or None when
+        `timeout` passes (or the stream ends) first."""
+        body = {"create_request": {"key": self._k(key), "start_revision": str(start_revision)}}
+        deadline = time.monotonic() + timeout
+        try:
+            resp = self._open("watch", body, timeout)
+        except StoreError:
+            if time.monotonic() >= deadline:
+                return None
+            raise
+        with resp:
+            try:
+                while time.monotonic() < deadline:
+                    line = resp.readline()
+                    if not line:
+                        return None
+                    result = json.loads(line).get("result", {})
+                    for event in result.get("events") or []:
+                        if event.get("type", "PUT") == "PUT":
+                            return _unb64(event["kv"].get("value"))
+            except (OSError, ValueError):
+                return None  # the deadline passed inside readline (or the stream broke)
+        return None
+
+    def add(self, key: str, amount: int = 1) -> int:
+        """Atomic counter (ASCII decimal, as on the TCP store): compare-and-swap on the
+        key's mod revision, retried until it wins (bounded by the io timeout x 10)."""
+        deadline = time.monotonic() + 10 * self.io_timeout
+        while True:
+            kv, _ = self._range(key)
+            if kv is None:
+                compare = {"key": self._k(key), "result": "EQUAL", "target": "CREATE"}
+                compare["create_revision"] = "0"
+                old = 0
+            else:
+                compare = {"key": self._k(key), "result": "EQUAL", "target": "MOD"}
+                compare["mod_revision"] = kv.get("mod_revision", "0")
+                try:
+                    old = int(_unb64(kv.get("value")))
+                except ValueError as exc:
+                    raise StoreError(f"etcd key {key!r} is not an integer counter") from exc
+            new = old + amount
+            txn = {
+                "compare": [compare],
+                "success": [{"request_put": self._put_op(key, str(new).encode())}],
+            }
+            if self._call("kv/txn", txn).get("succeeded"):
+                return new
+            if time.monotonic() > deadline:
+                raise StoreTimeoutError(f"add to etcd key {key!r}: too much contention")
+
+    def compare_set(self, key: str, expected: bytes | str | None, desired: bytes | str) -> bytes:
+        """Set `desired` iff the value is `expected` (None: absent); return the value now
+        stored (b"" when absent), as `StoreClient.compare_set` does."""
+        want = _to_bytes(desired)
+        if expected is None:
+            compare = {"key": self._k(key), "result": "EQUAL", "target": "CREATE"}
+            compare["create_revision"] = "0"
+        else:
+            compare = {"key": self._k(key), "result": "EQUAL", "target": "VALUE"}
+            compare["value"] = _b64(_to_bytes(expected))
+        txn = {
+            "compare": [compare],
+            "success": [{"request_put": self._put_op(key, want)}],
+            "failure": [{"request_range": {"key": self._k(key)}}],
+        }
+        r = self._call("kv/txn", txn)
+        if r.get("succeeded"):
+            return want
+        kvs = (r.get("responses") or [{}])[0].get("response_range", {}).get("kvs") or []
+        return _unb64(kvs[0].get("value")) if kvs else b""
+
+    def delete(self, key: str) -> bool:
+        r = self._call("kv/deleterange", {"key": self._k(key)})
+        return int(r.get("deleted", 0)) > 0
+
+    def wait(self, keys: Sequence[str], timeout: float | None = None) -> None:
+        t = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + t
+        for key in keys:
+            try:
+                self.get(key, timeout=max(0.001, deadline - time.monotonic()))
+            except StoreTimeoutError as exc:
+                missing = [k for k in keys if self.try_get(k) is None]
+                raise StoreTimeoutError(
+                    f"keys {','.join(missing)} did not appear in etcd at {self.address} "
+                    f"within {t:g} s"
+                ) from exc
+
+    # -- the lease --
+
+    def grant_lease(self, ttl: float) -> int:
+        """A lease of `ttl` s (whole seconds, at least 2) for every key this store writes,
+        kept alive from a daemon thread every ttl/5 s until `close`."""
+        seconds = max(2, round(ttl))
+        r = self._call("lease/grant", {"TTL": str(seconds)})
+        if r.get("error"):
+            raise StoreError(f"etcd at {self.address} refused a lease: {r['error']}")
+        self.lease, self.lease_ttl = int(r["ID"]), float(seconds)
+        self._keepalive_thread = threading.Thread(
+            target=self._keepalive_loop, name="etcd-keepalive", daemon=True
+        )
+        self._keepalive_thread.start()
+        return self.lease
+
+    def sharing_lease(self) -> EtcdStore:
+        """Another handle on the same keys and lease (for a thread); its `close` leaves
+        the lease alone."""
+        other = EtcdStore(
+            self.endpoints, job_id=None, timeout=self.timeout, io_timeout=self.io_timeout
+        )
+        other.prefix, other.lease, other.lease_ttl = self.prefix, self.lease, self.lease_ttl
+        other._owns_lease = False
+        return other
+
+    def keepalive(self) -> None:
+        """Renew the lease; StoreError when etcd cannot be reached or the lease expired."""
+        if self.lease is None:
+            return
+        r = self._call("lease/keepalive", {"ID": str(self.lease)})
+        if int(r.get("result", {}).get("TTL", 0)) <= 0:
+            raise StoreError(
+                f"this launcher's etcd lease expired at {self.address}: it could not reach "
+                f"etcd for {self.lease_ttl:g} s (--heartbeat_timeout)"
+            )
+
+    def _keepalive_loop(self) -> None:
+        while not self._keepalive_stop.wait(self.lease_ttl / 5):
+            try:
+                self.keepalive()
+            except StoreError:
+                continue  # the job watch's heartbeat reports a lasting failure
+
+    def close(self) -> None:
+        """Stop the keepalive and revoke the lease: this launcher's keys vanish with it."""
+        self._keepalive_stop.set()
+        if self.lease is not None and self._owns_lease:
+            lease, self.lease = self.lease, None
+            with contextlib.suppress(StoreError):  # else it expires by itself after its TTL
+                self._call("lease/revoke", {"ID": str(lease)})
+
+
+@dataclass
+class LeaseLiveness:
+    """etcd heartbeats: `beat` renews this node's lease; a node whose ``alive/<j>`` key
+    (attached to its lease) is gone has lost its lease, so it is dead or cut off."""
+
+    kv: EtcdStore
+    node_index: int
+    nnodes: int
+    clock: Callable[[], float] = time.monotonic
+
+    def beat(self) -> None:
+        self.kv.keepalive()
+
+    def silent(self, now: float) -> list[int]:
+        return [
+            j
+            for j in range(self.nnodes)
+            if j != self.node_index and self.kv.try_get(f"alive/{j}") is None
+        ]
