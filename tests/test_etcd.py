@@ -215,3 +215,16 @@ def test_a_worker_failure_and_a_killed_launcher_end_the_job_through_etcd(tmp_pat
     assert pa.returncode not in (0, None), out_a
     assert "node 1 (198.18.0.2) stopped sending heartbeats" in out_a
     assert took < 2 + 2, out_a
+
+
+def test_a_proxy_in_the_environment_is_not_used_to_reach_etcd(
+    store: EtcdStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cluster nodes often export a proxy for the internet; etcd must be reached directly.
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, dead)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    store.set("through-no-proxy", b"v")
+    assert store.get("through-no-proxy", timeout=5) == b"v"

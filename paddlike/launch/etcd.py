@@ -37,6 +37,10 @@ PREFIX = "/paddlike"
 DEFAULT_JOB = "default"
 IO_TIMEOUT = 5.0  # seconds for one gateway request that does not wait for a key
 
+# Straight to etcd, never through http_proxy/https_proxy from the environment: cluster
+# nodes often carry a proxy for the internet, which cannot reach (or must not see) etcd.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 class EtcdUnreachable(StoreError):
     """No endpoint of the cluster answered (as opposed to one answering with an error)."""
@@ -107,7 +111,7 @@ class EtcdStore:
             req = urllib.request.Request(url, data=data, method="POST")
             req.add_header("Content-Type", "application/json")
             try:
-                resp = urllib.request.urlopen(req, timeout=max(0.05, timeout))
+                resp = _DIRECT.open(req, timeout=max(0.05, timeout))
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode("utf-8", "replace").strip()
                 raise StoreError(f"etcd at {host}:{port} rejected /v3/{path}: {detail}") from exc
