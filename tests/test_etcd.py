@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -217,14 +218,26 @@ def test_a_worker_failure_and_a_killed_launcher_end_the_job_through_etcd(tmp_pat
     assert took < 2 + 2, out_a
 
 
-def test_a_proxy_in_the_environment_is_not_used_to_reach_etcd(
-    store: EtcdStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_proxy_in_the_environment_is_not_used_to_reach_etcd(etcd: tuple[str, int]) -> None:
     # Cluster nodes often export a proxy for the internet; etcd must be reached directly.
+    # A fresh process, so that urllib reads the proxy variables as a launcher would.
     dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
-        monkeypatch.setenv(name, dead)
-    for name in ("no_proxy", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    store.set("through-no-proxy", b"v")
-    assert store.get("through-no-proxy", timeout=5) == b"v"
+    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
+    env.update({name: dead for name in ("http_proxy", "HTTP_PROXY")})
+    script = (
+        "import sys\n"
+        "from paddlike.launch.etcd import EtcdStore\n"
+        "s = EtcdStore([(sys.argv[1], int(sys.argv[2]))], job_id='proxy', timeout=3)\n"
+        "s.set('k', b'v')\n"
+        "assert s.get('k', timeout=3) == b'v'\n"
+        "print('reached etcd directly')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, etcd[0], str(etcd[1])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reached etcd directly" in done.stdout
