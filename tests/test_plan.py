@@ -82,6 +82,17 @@ def test_the_contract_environment_of_one_worker():
     assert contract.SELECTED_GPUS not in env  # CPU mode
 
 
+def test_with_a_proxy_set_the_nodes_are_added_to_no_proxy_and_nothing_changes_without():
+    def env_with(environ: dict[str, str]) -> dict[str, str]:
+        facts = JobFacts("job-test", "/py", "/abs/log", environ, "eth0")
+        return dict(plan_collective(options(), two_node_layout(0), cpu(2), facts).processes[0].env)
+
+    env = env_with({"https_proxy": "http://proxy.example:3128", "no_proxy": ".corp,10.0.0.2"})
+    assert env["no_proxy"] == env["NO_PROXY"] == ".corp,10.0.0.2,127.0.0.1,localhost,10.0.0.1"
+    assert "https_proxy" not in env  # the user's proxy is inherited as it is, not rewritten
+    assert "no_proxy" not in env_with({}) and "NO_PROXY" not in env_with({})
+
+
 def test_one_openmp_thread_per_worker_unless_the_user_chose_or_there_is_one_worker():
     def omp(nproc: int, environ: dict[str, str]) -> str | None:
         facts = JobFacts("job-test", "/py", "/abs/log", environ, "eth0")

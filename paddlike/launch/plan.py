@@ -165,6 +165,28 @@ def _threads_env(facts: JobFacts, nproc: int) -> dict[str, str]:
     return {}
 
 
+_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+
+def _no_proxy_env(facts: JobFacts, node_hosts: Sequence[str]) -> dict[str, str]:
+    """Keep the job's own traffic off the user's proxy.
+
+    With a proxy in the environment, HTTP clients in workers (Paddle's gloo HTTP
+    rendezvous, torch/etcd clients, metrics) would send node-to-node requests to a
+    proxy that cannot reach the cluster, and the job hangs. The proxy stays for
+    everything else; the nodes, loopback and localhost are added to no_proxy.
+    """
+    if not any(facts.environ.get(name) for name in _PROXY_VARS):
+        return {}
+    current = facts.environ.get("no_proxy") or facts.environ.get("NO_PROXY") or ""
+    entries = [e.strip() for e in current.split(",") if e.strip()]
+    for host in ("127.0.0.1", "localhost", *node_hosts):
+        if host not in entries:
+            entries.append(host)
+    value = ",".join(entries)
+    return {"no_proxy": value, "NO_PROXY": value}
+
+
 def _paddle_gloo_env(layout: PsLayout) -> dict[str, str]:
     """What Paddle's fleet needs to start its gloo in PS mode (barrier_worker, all_reduce)."""
     if not layout.gloo_endpoint:
@@ -221,6 +243,7 @@ def plan_collective(
         contract.TORCHELASTIC_MAX_RESTARTS: str(options.max_restarts),
         contract.TORCHELASTIC_USE_AGENT_STORE: "False",
         **_threads_env(facts, nproc),
+        **_no_proxy_env(facts, layout.hosts),
         **_ifname_env(facts),
         **_launcher_env(options, facts, layout.hosts),
     }
@@ -284,6 +307,7 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
         contract.NODE_RANK: str(layout.node_index),
         contract.DISTRI_BACKEND: "gloo",
         **_paddle_gloo_env(layout),
+        **_no_proxy_env(facts, node_hosts),
         **_ifname_env(facts),
         **_launcher_env(options, facts, node_hosts),
     }
