@@ -132,8 +132,10 @@ def _launch(
 
 
 def _drop_lock(log_dir: Path) -> None:
-    """The lock file is the launcher's run-time state, not part of the sample."""
-    (log_dir / ".paddlike.lock").unlink(missing_ok=True)
+    """The lock and owner files are the launcher's run-time state, not part of the sample
+    (the launcher removes the owner file itself; the flock file stays behind)."""
+    for name in (".paddlike.lock", ".paddlike.owner"):
+        (log_dir / name).unlink(missing_ok=True)
 
 
 class SampleFailed(Exception):
@@ -145,7 +147,8 @@ def _clean_env() -> dict[str, str]:
     return {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("PADDLIKE_") and k.lower() not in ("http_proxy", "https_proxy")
+        if not k.startswith("PADDLIKE_")
+        and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
     }
 
 

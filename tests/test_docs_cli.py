@@ -52,6 +52,24 @@ def test_every_long_option_lists_its_environment_variable():
             assert f"`{name}`" in line, line
 
 
+def test_every_option_row_names_all_its_spellings_and_quotes_its_help_text():
+    """The tables are the parser's: a changed help text or a new alias shows up here."""
+    from paddlike.launch.options import _Parser
+
+    rows = {}
+    for line in CLI_DOC.read_text().splitlines():
+        match = re.match(r"\| (`-[^|]*) \|", line)
+        if match:
+            rows[frozenset(re.findall(r"`(-[^`]+)`", match.group(1)))] = line
+    for group in _Parser.build()._action_groups:
+        for action in group._group_actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            spellings = frozenset(action.option_strings)
+            assert spellings in rows, f"no row naming exactly {sorted(spellings)}"
+            assert f"| {action.help} |" in rows[spellings], rows[spellings]
+
+
 def test_every_help_group_is_a_section_of_the_reference():
     from paddlike.launch.options import _Parser
 
@@ -77,5 +95,16 @@ def test_every_help_group_is_a_section_of_the_reference():
 def test_doc_page_exists_and_its_relative_links_resolve(page):
     path = ROOT / "docs" / page
     text = path.read_text()
-    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
-        assert (path.parent / target).exists(), f"{page} links to missing {target}"
+    for target, anchor in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", text):
+        linked = path.parent / target if target else path
+        assert linked.exists(), f"{page} links to missing {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked.read_text()), f"{page} links to {target}#{anchor}"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation dropped, spaces to dashes."""
+    return {
+        re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        for title in re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
+    }

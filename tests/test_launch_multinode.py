@@ -89,13 +89,27 @@ def test_a_namespace_node_outside_ips_is_told_which_addresses_it_has(tmp_path):
     assert not (tmp_path / "log").exists()
 
 
+# A server prints its environment, then listens until the launcher stops it; a trainer, like
+# a real one, first reaches every server, so no server is stopped before it printed.
 PS_DUMP = """
-import json, os, time
+import json, os, socket, time
 names = ["TRAINING_ROLE", "PADDLE_TRAINER_ID", "PADDLE_PORT", "POD_IP", "PADDLE_TRAINERS_NUM",
          "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_TRAINER_ENDPOINTS"]
 print("ENV " + json.dumps({n: os.environ.get(n) for n in names}), flush=True)
 if os.environ["TRAINING_ROLE"] == "PSERVER":
+    listener = socket.create_server((os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])))
     time.sleep(60)  # a server runs until the launcher stops it
+else:
+    deadline = time.monotonic() + 30
+    for ep in os.environ["PADDLE_PSERVERS_IP_PORT_LIST"].split(","):
+        host, port = ep.rsplit(":", 1)
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"server {ep} never listened"
+                time.sleep(0.05)  # not listening yet; nothing to wait on but the port
 """
 
 

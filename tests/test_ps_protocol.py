@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from ps_workers.cluster import WORKERS, base_env, free_ports, kill, start_server
 
 from paddlike.distributed import ps
 from paddlike.distributed.ps import wire
+from paddlike.distributed.ps.client import Client
 from paddlike.distributed.ps.wire import Message, Op, Status
 
 
@@ -134,3 +136,98 @@ def test_sigterm_stops_the_server_with_exit_code_0(served):
     assert served.ask(sock, frames(Message(Op.HELLO, arg0=1, arg1=1))).status == Status.OK
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(10) == 0
+
+
+# --- sync mode: waiting for a slow trainer is not the same as a dead server ---------------
+
+
+@pytest.fixture
+def served_two(tmp_path: Path) -> Iterator[Served]:
+    """One server for two trainers (the test plays both through Client objects)."""
+    ports = free_ports(3)
+    ep = f"127.0.0.1:{ports[0]}"
+    env = base_env([ep], [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"])
+    proc = start_server(WORKERS / "serve.py", [], env, 0, ep, tmp_path / "serverlog.0")
+    s = Served(proc, ep, env)
+    try:
+        yield s
+    finally:
+        kill(proc)
+        s.ctx.destroy(linger=0)
+
+
+def _sync_trainers(served: Served, wait: float, request: float) -> list[Client]:
+    trainers = [Client([served.endpoint], tid, wait, request) for tid in (0, 1)]
+    spec = ps.TableSpec("w", "dense", (4,), ps.SGD(lr=1.0).config(), ps.Constant().config(),
+                        "sync")  # fmt: skip
+    trainers[0].call([(0, Message(Op.DECLARE, text=spec.to_json()))], timeout=10)
+    return trainers
+
+
+def _push(c: Client, value: float) -> None:
+    c.call([(0, Message(Op.PUSH_DENSE, step=0, text="w", arrays=[np.full(4, value, "f4")]))])
+
+
+def _pull_in_thread(c: Client) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def pull() -> None:
+        start = time.monotonic()
+        try:
+            out["values"] = c.call([(0, Message(Op.PULL_DENSE, step=1, text="w"))])[0].array(0)
+        except ps.PsError as exc:
+            out["error"] = exc
+        out["elapsed"] = time.monotonic() - start
+
+    t = threading.Thread(target=pull)
+    t.start()
+    return t, out
+
+
+def test_a_sync_pull_waits_for_a_trainer_slower_than_the_request_timeout(served_two):
+    trainers = _sync_trainers(served_two, wait=30, request=0.5)
+    try:
+        _push(trainers[0], 1.0)
+        thread, out = _pull_in_thread(trainers[0])  # step 1: waits for trainer 1's step 0
+        time.sleep(2.0)  # trainer 1's training step: four times the request timeout
+        _push(trainers[1], 3.0)
+        thread.join(30)
+        assert "error" not in out, out
+        assert out["values"].tolist() == [-2.0] * 4  # SGD lr 1 on the mean of 1 and 3
+        assert out["elapsed"] >= 1.9
+    finally:
+        for c in trainers:
+            c.close()
+
+
+def test_a_sync_pull_past_its_wait_deadline_says_the_server_is_alive_and_waits(served_two):
+    trainers = _sync_trainers(served_two, wait=1.5, request=0.5)
+    try:
+        _push(trainers[0], 1.0)
+        thread, out = _pull_in_thread(trainers[0])  # trainer 1 never pushes
+        thread.join(30)
+        assert isinstance(out.get("error"), ps.PsTimeoutError), out
+        assert "is alive but did not answer PULL_DENSE within 1.5 s" in str(out["error"])
+        assert 1.4 <= out["elapsed"] < 5
+    finally:
+        for c in trainers:
+            c.close()
+
+
+def test_a_server_that_dies_while_a_sync_pull_waits_is_named_long_before_the_wait_deadline(
+    served_two,
+):
+    trainers = _sync_trainers(served_two, wait=60, request=1.0)
+    try:
+        _push(trainers[0], 1.0)
+        thread, out = _pull_in_thread(trainers[0])
+        served_two.proc.kill()
+        served_two.proc.wait(10)
+        thread.join(30)
+        assert isinstance(out.get("error"), ps.PsTimeoutError), out
+        assert (f"parameter server 0 at {served_two.endpoint} did not answer PULL_DENSE nor a "
+                "liveness check within 1 s") in str(out["error"])  # fmt: skip
+        assert out["elapsed"] < 5  # the wait deadline is 60 s
+    finally:
+        for c in trainers:
+            c.close()

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 300.0
+DESTROY_TIMEOUT = 30.0  # at most this long for the last barrier and the store's shutdown
 BACKENDS = ("auto", "cpu", "gloo", "tcp", "nccl")
 
 
@@ -118,7 +120,10 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
         runtime.backend = _choose_backend(backend, env.device_id)
         runtime.rank, runtime.world_size = env.rank, env.world_size
         runtime.device_id, runtime.timeout = env.device_id, seconds
-        runtime.prefix = f"paddlike/r{os.environ.get(C.RESTART_COUNT, '0')}"
+        # The incarnation (how many times this process tore the runtime down) keeps the keys
+        # of a re-initialized runtime apart from the previous one's; every rank counts alike.
+        restart = os.environ.get(C.RESTART_COUNT, "0")
+        runtime.prefix = f"paddlike/r{restart}/i{runtime.incarnation}"
         runtime.host = _own_host(env)
         if env.world_size > 1 or runtime.backend == "nccl":
             _connect_store(env, seconds)
@@ -171,14 +176,42 @@ def _connect_store(env: ParallelEnv, timeout: float) -> None:
                 f"init_parallel_env: rank 0 could not host the runtime store at {host}:{port} "
                 f"({C.PADDLE_MASTER}): {exc}"
             ) from None
+    deadline = time.monotonic() + timeout
     try:
         runtime.store = StoreClient(host, port, timeout=timeout, token=token)
+        _await_current_store(env.rank, deadline)
     except Exception as exc:
         _close_store()
         raise CollectiveError(
             f"init_parallel_env: rank {env.rank} could not reach rank 0's store at "
             f"{host}:{port} within {timeout:g} s: {exc}"
         ) from None
+
+
+def _await_current_store(rank: int, deadline: float) -> None:
+    """Make sure this client talks to the store of this incarnation, not the previous one.
+
+    A rank that calls init_parallel_env right after destroy_process_group can reach rank 0's
+    previous store in its last moments. Rank 0 marks its new store with this incarnation's
+    key; in an old store that key never appears, the wait ends when rank 0 closes it (or
+    the connection drops), and the client reconnects — to the new store — on its next call.
+    """
+    from .store import StoreAuthError, StoreError
+
+    store = runtime.store
+    key = f"{runtime.prefix}/store-ready"
+    if rank == 0:
+        store.set(key, b"1")
+        return
+    while True:
+        try:
+            store.get(key, timeout=max(0.001, deadline - time.monotonic()))
+            return
+        except StoreAuthError:
+            raise
+        except StoreError:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _close_store() -> None:
@@ -231,11 +264,39 @@ def destroy_process_group(group: Group | None = None) -> None:
         if default is None:
             return
         if default.is_member() and default.broken is None and default.nranks > 1:
-            with contextlib.suppress(Exception):
-                deadline_group = default
-                deadline_group.timeout = min(default.timeout, 30.0)
+            seconds = min(default.timeout, DESTROY_TIMEOUT)
+            deadline = time.monotonic() + seconds
+            try:
+                default.timeout = seconds
                 ops.barrier(default)
+            except Exception:
+                pass  # a peer is gone: nobody is left to wait for
+            else:
+                _leave_store(deadline)
         _close_quietly()
+        runtime.incarnation += 1
+
+
+def _leave_store(deadline: float) -> None:
+    """Two-phase shutdown of rank 0's store: every rank says it is leaving; rank 0 closes
+    its store once all have (or at the deadline); the others return only when it has
+    closed, so none of them can reach the old store when it initializes again."""
+    from .store import StoreError
+
+    store = runtime.store
+    if store is None:
+        return
+    base = f"{runtime.prefix}/leaving"
+    with contextlib.suppress(StoreError):
+        if store.add(f"{base}/count", 1) == runtime.world_size:
+            store.set(f"{base}/all", b"1")
+        left = max(0.001, deadline - time.monotonic())
+        if runtime.server is not None:
+            store.wait([f"{base}/all"], timeout=left)
+        else:
+            # Never set: the wait ends when rank 0 closes its store (its listening socket
+            # is closed by then) or when the connection drops.
+            store.wait([f"{base}/store-closed"], timeout=left)
 
 
 def _close_quietly() -> None:

@@ -16,6 +16,10 @@ During a round each launcher runs a `JobWatch`:
   (node 0 gone, network cut) aborts with that as the cause. Each call on the
   watch's own connections gives up after one beat period, so a cut network is
   seen within the timeout rather than after TCP's;
+- parameter-server jobs: `services_stop()` gives the supervisor its `ServicesStop`:
+  each node stores ``job/<round>/trainers-ok/<i>`` once its trainers have all exited
+  0 (at once when it has none), and a thread waiting for every node's key makes the
+  servers stop everywhere then, not when one node's own trainers are done;
 - `finish(ok)` reports this node's end and waits until every node has ended (or
   was lost); it returns the job-wide root cause, None when the round succeeded
   everywhere. Node 0 keeps its store up until everyone has read the outcome
@@ -34,11 +38,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
-from paddlike.launch.rendezvous import KV, NodeEntry, RendezvousResult, node_label
+from paddlike.launch.rendezvous import KV, NodeEntry, RendezvousResult, node_label, wait_keys
 from paddlike.summary import RootCause
+
+if TYPE_CHECKING:
+    from paddlike.launch.plan import JobFacts, LaunchPlan
+    from paddlike.launch.supervisor import ServicesStop
 
 HEARTBEATS_PER_TIMEOUT = 5
 WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
@@ -131,6 +139,8 @@ class JobWatch:
         self._published_ours = False
         self._lost_contact: RootCause | None = None
         self._threads: list[threading.Thread] = []
+        self._services_fds: tuple[int, ...] = ()
+        self._fds_open = True  # until stop() closes them
 
     @property
     def store_host_label(self) -> str:
@@ -151,6 +161,9 @@ class JobWatch:
     def done_key(self, node: int) -> str:
         return f"job/{self.round}/done/{node}"
 
+    def trainers_ok_key(self, node: int) -> str:
+        return f"job/{self.round}/trainers-ok/{node}"
+
     def start(self) -> JobWatch:
         for target, name in ((self._watch, "abort-watch"), (self._heartbeat, "heartbeat")):
             t = threading.Thread(target=target, name=f"{name}-r{self.round}", daemon=True)
@@ -160,9 +173,68 @@ class JobWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        for fd in (self._read_fd, self._write_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._lock:  # the threads write to these fds under the lock, never after this
+            fds, self._fds_open = (self._read_fd, self._write_fd, *self._services_fds), False
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    # -- parameter-server lifecycle --
+
+    def services_stop(self) -> ServicesStop:
+        """The supervisor's say on when the servers stop: once every node's trainers are done.
+
+        Starts a thread that waits for every node's ``trainers-ok`` key on its own
+        connection; a lost node or an abort ends the round through `fd` instead.
+        """
+        from paddlike.launch.supervisor import ServicesStop
+
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._services_fds = (read_fd, write_fd)
+        t = threading.Thread(
+            target=self._wait_trainers_ok, name=f"trainers-ok-r{self.round}", daemon=True
+        )
+        t.start()
+        self._threads.append(t)
+        return ServicesStop(read_fd, self._local_trainers_done, self._services_ready)
+
+    def _local_trainers_done(self) -> None:
+        try:
+            self.kv.set(self.trainers_ok_key(self.node_index), b"1")
+        except StoreError as exc:  # the heartbeat thread decides whether the store is gone
+            _say(f"warning: could not tell the other nodes that its trainers are done: {exc}")
+
+    def _services_ready(self) -> bool:
+        try:
+            return bool(os.read(self._services_fds[0], 4096))
+        except OSError:
+            return False
+
+    def _wait_trainers_ok(self) -> None:
+        keys = [self.trainers_ok_key(j) for j in range(self.nnodes)]
+        kv: KV | None = None
+        while not self._stop.is_set():
+            try:
+                if kv is None:
+                    kv = self._connect()
+                wait_keys(kv, keys, WATCH_CHUNK)
+            except StoreTimeoutError:
+                continue
+            except StoreError:
+                # the connection broke: the heartbeat thread decides when it is fatal
+                if kv is not None:
+                    with contextlib.suppress(StoreError):
+                        kv.close()
+                kv = None
+                self._stop.wait(0.1)  # no event to wait on: the peer is gone; retry shortly
+                continue
+            with self._lock, contextlib.suppress(OSError):
+                if self._fds_open:
+                    os.write(self._services_fds[1], b"!")
+            break
+        if kv is not None:
+            with contextlib.suppress(StoreError):
+                kv.close()
 
     # -- the supervisor's hooks --
 
@@ -206,8 +278,9 @@ class JobWatch:
         with self._lock:
             if self._cause is None:
                 self._cause = cause
-        with contextlib.suppress(OSError):
-            os.write(self._write_fd, b"!")
+            if self._fds_open:
+                with contextlib.suppress(OSError):
+                    os.write(self._write_fd, b"!")
 
     # -- threads --
 
@@ -617,32 +690,116 @@ def _say(line: str) -> None:
     print(f"paddlike.launch: {line}", file=sys.stderr, flush=True)
 
 
-def run_multinode(options, node, devices, environ, *, python: str | None = None) -> int:
+@dataclass(frozen=True)
+class NodeJob:
+    """This node's part of a many-node job, as the rounds need it (collective or PS).
+
+    `reserve`: how many ports this node reserves and publishes at each rendezvous
+    (collective: one per trainer and the workers' store; PS: none, its ports are given
+    or derived from --start_port identically on every node). `plan` builds the round's
+    plan from the rendezvous result (every node's ports, the job id in force).
+    `servers_wait_for_job`: PS; the servers stop when every trainer of the job is done.
+    """
+
+    hosts: tuple[str, ...]  # every node's address, in node order
+    index: int
+    interface: str
+    reason: str  # how this node was matched, for the banner
+    master: tuple[str, int]  # the launchers' TCP store (unless --master etcd://...)
+    fingerprint: dict[str, str]
+    reserve: int
+    plan: Callable[[RendezvousResult, JobFacts], LaunchPlan]
+    servers_wait_for_job: bool = False
+
+
+def collective_node_job(options, node, devices) -> NodeJob:
+    """Collective mode: ports reserved here and traded at the rendezvous."""
+    from paddlike.launch.plan import EndpointLayout, plan_collective
+    from paddlike.launch.rendezvous import fingerprint, master_address
+
+    hosts, nproc = tuple(node.hosts), devices.nproc
+
+    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        layout = EndpointLayout(
+            hosts,
+            node.node_index,
+            tuple(n.ports[:nproc] for n in result.nodes),
+            master_port=result.nodes[0].ports[nproc],
+        )
+        return plan_collective(options, layout, devices, facts)
+
+    return NodeJob(
+        hosts=hosts,
+        index=node.node_index,
+        interface=node.interface,
+        reason=node.reason,
+        master=master_address(options.master, options.master_addr, options.master_port, hosts),
+        fingerprint=fingerprint(
+            ips=hosts,
+            devices_per_node=len(options.gpus or ()),
+            nproc_per_node=nproc,
+            run_mode=options.run_mode,
+            job_id=options.job_id,
+            script=options.training_script,
+            script_args=options.training_script_args,
+        ),
+        reserve=nproc + 1,
+        plan=plan,
+    )
+
+
+def ps_node_job(options, layout, interface: str, reason: str) -> NodeJob:
+    """Parameter-server lists on several nodes: the node holding the first server hosts the
+    launchers' store (unless --master/--master_addr say otherwise); raises UsageError when
+    --master_port is a port the lists give to a server or trainer there."""
+    from paddlike.launch.plan import plan_ps
+    from paddlike.launch.rendezvous import master_address, ps_fingerprint, ps_master_port
+
+    hosts = tuple(layout.node_hosts)
+    master = master_address(options.master, options.master_addr, options.master_port, hosts)
+    taken = (*layout.servers, *layout.trainers, layout.gloo_endpoint)
+    master = (master[0], ps_master_port(master, options.master_port, taken))
+
+    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        return plan_ps(options, layout, facts)
+
+    return NodeJob(
+        hosts=hosts,
+        index=layout.node_index,
+        interface=interface,
+        reason=reason,
+        master=master,
+        fingerprint=ps_fingerprint(
+            servers=layout.servers,
+            trainers=layout.trainers,
+            nodes=hosts,
+            run_mode=options.run_mode,
+            job_id=options.job_id,
+            script=options.training_script,
+            script_args=options.training_script_args,
+        ),
+        reserve=0,
+        plan=plan,
+        servers_wait_for_job=True,
+    )
+
+
+def run_multinode(options, job: NodeJob, environ, *, python: str | None = None) -> int:
     """The launcher's many-node path: rendezvous, supervise, abort job-wide, restart.
 
-    `options` is the LaunchOptions, `node` the cluster's NodeMatch, `devices` the
-    DeviceAssignment (the same inputs as main's single-node path). Returns the exit code.
-    Each round: reserve ports here, trade them at rendezvous, plan with every node's
-    ports, supervise with the watch's hooks, then agree on the round's outcome.
+    `options` is the LaunchOptions, `job` this node's part (`collective_node_job`,
+    `ps_node_job`). Returns the exit code. Each round: reserve ports here, trade them at
+    rendezvous, plan with every node's ports, supervise with the watch's hooks, then
+    agree on the round's outcome.
     """
     import sys
 
     from paddlike.launch.logdir import LogDir, LogDirBusy, LogDirError
-    from paddlike.launch.rendezvous import RendezvousError, fingerprint, master_address
+    from paddlike.launch.rendezvous import RendezvousError
 
     python = python or sys.executable
-    hosts, index, nproc = list(node.hosts), node.node_index, devices.nproc
-    master = master_address(options.master, options.master_addr, options.master_port, hosts)
+    hosts, index = list(job.hosts), job.index
     token = options.job_token.encode() if options.job_token else None
-    fp = fingerprint(
-        ips=hosts,
-        devices_per_node=len(options.gpus or ()),
-        nproc_per_node=nproc,
-        run_mode=options.run_mode,
-        job_id=options.job_id,
-        script=options.training_script,
-        script_args=options.training_script_args,
-    )
     log_dir = os.path.abspath(options.log_dir)
     try:
         logdir = LogDir.open(log_dir, overwrite=options.log_overwrite, host=hosts[index])
@@ -663,7 +820,7 @@ def run_multinode(options, node, devices, environ, *, python: str | None = None)
                 )
             else:
                 session = JobSession.open_tcp(
-                    master=master,
+                    master=job.master,
                     node_index=index,
                     hosts=hosts,
                     token=token,
@@ -675,62 +832,65 @@ def run_multinode(options, node, devices, environ, *, python: str | None = None)
             _say(f"error: {exc}")
             return getattr(exc, "exit_code", 1)
         try:
-            return _rounds(session, options, node, devices, environ, python, fp, logdir)
+            return _rounds(session, options, job, environ, python, logdir)
         finally:
             session.close()
 
 
-def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int:
+def _rounds(session, options, job: NodeJob, environ, python, logdir) -> int:
     """Rounds (`rounds.run_rounds`) until one succeeds on every node, or restarts run out."""
     import socket
     import sys
 
     from paddlike.launch.console import format_banner
     from paddlike.launch.main import new_job_id
-    from paddlike.launch.plan import EndpointLayout, JobFacts, plan_collective
+    from paddlike.launch.plan import JobFacts
     from paddlike.launch.ports import PortError, reserve_ports
     from paddlike.launch.rendezvous import RendezvousError
     from paddlike.launch.rounds import RoundEnd, run_rounds
     from paddlike.launch.supervisor import Supervisor
 
     hostname = socket.gethostname()
-    hosts, index, nproc = list(node.hosts), node.node_index, devices.nproc
+    hosts, index = list(job.hosts), job.index
     generated_job_id = options.job_id or new_job_id()
 
     def one_round(round_: int) -> RoundEnd:
         try:
-            ports = reserve_ports(nproc + 1, hosts[index])
+            ports = reserve_ports(job.reserve, hosts[index]) if job.reserve else ()
             entry = NodeEntry(
-                index, hosts[index], hostname, os.getpid(), ports, fp, job_id=generated_job_id
+                index,
+                hosts[index],
+                hostname,
+                os.getpid(),
+                tuple(ports),
+                job.fingerprint,
+                job_id=generated_job_id,
             )
             result = session.rendezvous(round_, entry)
         except (RendezvousError, PortError) as exc:
             _say(f"error: {exc}")
             return RoundEnd(getattr(exc, "exit_code", 1), RootCause(reason=str(exc)))
-        layout = EndpointLayout(
-            tuple(hosts),
-            index,
-            tuple(n.ports[:nproc] for n in result.nodes),
-            master_port=result.nodes[0].ports[nproc],
-        )
         facts = JobFacts(
-            result.job_id, python, str(logdir.path), environ, node.interface, restart_count=round_
+            result.job_id, python, str(logdir.path), environ, job.interface, restart_count=round_
         )
-        plan = plan_collective(options, layout, devices, facts)
+        plan = job.plan(result, facts)
         logdir.write_endpoints(plan.trainer_endpoints, plan.server_endpoints)
         if round_ == 0:
             _say(
                 f"rendezvous with {len(hosts)} nodes at {session.kv.address} took "
                 f"{result.elapsed:.2f} s"
             )
-            banner = format_banner(plan, logdir.path, interface=node.interface, why=node.reason)
+            banner = format_banner(plan, logdir.path, interface=job.interface, why=job.reason)
             print(banner, file=sys.stderr, flush=True)
         watch = session.watch(round_, log_dir=str(logdir.path))
         supervisor = Supervisor(
             plan, logdir, base_env=environ, kill_timeout=options.kill_timeout, tee=options.tee
         )
         outcome = supervisor.run(
-            extra_fds={watch.fd: watch.poll}, on_failure=watch.publish, restart_count=round_
+            extra_fds={watch.fd: watch.poll},
+            on_failure=watch.publish,
+            restart_count=round_,
+            services_stop=watch.services_stop() if job.servers_wait_for_job else None,
         )
         cause = watch.finish(outcome.exit_code == 0)
         if cause is None:
@@ -743,9 +903,22 @@ def _rounds(session, options, node, devices, environ, python, fp, logdir) -> int
             )
             for line in cause.tail[-20:]:
                 _say(f"  | {line}")
-        return RoundEnd(outcome.exit_code or 1, cause)
+        return RoundEnd(outcome.exit_code or cause_exit_code(cause), cause)
 
     return run_rounds(options.max_restarts, one_round, _say)
+
+
+def cause_exit_code(cause: RootCause) -> int:
+    """What a launcher exits with for a job-wide root cause found elsewhere: the failed
+    process's own code (128+N for signal N), as where it failed; 1 when none applies."""
+    import signal
+
+    if cause.exit_code:
+        return cause.exit_code
+    if cause.signal:
+        with contextlib.suppress(KeyError):
+            return 128 + int(signal.Signals[cause.signal])
+    return 1
 
 
 def _record_job_cause(log_dir, cause: RootCause) -> None:
@@ -758,5 +931,5 @@ def _record_job_cause(log_dir, cause: RootCause) -> None:
     summary.root_cause = cause
     if summary.status == "succeeded":
         summary.status = "failed"
-        summary.exit_code = 1
+        summary.exit_code = cause_exit_code(cause)
     write_summary(log_dir, summary)

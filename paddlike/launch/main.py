@@ -5,9 +5,10 @@ bad input ends with one line and exit code 2 and leaves no trace. `prepare` is
 the pure-ish front half (it reads the environment, /proc and local interfaces,
 and reserves ports); `run` owns the side effects.
 
-One node: ports reserved here (`_layout`), then `run`. Many nodes (collective):
-the same front half, then `jobwatch.run_multinode`, which trades ports at the
-rendezvous and supervises job-wide.
+One node: ports reserved here (`_layout`), then `run`. Many nodes: the same front
+half, then `jobwatch.run_multinode`, which meets the other nodes at the rendezvous
+(collective: trading ports; PS lists: checking agreement, as the ports are given) and
+supervises job-wide.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ class Prepared:
     match_reason: str
     node: Any = None  # cluster.NodeMatch (collective mode)
     devices: Any = None  # devices.DeviceAssignment (collective mode)
+    ps_layout: Any = None  # plan.PsLayout (PS mode)
 
     @property
     def multinode(self) -> bool:
-        """Collective jobs on many nodes go through the rendezvous (`jobwatch`)."""
-        return self.node is not None and self.node.nnodes > 1
+        """Jobs on many nodes go through the rendezvous (`jobwatch`)."""
+        return self.plan.nnodes > 1
 
 
 def new_job_id() -> str:
@@ -62,9 +64,10 @@ def prepare(
     if options.is_ps:
         ps_node = cluster.match_ps_node(options, environ)
         facts = JobFacts(job_id, python, log_dir, environ, ps_node.interface)
-        plan = plan_ps(options, ports.layout_ps(options, ps_node, reserve=reserve), facts)
+        layout = ports.layout_ps(options, ps_node, reserve=reserve)
+        plan = plan_ps(options, layout, facts)
         _check_tee(options, plan)
-        return Prepared(options, plan, log_dir, ps_node.interface, ps_node.reason)
+        return Prepared(options, plan, log_dir, ps_node.interface, ps_node.reason, ps_layout=layout)
     from paddlike.launch.devices import assign_devices, count_gpus
 
     node = cluster.match_node(options, environ)
@@ -197,11 +200,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from paddlike.launch.plan import format_plan
 
         print(format_plan(prepared.plan, prepared.log_dir), flush=True)
-        if prepared.multinode:
+        if prepared.multinode and not prepared.options.is_ps:
             print("(many nodes: ports shown from --start_port; a real launch negotiates them)")
         return 0
     if prepared.multinode:
-        from paddlike.launch.jobwatch import run_multinode
+        from paddlike.launch import jobwatch
 
-        return run_multinode(prepared.options, prepared.node, prepared.devices, environ)
+        options = prepared.options
+        try:
+            if options.is_ps:
+                job = jobwatch.ps_node_job(
+                    options, prepared.ps_layout, prepared.interface, prepared.match_reason
+                )
+            else:
+                job = jobwatch.collective_node_job(options, prepared.node, prepared.devices)
+        except UsageError as exc:
+            return _fail(str(exc))
+        return jobwatch.run_multinode(options, job, environ)
     return run(prepared, environ)

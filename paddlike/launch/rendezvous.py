@@ -118,6 +118,62 @@ def fingerprint(
     return fp
 
 
+def ps_fingerprint(
+    *,
+    servers: Sequence[str],
+    trainers: Sequence[str],
+    nodes: Sequence[str],
+    run_mode: str,
+    job_id: str | None,
+    script: str,
+    script_args: Sequence[str],
+    version: str = __version__,
+) -> dict[str, str]:
+    """`fingerprint` for parameter-server lists: the resolved server and trainer endpoints
+    stand in for --ips and the device counts; "nodes" (the node order they imply) is last,
+    as it can only differ when a list does."""
+    fp = {
+        "servers": ",".join(servers),
+        "workers": ",".join(trainers),
+        "run_mode": run_mode,
+        "paddlike version": version,
+        "training script": script,
+        "script arguments": json.dumps(list(script_args)),
+    }
+    if job_id:
+        fp["job_id"] = job_id
+    fp["nodes"] = ",".join(nodes)
+    return fp
+
+
+def ps_master_port(master: tuple[str, int], master_port: int, taken: Sequence[str]) -> int:
+    """The launchers' store port in PS lists mode, where the lists give ports away.
+
+    The default --master_port (6170, also Paddle's usual server port) moves up past the
+    endpoints the lists put on the store's host, identically on every node; any other
+    port that a listed endpoint there uses is the user's clash: UsageError naming both.
+
+    master ("a", 6170), taken ["a:6170", "b:6170"]   -> 6171
+    master ("a", 6170), taken ["b:6170"]             -> 6170
+    master ("a", 7000) given, taken ["a:7000"]       -> UsageError
+    """
+    from paddlike.launch.options import UsageError
+
+    host, port = master
+    used = {int(e.rpartition(":")[2]) for e in taken if e and e.rpartition(":")[0] == host}
+    if port not in used:
+        return port
+    if port != master_port or master_port != DEFAULT_MASTER_PORT:
+        raise UsageError(
+            f"--master_port: {port} on {host} is also a server or trainer port in "
+            f"--servers/--workers; pick another port for the launchers' store",
+            "--master_port",
+        )
+    while port in used:
+        port += 1
+    return port
+
+
 @dataclass(frozen=True)
 class NodeEntry:
     """What one node publishes at rendezvous."""
@@ -140,7 +196,8 @@ class NodeEntry:
             "fingerprint": dict(self.fingerprint),
             "job_id": self.job_id,
         }
-        return json.dumps(d, sort_keys=True).encode()
+        # not sorted: the fingerprint's field order is the order mismatches are reported in
+        return json.dumps(d).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> NodeEntry:
@@ -380,9 +437,11 @@ def same_job(a: NodeEntry, b: NodeEntry) -> bool:
     """Whether two node-0 entries look like one job started with --ips in two orders:
     the same set of nodes and the same script."""
     fa, fb = a.fingerprint, b.fingerprint
-    return sorted(fa.get("ips", "").split(",")) == sorted(fb.get("ips", "").split(",")) and (
-        fa.get("training script") == fb.get("training script")
-    )
+
+    def nodes(fp: Mapping[str, str]) -> list[str]:
+        return sorted(fp.get("ips", fp.get("nodes", "")).split(","))
+
+    return nodes(fa) == nodes(fb) and fa.get("training script") == fb.get("training script")
 
 
 def rival_message(mine: NodeEntry, theirs: NodeEntry, address: str) -> str:

@@ -13,7 +13,9 @@ kernel reports it. The teardown policy, in one place (`_teardown`):
 
 Parameter-server lifecycle: servers (and heter workers) serve until the trainers
 are done; when every trainer exited 0 they are asked to stop (SIGTERM) and their
-exit then (code 0, or death by that SIGTERM) counts as ok.
+exit then (code 0, or death by that SIGTERM) counts as ok. On one node "every
+trainer" means this node's; a job on several nodes passes a `ServicesStop`, which
+is told when this node's trainers are done and says when the whole job's are.
 
 Process states, per ProcessRecord.status:  running -> ok | failed | killed
 ("killed" = stopped by the launcher during teardown).
@@ -59,6 +61,22 @@ class Phase(enum.Enum):
     TEARDOWN = "teardown"
 
 
+@dataclass(frozen=True)
+class ServicesStop:
+    """An outside say in when this node's servers stop (PS on several nodes).
+
+    Without one, the servers are asked to stop once this node's trainers all exited 0.
+    With one, the supervisor calls `local_trainers_done()` once at that moment (at once
+    when this node runs no trainer) and stops the servers only when `fd` is readable and
+    `stop_now()` (which consumes the readiness) returns True: when every trainer of the
+    whole job has exited 0, servers elsewhere may still be serving trainers until then.
+    """
+
+    fd: int
+    local_trainers_done: Callable[[], None]
+    stop_now: Callable[[], bool]
+
+
 @dataclass
 class RunOutcome:
     """What one round ended with: the launcher's exit code and what each process did."""
@@ -100,6 +118,7 @@ class _Round:
     status: str = "succeeded"
     kill_deadline: float | None = None
     signals_seen: list[int] = field(default_factory=list)
+    trainers_reported: bool = False  # ServicesStop.local_trainers_done() was called
 
 
 class Supervisor:
@@ -140,6 +159,7 @@ class Supervisor:
         extra_fds: Mapping[int, Callable[[], RootCause | None]] | None = None,
         on_failure: Callable[[RootCause], None] | None = None,
         restart_count: int = 0,
+        services_stop: ServicesStop | None = None,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 
@@ -147,6 +167,8 @@ class Supervisor:
         callback runs, and a RootCause it returns tears the job down with that cause.
         `on_failure`: called with this node's root cause (a failed process or a signal
         to the launcher) before the teardown starts.
+        `services_stop`: who decides when the servers stop (see `ServicesStop`); None =
+        when this node's trainers are all done.
         """
         extra_fds = extra_fds or {}
         now = time.time()
@@ -161,11 +183,14 @@ class Supervisor:
                 sel.register(wake_fd, selectors.EVENT_READ, ("signal", None))
             for fd, callback in extra_fds.items():
                 sel.register(fd, selectors.EVENT_READ, ("extra", callback))
+            if services_stop is not None:
+                sel.register(services_stop.fd, selectors.EVENT_READ, ("services", services_stop))
             stack.callback(self._close_all, rnd)
 
             self._spawn_all(rnd, sel, restart_count, on_failure)
             tee = self._start_tee(rnd, sel, stack)
             self._write_summary(rnd, restart_count)
+            self._maybe_stop_services(rnd, services_stop)  # a node without trainers: now
 
             while any(p.alive for p in rnd.procs):
                 timeout = self._timeout(rnd, tee)
@@ -180,14 +205,17 @@ class Supervisor:
                         self._launcher_signals(rnd, key.fd, on_failure)
                     elif kind == "extra":
                         self._extra_fd(rnd, payload)
+                    elif kind == "services" and payload.stop_now():
+                        sel.unregister(key.fd)
+                        if rnd.phase is Phase.RUNNING:
+                            self._stop_services(rnd, "every trainer of the job finished")
                     elif kind == "tee" and tee is not None:
                         payload.drain()
                         tee.pump()
                 if tee is not None and self._tee_poll is not None:
                     tee.pump()
                 self._check_deadline(rnd)
-                if rnd.phase is Phase.RUNNING:
-                    self._maybe_stop_services(rnd)
+                self._maybe_stop_services(rnd, services_stop)
 
             self._kill_leftover_groups(rnd)
             self._reap_all(rnd)
@@ -382,13 +410,27 @@ class Supervisor:
         code = cause.exit_code or (_signal_number(cause.signal) + 128 if cause.signal else 1)
         self._fail(rnd, cause, None, exit_code=code)
 
-    def _maybe_stop_services(self, rnd: _Round) -> None:
+    def _maybe_stop_services(self, rnd: _Round, services_stop: ServicesStop | None) -> None:
+        """Once this node's trainers all exited 0: stop the servers, or (many nodes) say so."""
+        if rnd.phase is not Phase.RUNNING:
+            return
         trainers = [p for p in rnd.procs if p.spec.role not in _SERVICE_ROLES]
+        if any(p.returncode != 0 for p in trainers):
+            return
+        if services_stop is not None:
+            if not rnd.trainers_reported:
+                rnd.trainers_reported = True
+                services_stop.local_trainers_done()
+            return
+        if trainers:
+            self._stop_services(rnd, "all trainers finished")
+
+    def _stop_services(self, rnd: _Round, why: str) -> None:
         services = [p for p in rnd.procs if p.spec.role in _SERVICE_ROLES and p.alive]
-        if not services or not trainers or any(p.returncode != 0 for p in trainers):
+        if not services:
             return
         rnd.phase = Phase.STOPPING_SERVICES
-        self.console.say("all trainers finished: asking the servers to stop")
+        self.console.say(f"{why}: asking the servers to stop")
         self._signal_groups(services, signal.SIGTERM)
         rnd.kill_deadline = time.monotonic() + self.kill_timeout
 

@@ -108,7 +108,7 @@ def run_suite(g, tag: str) -> None:
             case = f"{tag}/broadcast/{dtype}/{shape}"
             src = 1 % n
             x = data(me, case, shape, dtype)
-            dist.broadcast(x, src=ranks[src], group=g)
+            dist.broadcast(x, src=np.int64(ranks[src]), group=g)  # numpy integers are ranks too
             check(case, x, data(src, case, shape, dtype))
         # all_gather (Paddle style: empty list) and gather
         case = f"{tag}/all_gather/{dtype}"
@@ -127,7 +127,7 @@ def run_suite(g, tag: str) -> None:
         src = n - 1
         parts = [data(src * 100 + k, case, (6,), dtype) for k in range(n)]
         x = np.zeros(6, dtype)
-        dist.scatter(x, parts if me == src else None, src=ranks[src], group=g)
+        dist.scatter(x, parts if me == src else None, src=np.int32(ranks[src]), group=g)
         check(case, x, parts[me])
         # reduce_scatter
         for op in (R.SUM, R.MIN, R.AVG):
@@ -198,8 +198,8 @@ def run_suite(g, tag: str) -> None:
     case = f"{tag}/sendrecv"
     right, left = (me + 1) % n, (me - 1) % n
     x = np.zeros(1000, np.float64)
-    task = dist.isend(data(me, case, (1000,), "float64"), ranks[right], group=g)
-    dist.recv(x, src=ranks[left], group=g)
+    task = dist.isend(data(me, case, (1000,), "float64"), np.int64(ranks[right]), group=g)
+    dist.recv(x, src=np.uint8(ranks[left]), group=g)
     task.wait()
     check(case, x, data(left, case, (1000,), "float64"))
     # async: several operations in flight, completed in order
@@ -232,6 +232,10 @@ def run_errors(g) -> None:
     expect_error("bad-dtype", lambda: dist.all_reduce(np.zeros(3, np.complex64), group=g),
                  TypeError, "complex64")  # fmt: skip
     expect_error("bad-src", lambda: dist.broadcast(x, src=99, group=g), ValueError, "src=99")
+    expect_error("bool-src", lambda: dist.broadcast(x, src=True, group=g), TypeError,
+                 "broadcast: src must be a global rank (int)")  # fmt: skip
+    expect_error("float-dst", lambda: dist.reduce(x, dst=0.0, group=g), TypeError,
+                 "reduce: dst must be a global rank (int)")  # fmt: skip
 
 
 def main() -> None:

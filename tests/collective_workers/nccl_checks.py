@@ -41,6 +41,19 @@ def main() -> None:
     out = cp.zeros(5, cp.float32)
     dist.reduce_scatter(out, [cp.full(5, k + me, cp.float32) for k in range(n)])
     check("reduce_scatter", out, cp.full(5, sum(me2 + me for me2 in range(n))))
+    # uneven all_gather, this rank's slot another shape of the same size
+    outs = [cp.zeros((k + 1, 2) if k == me else (2 * (k + 1),), cp.float32) for k in range(n)]
+    dist.all_gather(outs, cp.full(2 * (me + 1), me, cp.float32))
+    for k in range(n):
+        check(f"uneven all_gather[{k}]", outs[k].reshape(-1), cp.full(2 * (k + 1), k))
+    # async on the caller's non-blocking stream: ordered after the caller's earlier work there
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cp.zeros(1 << 20, cp.float32)
+        x += me + 1
+        task = dist.all_reduce(x, sync_op=False)
+    task.wait()
+    check("async on the caller's stream", x, cp.full(1 << 20, n * (n + 1) / 2))
     dist.barrier()
     with open(os.path.join(sys.argv[1], f"rank{me}.json"), "w") as f:
         json.dump({"backend": dist.get_backend(), "failures": failures}, f)

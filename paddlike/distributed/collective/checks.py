@@ -6,12 +6,13 @@ Works for numpy and cupy arrays alike (only .dtype, .shape, .flags are read).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SUPPORTED_DTYPES", "check_array", "check_list", "check_rank"]
+__all__ = ["SUPPORTED_DTYPES", "as_rank", "check_array", "check_list", "check_rank"]
 
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t)
@@ -73,12 +74,18 @@ def check_list(
     return list(items)
 
 
+def as_rank(rank: Any, op: str, arg: str) -> int:
+    """A rank given as any integer (int, numpy integer; not bool) -> int; refused otherwise."""
+    if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, numbers.Integral):
+        raise TypeError(f"{op}: {arg} must be a global rank (int), got {rank!r}")
+    return int(rank)
+
+
 def check_rank(rank: Any, ranks: Sequence[int], op: str, arg: str) -> int:
     """A global rank that is a member of the group; returns it as an int."""
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-        raise TypeError(f"{op}: argument {arg!r} must be a rank (int), got {rank!r}")
-    if int(rank) not in ranks:
+    value = as_rank(rank, op, arg)
+    if value not in ranks:
         raise ValueError(
-            f"{op}: {arg}={rank} is not a rank of this group (its ranks are {list(ranks)})"
+            f"{op}: {arg}={value} is not a rank of this group (its ranks are {list(ranks)})"
         )
-    return int(rank)
+    return value

@@ -25,6 +25,7 @@ for the TCP ring), so results are the same bits on every rank and every run.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import socket
 import time
@@ -34,7 +35,7 @@ import numpy as np
 
 from ..store import StoreClient, StoreError
 from .backend import Communicator
-from .errors import CollectiveTimeoutError
+from .errors import CollectiveError, CollectiveTimeoutError, size_mismatch
 from .reduce_op import ReduceOp, reduce_into, ufunc_of
 from .shm import ShmArena, shm_available
 from .tcp import OPCODE, OPCODES, Mesh, Recv, Send
@@ -80,6 +81,12 @@ def _bytes(x: np.ndarray) -> np.ndarray:
 
 def _mv(x: np.ndarray) -> memoryview:
     return memoryview(_bytes(x))
+
+
+def _fingerprint(sizes: Sequence[int]) -> int:
+    """64 bits that differ, in practice, for any two different lists of sizes."""
+    data = b"".join(int(v).to_bytes(8, "little") for v in sizes)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def _ranges(total: int, step: int) -> list[tuple[int, int]]:
@@ -188,11 +195,14 @@ class CpuCommunicator(Communicator):
         self, opname: str, nbytes: int, deadline: float, what: str, pieces: int,
         before: Callable[[int, int], None], after: Callable[[int, int], None],
         sources: Sequence[int] | None = None,
+        extra: tuple[int, int] = (0, 0),
+        verify: Callable[[int], None] | None = None,
     ) -> None:  # fmt: skip
         """The common shape: for each piece, `before(i, buf)` writes this rank's buffer, a
         step, `after(i, buf)` reads the buffers of `sources` (default: every rank), having
         waited only for those. The first step also checks that they called the same op
-        with the same size."""
+        with the same size, then calls `verify(parity)` (which may read the `extra` the
+        ranks published) before any data is read."""
         arena = self.arena
         assert arena is not None
         opcode = OPCODE[opname]
@@ -200,13 +210,15 @@ class CpuCommunicator(Communicator):
         for i in range(pieces):
             buf = self._buf()
             if i == 0:
-                parity = arena.begin(opcode, nbytes, deadline, what)
+                parity = arena.begin(opcode, nbytes, deadline, what, extra)
             else:
                 arena.begin_use(deadline, what)
             before(i, buf)
             arena.sync(deadline, what, peers=sources)
             if i == 0:
                 arena.check(parity, opcode, nbytes, what, OPCODES, ranks=sources)
+                if verify is not None:
+                    verify(parity)
             after(i, buf)
 
     # --- all_reduce / reduce --------------------------------------------------------------
@@ -425,7 +437,14 @@ class CpuCommunicator(Communicator):
 
             nbytes = sum(sizes)
             sources = None if receives else []
-            self._shm_steps(what, nbytes, deadline, what, len(chunks), before, after, sources)
+            if root is None:  # sizes may differ by rank: _check_slots compares them
+                self._shm_steps(
+                    what, 0, deadline, what, len(chunks), before, after, sources,
+                    extra=(x.nbytes, _fingerprint(sizes)),
+                    verify=lambda parity: self._check_slots(sizes, parity, what),
+                )  # fmt: skip
+            else:
+                self._shm_steps(what, nbytes, deadline, what, len(chunks), before, after, sources)
             return
         peers = [k for k in range(self.size) if k != r]
         if root is None:
@@ -436,6 +455,28 @@ class CpuCommunicator(Communicator):
         else:
             sends, recvs = [Send(root, _mv(x), what)], []
         self.mesh.exchange(sends, recvs, deadline, what)
+
+    def _check_slots(self, slots: Sequence[int], parity: int, what: str) -> None:
+        """Every rank's output slot k must hold exactly what rank k sends (copying
+        min(slot, data) would truncate silently, or leave stale bytes): each rank checks its
+        own slots, then every rank's fingerprint, so a mistake on any rank fails on all."""
+        arena = self.arena
+        assert arena is not None
+        published = [arena.extra_of(k, parity) for k in range(self.size)]
+        sent = [p[0] for p in published]
+        for k in range(self.size):
+            if k != self.rank and sent[k] != slots[k]:
+                raise size_mismatch(
+                    what, self.global_ranks[k], what, sent[k], what, slots[k],
+                    f" (its slot, tensor_list[{k}])",
+                )  # fmt: skip
+        expected = _fingerprint(sent)
+        for k in range(self.size):
+            if published[k][1] != expected:
+                raise CollectiveError(
+                    f"{what}: rank {self.global_ranks[k]}'s tensor_list does not match the sizes "
+                    f"the ranks sent ({sent} bytes); the ranks passed different shapes/dtypes"
+                )
 
     def scatter(
         self, x: np.ndarray, ins: list[np.ndarray] | None, root: int, deadline: float

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["CollectiveError", "CollectiveTimeoutError", "GroupMembershipError", "PeerExitedError"]
+__all__ = [
+    "CollectiveError",
+    "CollectiveTimeoutError",
+    "GroupMembershipError",
+    "PeerExitedError",
+    "size_mismatch",
+]
 
 
 class CollectiveError(RuntimeError):
@@ -19,3 +25,16 @@ class PeerExitedError(CollectiveError):
 
 class GroupMembershipError(CollectiveError):
     """This rank used a group it is not a member of."""
+
+
+def size_mismatch(
+    what: str, peer: int, their_op: str, their_bytes: int, our_op: str, our_bytes: int,
+    note: str = "",
+) -> CollectiveError:  # fmt: skip
+    """The one wording, on every transport, for data that does not fit where it goes (a peer's
+    tensor and this rank's buffer for it differ in size), so the same mistake reads the same."""
+    return CollectiveError(
+        f"{what}: rank {peer} sent {their_op} data of {their_bytes} bytes where this rank "
+        f"expected {our_op} data of {our_bytes} bytes{note}; the ranks called different "
+        f"operations or passed different shapes/dtypes"
+    )

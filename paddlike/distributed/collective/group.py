@@ -91,6 +91,7 @@ class Runtime:
     rank: int = 0
     world_size: int = 1
     device_id: int = 0
+    incarnation: int = 0  # times the runtime was torn down in this process (store keys differ)
 
 
 runtime = Runtime()

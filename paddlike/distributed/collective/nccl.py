@@ -1,9 +1,18 @@
 """The NCCL backend, through CuPy's binding (cupy.cuda.nccl); arrays are cupy arrays.
 
 One NCCL communicator per group. Rank 0 of the group makes the unique id and shares it
-through the store (with the group's deadline) before anyone builds the communicator;
-the worker's device (FLAGS_selected_gpus) is made current first. Counts are in
-elements, buffers are `arr.data.ptr`, work goes on the current CuPy stream.
+through the store (with the group's deadline); then every rank announces in the store that
+it is alive and about to build the communicator, and waits for all the others there (a
+rank that died is named at the deadline instead of hanging everyone inside NCCL's
+constructor); the constructor itself runs on a helper thread under the same deadline.
+The worker's device (FLAGS_selected_gpus) is made current first. Counts are in elements,
+buffers are `arr.data.ptr`.
+
+Streams: an operation runs on the CuPy stream that was current in the calling thread
+when it was issued — also with `sync_op=False`, where it is carried over to the group's
+queue thread — so it is ordered after the caller's earlier work on that stream. A
+synchronous call returns, and an asynchronous task's `wait()` returns, once that stream
+has finished the operation (the stream is synchronized); leave the arrays alone until then.
 send/recv-based operations (gather, scatter, all_to_all, uneven all_gather) are grouped
 inside groupStart()/groupEnd(). AVG is SUM then a division where NCCL lacks it; bool
 reduces as uint8 with SUM -> MAX and PROD -> MIN (or / and).
@@ -21,16 +30,26 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
+from ..store import StoreError, StoreTimeoutError
 from .backend import Communicator
 from .errors import CollectiveError, CollectiveTimeoutError
 from .reduce_op import ReduceOp
 
-__all__ = ["NcclCommunicator", "available", "decode_unique_id", "encode_unique_id"]
+__all__ = [
+    "NcclCommunicator",
+    "available",
+    "await_peers",
+    "build_with_deadline",
+    "decode_unique_id",
+    "encode_unique_id",
+]
+
+T = TypeVar("T")
 
 _DTYPES = {
     "float16": "NCCL_FLOAT16",
@@ -98,6 +117,71 @@ def nccl_op(op: ReduceOp, dtype: Any) -> tuple[str, bool]:
     return _OPS[op], op is ReduceOp.AVG
 
 
+def await_peers(
+    store: Any, prefix: str, rank: int, global_ranks: Sequence[int], deadline: float
+) -> None:
+    """The store barrier before NCCL's constructor: this rank says it is alive and about to
+    build the communicator, then waits until every rank of the group has said so. NCCL's
+    constructor waits for all ranks without any deadline; here a rank that died after
+    fetching the unique id (or never came) is named when the deadline passes."""
+    base = f"{prefix}/nccl-alive"
+    keys = [f"{base}/{k}" for k in range(len(global_ranks))]
+    group = prefix.rsplit("/", 1)[-1]
+    try:
+        store.set(keys[rank], b"1")
+        store.wait(keys, timeout=max(0.001, deadline - time.monotonic()))
+    except StoreTimeoutError:
+        missing = []
+        for k, key in enumerate(keys):
+            with contextlib.suppress(StoreError):
+                if store.try_get(key) is None:
+                    missing.append(global_ranks[k])
+        raise CollectiveTimeoutError(
+            f"init: ranks {missing} of group {group} (ranks {list(global_ranks)}) did not reach "
+            f"NCCL communicator setup before the deadline (they died or did not call "
+            f"init_parallel_env / new_group); no communicator was built"
+        ) from None
+    except StoreError as exc:
+        raise CollectiveError(
+            f"init: the runtime store failed during NCCL setup of group {group}: {exc}"
+        ) from None
+
+
+def build_with_deadline(
+    build: Callable[[], T], deadline: float, what: str, discard: Callable[[T], None]
+) -> T:
+    """`build()` on a helper thread, waited for until `deadline`. Past it, raise (the thread
+    cannot be cancelled; if `build` ever returns, `discard` gets the late result)."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+    done, abandoned = threading.Event(), threading.Event()
+
+    def run() -> None:
+        try:
+            result.append(build())
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+        if abandoned.is_set() and result:
+            with contextlib.suppress(Exception):
+                discard(result[0])
+
+    threading.Thread(target=run, name=f"nccl-build-{what}", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        abandoned.set()
+        if done.is_set() and result:  # finished just now: not leaked
+            with contextlib.suppress(Exception):
+                discard(result[0])
+        raise CollectiveTimeoutError(
+            f"{what}: did not finish before the deadline; a rank that had announced itself "
+            f"died or hangs before joining"
+        )
+    if errors:
+        raise CollectiveError(f"{what}: {errors[0]}") from errors[0]
+    return result[0]
+
+
 class NcclCommunicator(Communicator):
     def __init__(
         self,
@@ -111,6 +195,7 @@ class NcclCommunicator(Communicator):
         import cupy
         from cupy.cuda import nccl
 
+        deadline = time.monotonic() + timeout
         self._cp, self._nccl = cupy, nccl
         self.name, self.rank, self.size = prefix, rank, len(global_ranks)
         self.global_ranks = list(global_ranks)
@@ -120,14 +205,39 @@ class NcclCommunicator(Communicator):
         if rank == 0:
             store.set(key, encode_unique_id(nccl.get_unique_id()))
         try:
-            raw = store.get(key, timeout=timeout)
+            raw = store.get(key, timeout=max(0.001, deadline - time.monotonic()))
         except Exception as exc:
             raise CollectiveTimeoutError(
                 f"init: rank {self.global_ranks[0]} did not publish the NCCL unique id "
                 f"within {timeout:g} s: {exc}"
             ) from None
-        self.comm = nccl.NcclCommunicator(self.size, decode_unique_id(raw), rank)
+        uid = decode_unique_id(raw)
+        await_peers(store, prefix, rank, self.global_ranks, deadline)
+
+        def build() -> Any:
+            self.device.use()  # the current device is per thread
+            return nccl.NcclCommunicator(self.size, uid, rank)
+
+        self.comm = build_with_deadline(
+            build, deadline, f"init: NCCL communicator of group {prefix.rsplit('/', 1)[-1]}",
+            lambda comm: comm.abort(),
+        )  # fmt: skip
         self.transport = "nccl"
+
+    def caller_context(self) -> contextlib.AbstractContextManager[None]:
+        """The caller's CUDA stream (on this communicator's device), made current wherever
+        the operation runs: its thread, or the queue thread for sync_op=False."""
+        with self.device:
+            stream = self._cp.cuda.get_current_stream()
+        device = self.device
+
+        @contextlib.contextmanager
+        def on_callers_stream() -> Iterator[None]:
+            device.use()
+            with stream:
+                yield
+
+        return on_callers_stream()
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -224,7 +334,8 @@ class NcclCommunicator(Communicator):
                 o[...] = flat[k].reshape(o.shape)
         else:  # uneven: grouped point-to-point
             peers = [k for k in range(self.size) if k != self.rank]
-            outs[self.rank][...] = x
+            own = outs[self.rank]
+            own[...] = x.reshape(own.shape)  # same size, maybe another shape
             self._grouped([(x, k) for k in peers], [(outs[k], k) for k in peers], "all_gather")
         self._finish(deadline, "all_gather")
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .checks import check_array, check_list, check_same
+from .checks import as_rank, check_array, check_list, check_same
 from .errors import CollectiveError
 from .group import Group, runtime
 from .reduce_op import ReduceOp, as_reduce_op, check_op_dtype
@@ -53,8 +53,7 @@ def _group(group: Group | None, what: str) -> Group:
 
 def _peer(g: Group, rank: Any, what: str, arg: str) -> int:
     """Global rank -> group rank, refused when outside the group."""
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        raise TypeError(f"{what}: {arg} must be a global rank (int), got {rank!r}")
+    rank = as_rank(rank, what, arg)  # numpy integers too
     k = g.get_group_rank(rank)
     if k < 0:
         raise ValueError(f"{what}: {arg}={rank} is not a rank of group {g.id} (ranks {g.ranks})")
@@ -64,6 +63,7 @@ def _peer(g: Group, rank: Any, what: str, arg: str) -> int:
 def _run(g: Group, what: str, fn: Callable[[float], None], sync_op: bool) -> Task | None:
     comm = g.require_member(what)
     assert g.queue is not None
+    context = comm.caller_context()  # e.g. the caller's CUDA stream, for the queue thread
 
     def call() -> None:
         if g.broken is not None:
@@ -71,7 +71,8 @@ def _run(g: Group, what: str, fn: Callable[[float], None], sync_op: bool) -> Tas
                 f"{what}: group {g.id} cannot be used after an earlier failure ({g.broken})"
             )
         try:
-            fn(time.monotonic() + g.timeout)
+            with context:
+                fn(time.monotonic() + g.timeout)
         except BaseException as exc:
             # The ranks are now out of step: close the connections so that peers blocked on
             # this rank fail at once (they see it leave) instead of at their deadline.

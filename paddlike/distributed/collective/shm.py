@@ -34,6 +34,10 @@ HEADER_BYTES = 4096
 # nbytes u64 at offsets 64 and 80.
 _DESC = struct.Struct("<IIQ")
 _DESC_OFFSETS = (64, 80)
+# Two u64 an op may publish beside its descriptor (all_gather: the bytes this rank sends and a
+# fingerprint of its output slots' sizes), by the same parity, at offsets 96 and 112.
+_EXTRA = struct.Struct("<QQ")
+_EXTRA_OFFSETS = (96, 112)
 SPIN_SECONDS = 30e-6
 SLICE_SECONDS = 0.05
 
@@ -175,16 +179,27 @@ class ShmArena:
                     self._wait(k, self._use_step, deadline, what)
         self._use_step = None
 
-    def begin(self, opcode: int, nbytes: int, deadline: float, what: str) -> int:
-        """Start an op (and its first use): publish its descriptor in one of two slots, used
-        alternately; returns the slot. After begin_use, so no peer still reads that slot."""
+    def begin(
+        self, opcode: int, nbytes: int, deadline: float, what: str,
+        extra: tuple[int, int] = (0, 0),
+    ) -> int:  # fmt: skip
+        """Start an op (and its first use): publish its descriptor (and `extra`, two u64 the
+        peers read with `extra_of`) in one of two slots, used alternately; returns the slot.
+        After begin_use, so no peer still reads that slot."""
         self.begin_use(deadline, what)
         parity = self.ops & 1
         self.ops += 1
         seg = self.segs[self.rank]
         assert seg is not None
         _DESC.pack_into(seg.mm, _DESC_OFFSETS[parity], opcode, 0, nbytes)
+        _EXTRA.pack_into(seg.mm, _EXTRA_OFFSETS[parity], *extra)
         return parity
+
+    def extra_of(self, k: int, parity: int) -> tuple[int, int]:
+        """What rank k published as `extra` for the op in slot `parity` (after the first sync)."""
+        seg = self.segs[k]
+        assert seg is not None
+        return _EXTRA.unpack_from(seg.mm, _EXTRA_OFFSETS[parity])  # type: ignore[return-value]
 
     def check(
         self, parity: int, opcode: int, nbytes: int, what: str, names: Sequence[str],

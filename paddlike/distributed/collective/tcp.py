@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..store import StoreClient, StoreError
-from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError
+from ..store import StoreClient, StoreError, StoreTimeoutError
+from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError, size_mismatch
 
 __all__ = ["Mesh", "Recv", "Send"]
 
@@ -117,10 +117,15 @@ class Mesh:
         except StoreError as exc:
             for s in socks.values():
                 s.close()
+            hint = (
+                "did every rank of the world call new_group / init_parallel_env in the same order?"
+                if isinstance(exc, StoreTimeoutError)
+                else "the runtime store on rank 0 went away (did rank 0 exit or destroy the "
+                "process group?)"
+            )
             raise CollectiveTimeoutError(
                 f"setting up group {prefix.rsplit('/', 1)[-1]} (ranks {list(global_ranks)}): "
-                f"{exc}; "
-                f"did every rank of the world call new_group / init_parallel_env in the same order?"
+                f"{exc}; {hint}"
             ) from None
         finally:
             listener.close()
@@ -305,11 +310,9 @@ class Mesh:
         want = OPCODE[item.op]
         if opcode != want or seq != expected_seq or nbytes != item.into.nbytes:
             theirs = OPCODES[opcode - 1] if 0 < opcode <= len(OPCODES) else f"opcode {opcode}"
-            raise CollectiveError(
-                f"{what}: rank {self.global_ranks[peer]} sent {theirs} data of {nbytes} bytes "
-                f"(message #{seq}) where this rank expected {item.op} data of "
-                f"{item.into.nbytes} bytes (message #{expected_seq}); the ranks called "
-                f"different operations or passed different shapes/dtypes"
+            note = "" if seq == expected_seq else f" (message #{seq}, expected #{expected_seq})"
+            raise size_mismatch(
+                what, self.global_ranks[peer], theirs, nbytes, item.op, item.into.nbytes, note
             )
 
 

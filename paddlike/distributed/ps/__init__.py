@@ -16,7 +16,8 @@ Start the script with `python -m paddlike.launch --server_num 2 --worker_num 2 s
 the launcher sets the role and addresses (see paddlike/contract.py).
 
 Modes: sync — a push of step s is applied, as the mean of every trainer's push of
-step s, once all have arrived, and a pull waits for the steps this worker pushed;
+step s, once all have arrived, and a pull waits for the steps this worker pushed (for up
+to init_worker's `timeout`, while the servers' liveness is checked every second);
 async — pushes apply on arrival; geo — a local copy, merged every `k_steps` pushes.
 `save` and `load` are collective: every trainer calls them, trainer 0 does the work,
 all return together.
@@ -130,8 +131,20 @@ def run_server() -> None:
     server.serve(role)
 
 
-def init_worker(mode: str = "sync", k_steps: int = 10, timeout: float | None = None) -> None:
-    """Connect to every server; `timeout` (s) bounds each request (default PADDLIKE_TIMEOUT)."""
+def init_worker(
+    mode: str = "sync",
+    k_steps: int = 10,
+    timeout: float | None = None,
+    request_timeout: float | None = None,
+) -> None:
+    """Connect to every server.
+
+    `timeout` (s; default PADDLIKE_TIMEOUT, else 300 like init_parallel_env) bounds how long
+    a request may wait for the other trainers: a sync-mode pull for every trainer's push of
+    the step, barrier_worker for every trainer. Meanwhile each server's liveness is checked
+    on its own: a server that answers neither the request nor a PING within
+    `request_timeout` (default min(timeout, 60)) is reported dead, with its endpoint.
+    """
     role = _role()
     if role.role is not Role.TRAINER:
         raise RoleError("init_worker() called in a server; check ps.is_worker() first")
@@ -141,7 +154,11 @@ def init_worker(mode: str = "sync", k_steps: int = 10, timeout: float | None = N
         raise ValueError(f"k_steps={k_steps}: geo mode needs k_steps >= 1")
     if _state.client is not None:
         _state.client.close()
-    client = Client(role.server_endpoints, role.trainer_id, timeout or role.timeout)
+    for name, value in (("timeout", timeout), ("request_timeout", request_timeout)):
+        if value is not None and not value > 0:
+            raise ValueError(f"init_worker: {name}={value!r} must be positive seconds")
+    client = Client(role.server_endpoints, role.trainer_id, timeout or role.timeout,
+                    request_timeout)  # fmt: skip
     n = len(role.server_endpoints)
     client.call([(i, Message(Op.HELLO, arg0=n, arg1=role.trainers_num)) for i in range(n)])
     _state.client, _state.mode, _state.k_steps, _state.tables = client, mode, k_steps, {}

@@ -1,9 +1,19 @@
 """A worker's connection to every parameter server: DEALER sockets, deadlines, errors.
 
 `call(requests)` sends one request to each named server at once, then waits for all
-the replies until one deadline; a server that does not answer in time is named, with
-its endpoint, in the `PsTimeoutError`. Replies are matched by request id, so a late
-answer to an earlier, timed-out request is dropped rather than mistaken for a new one.
+the replies. Two deadlines, because waiting for a slow trainer and talking to a dead
+server are different things:
+
+- the wait deadline (`wait_timeout`, default PADDLIKE_TIMEOUT or 300 s): how long a
+  request may wait for the other trainers — a sync-mode pull of the next step waits
+  until every trainer pushed the current one, a barrier until all arrived;
+- the liveness deadline (`request_timeout`, at most 60 s by default): a server that has
+  not answered for a moment gets a PING, which it answers at once even while it holds
+  a pull back; no answer to the PING within `request_timeout` means the server is dead
+  or unreachable, named with its endpoint in the `PsTimeoutError`.
+
+Replies are matched by request id, so a late answer to an earlier, timed-out request
+is dropped rather than mistaken for a new one.
 """
 
 from __future__ import annotations
@@ -11,11 +21,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import zmq
 
 from paddlike.distributed.ps import wire
 from paddlike.distributed.ps.wire import Message, Op, Status
+
+PROBE_AFTER = 1.0  # seconds of silence from a server before it gets a liveness PING
 
 
 class PsError(RuntimeError):
@@ -26,11 +39,31 @@ class PsTimeoutError(PsError, TimeoutError):
     """A parameter server did not answer before the deadline."""
 
 
+@dataclass
+class _Pending:
+    """One server's outstanding request, and the liveness PING it may have been sent."""
+
+    req_id: int
+    position: int
+    heard: float  # when the server last showed it is alive (or the request went out)
+    probe_id: int = 0  # 0: no PING outstanding
+    probe_sent: float = 0.0
+
+
 class Client:
-    def __init__(self, endpoints: Sequence[str], trainer_id: int, timeout: float) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        trainer_id: int,
+        wait_timeout: float,
+        request_timeout: float | None = None,
+    ) -> None:
         self.endpoints = tuple(endpoints)
         self.trainer_id = trainer_id
-        self.timeout = timeout
+        self.wait_timeout = float(wait_timeout)
+        self.request_timeout = float(
+            min(wait_timeout, 60.0) if request_timeout is None else request_timeout
+        )
         self._ids = itertools.count(1)
         self.ctx = zmq.Context()
         self.socks: list[zmq.Socket] = []
@@ -48,52 +81,79 @@ class Client:
             s.close(linger=0)
         self.ctx.term()
 
+    def _send(self, server: int, msg: Message) -> int:
+        msg.req_id = next(self._ids) & 0xFFFFFFFF
+        msg.trainer = self.trainer_id
+        self.socks[server].send_multipart(wire.encode(msg), copy=False)
+        return msg.req_id
+
     def call(
         self, requests: Sequence[tuple[int, Message]], timeout: float | None = None
     ) -> list[Message]:
-        """Send every (server, request), return the replies in the same order."""
-        limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        expected: dict[int, tuple[int, int]] = {}  # server -> (req_id, position)
+        """Send every (server, request), return the replies in the same order. `timeout`
+        overrides the wait deadline for this call; liveness is checked all along."""
+        limit = self.wait_timeout if timeout is None else timeout
+        now = time.monotonic()
+        deadline = now + limit
+        probe_after = min(PROBE_AFTER, self.request_timeout / 4)
+        expected: dict[int, _Pending] = {}
         for pos, (server, msg) in enumerate(requests):
             if server in expected:
                 raise ValueError("one request per server per call")
-            msg.req_id = next(self._ids) & 0xFFFFFFFF
-            msg.trainer = self.trainer_id
-            expected[server] = (msg.req_id, pos)
-            self.socks[server].send_multipart(wire.encode(msg), copy=False)
+            expected[server] = _Pending(self._send(server, msg), pos, now)
         replies: list[Message | None] = [None] * len(requests)
         poller = zmq.Poller()
         for server in expected:
             poller.register(self.socks[server], zmq.POLLIN)
         while expected:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                server = min(expected)
-                op = Op(requests[expected[server][1]][1].op).name
-                raise PsTimeoutError(
-                    f"parameter server {server} at {self.endpoints[server]} did not answer "
-                    f"{op} within {limit:g} s (is it running? see its serverlog; in sync mode "
-                    "a pull also waits for every trainer's push)"
-                )
-            for sock, _ in poller.poll(max(1, int(left * 1000))):
-                server = self._index[sock]
-                frames = sock.recv_multipart(copy=False)
-                try:
-                    rep = wire.decode(frames)
-                except wire.WireError as exc:
-                    raise PsError(
-                        f"parameter server {server} at {self.endpoints[server]} sent a "
-                        f"malformed reply: {exc}"
-                    ) from None
-                want = expected.get(server)
-                if want is None or rep.req_id != want[0]:
-                    continue  # the answer to an earlier request that timed out
-                del expected[server]
-                poller.unregister(sock)
-                if rep.status != Status.OK:
-                    raise PsError(
-                        f"parameter server {server} at {self.endpoints[server]}: {rep.text}"
+            now = time.monotonic()
+            wake = deadline
+            for server, p in expected.items():
+                op = Op(requests[p.position][1].op).name
+                if p.probe_id and now - p.probe_sent >= self.request_timeout:
+                    raise PsTimeoutError(
+                        f"parameter server {server} at {self.endpoints[server]} did not answer "
+                        f"{op} nor a liveness check within {self.request_timeout:g} s (is it "
+                        "running? see its serverlog)"
                     )
-                replies[want[1]] = rep
+                if not p.probe_id and now - p.heard >= probe_after:
+                    p.probe_id, p.probe_sent = self._send(server, Message(Op.PING)), now
+                wake = min(wake, p.probe_sent + self.request_timeout if p.probe_id
+                           else p.heard + probe_after)  # fmt: skip
+            if now >= deadline:
+                server = min(expected)
+                op = Op(requests[expected[server].position][1].op).name
+                raise PsTimeoutError(
+                    f"parameter server {server} at {self.endpoints[server]} is alive but did "
+                    f"not answer {op} within {limit:g} s: in sync mode a pull waits for every "
+                    "trainer's push of the step, a barrier for every trainer; one is slower "
+                    "than that or stuck (raise init_worker(timeout=) or PADDLIKE_TIMEOUT)"
+                )
+            for sock, _ in poller.poll(max(1, int((wake - now) * 1000) + 1)):
+                self._receive(sock, expected, replies)
         return replies  # type: ignore[return-value]
+
+    def _receive(
+        self, sock: zmq.Socket, expected: dict[int, _Pending], replies: list[Message | None]
+    ) -> None:
+        server = self._index[sock]
+        frames = sock.recv_multipart(copy=False)
+        try:
+            rep = wire.decode(frames)
+        except wire.WireError as exc:
+            raise PsError(
+                f"parameter server {server} at {self.endpoints[server]} sent a "
+                f"malformed reply: {exc}"
+            ) from None
+        p = expected.get(server)
+        if p is None:
+            return  # the answer to an earlier request that timed out
+        if rep.req_id == p.probe_id:
+            p.probe_id, p.heard = 0, time.monotonic()  # alive: the request is just waiting
+            return
+        if rep.req_id != p.req_id:
+            return
+        del expected[server]
+        if rep.status != Status.OK:
+            raise PsError(f"parameter server {server} at {self.endpoints[server]}: {rep.text}")
+        replies[p.position] = rep

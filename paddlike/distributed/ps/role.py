@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from paddlike import contract
 
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = 300.0  # like init_parallel_env: how long a trainer waits for the others
 
 
 class RoleError(ValueError):
@@ -34,7 +34,7 @@ class PsRole:
     trainers_num: int
     trainer_id: int  # -1 on a server
     server_index: int  # -1 on a trainer
-    timeout: float  # seconds: the default deadline of every request
+    timeout: float  # seconds a trainer waits for the others (PADDLIKE_TIMEOUT, default 300)
 
     @property
     def endpoint(self) -> str:

@@ -247,6 +247,8 @@ class Server:
             self._reply(ident, msg)
             if len(self.stopped) >= self.role.trainers_num:
                 self._stop = True
+        elif op is Op.PING:
+            self._reply(ident, msg)
         elif op is Op.STAT:
             rows = {
                 n: (t.shard.n if isinstance(t.shard, SparseShard) else t.shard.size)

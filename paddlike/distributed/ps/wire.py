@@ -52,6 +52,7 @@ class Op(enum.IntEnum):
     LOAD = 12
     STOP = 13
     STAT = 14
+    PING = 15  # liveness: answered at once, even while the server holds a pull back
 
 
 class Status(enum.IntEnum):
