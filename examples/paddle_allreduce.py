@@ -5,7 +5,7 @@
 Runs unchanged under `python -m paddle.distributed.launch` too. On a CPU build of
 Paddle 3, `init_parallel_env` needs PADDLE_DISTRI_BACKEND=gloo, PADDLE_TRAINER_ID,
 PADDLE_TRAINERS_NUM, PADDLE_CURRENT_ENDPOINT and PADDLE_MASTER (its TCP store, bound
-by rank 0); the launcher sets all of them. Needs `paddlepaddle` (see `make compat-env`).
+by rank 0); the launcher sets all of them. Needs `paddlepaddle` (see `make paddle-env`).
 """
 
 import paddle

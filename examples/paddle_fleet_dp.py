@@ -6,7 +6,7 @@
 PADDLE_CURRENT_ENDPOINT, PADDLE_RANK_IN_NODE (fleet.local_rank) and builds its hybrid
 topology with gloo groups; `fleet.distributed_model` averages gradients across ranks.
 Rank r feeds inputs full of r+1, so every rank must end with the mean gradient and
-identical weights. Needs `paddlepaddle` (see `make compat-env`).
+identical weights. Needs `paddlepaddle` (see `make paddle-env`).
 """
 
 import paddle

@@ -84,12 +84,13 @@ ROLE_HETER_TRAINER = "HETER_TRAINER"
 # --- the launcher's own additions ------------------------------------------------------
 JOB_ID = "PADDLIKE_JOB_ID"
 RESTART_COUNT = "PADDLIKE_RESTART_COUNT"
-LOG_DIR = "PADDLIKE_LOG_DIR"
-STORE_ADDR = "PADDLIKE_STORE_ADDR"  # host:port of the launchers' store (multi-node)
 JOB_TOKEN = "PADDLIKE_JOB_TOKEN"  # shared secret for the stores' HMAC challenge
-RUN_MODE = "PADDLIKE_RUN_MODE"  # collective | ps
 NODE_HOSTS = "PADDLIKE_NODE_HOSTS"  # comma-separated node addresses, rank 0's store allow-list
 TIMEOUT = "PADDLIKE_TIMEOUT"  # seconds; default deadline for the runtime's blocking waits
 
 # Prefix of the launcher's option variables: --log_dir <-> PADDLIKE_LOG_DIR, etc.
+# Workers are never given an option variable that would change a launcher started
+# inside them (its log directory, its mode): the log directory reaches workers as
+# PADDLE_LOG_DIR, the mode as TRAINING_ROLE. PADDLIKE_JOB_ID and PADDLIKE_JOB_TOKEN are
+# the exceptions, on purpose: a nested job keeps the job's name and secret.
 OPTION_ENV_PREFIX = "PADDLIKE_"

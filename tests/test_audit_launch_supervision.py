@@ -210,12 +210,6 @@ cd "$1" && exec "$2" -m paddlike.launch --tee none inner.py
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit: workers get PADDLIKE_LOG_DIR/PADDLIKE_JOB_ID/PADDLIKE_RUN_MODE (contract), "
-    "which are also the option variables of --log_dir/--job_id/--run_mode, so a launcher "
-    "started from a worker inherits the outer job's log directory and finds it locked",
-)
 def test_a_launcher_started_from_a_worker_uses_its_own_default_log_dir(tmp_path):
     inner_dir = tmp_path / "inner"
     inner_dir.mkdir()

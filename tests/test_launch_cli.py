@@ -132,3 +132,10 @@ def test_help_groups_the_options(tmp_path):
     for group in ("Paddle options", "torchrun/OneFlow compatible", "multi-node",
                   "parameter server", "output"):  # fmt: skip
         assert f"{group}:" in result.stdout
+
+
+def test_dry_run_never_prints_the_job_token(tmp_path):
+    result = launch(tmp_path, "--dry_run", "--job_token", "s3cret-value", "w.py")
+    assert result.returncode == 0, result.stderr
+    assert "PADDLIKE_JOB_TOKEN=<hidden>" in result.stdout
+    assert "s3cret-value" not in result.stdout + result.stderr

@@ -190,3 +190,19 @@ def test_options_object_is_frozen():
     o = parse("t.py")
     with pytest.raises(AttributeError):
         o.log_dir = "x"  # type: ignore[misc]
+
+
+def test_the_job_token_can_come_from_a_file_but_not_from_both(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    opts = parse_options(["--job_token_file", str(token), "train.py"], {})
+    assert opts.job_token == "s3cret"
+    env_opts = parse_options(["train.py"], {"PADDLIKE_JOB_TOKEN_FILE": str(token)})
+    assert env_opts.job_token == "s3cret"
+    with pytest.raises(UsageError, match=r"^--job_token_file: give the token by --job_token or"):
+        parse_options(["--job_token", "x", "--job_token_file", str(token), "train.py"], {})
+    with pytest.raises(UsageError, match=r"^--job_token_file: cannot read the token file"):
+        parse_options(["--job_token_file", str(tmp_path / "none"), "train.py"], {})
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(UsageError, match=r"^--job_token_file: the token file is empty"):
+        parse_options(["--job_token_file", str(tmp_path / "empty"), "train.py"], {})

@@ -67,8 +67,7 @@ def test_the_contract_environment_of_one_worker():
         "PADDLE_DISTRI_BACKEND": "gloo",
         "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0",
         "PADDLIKE_JOB_ID": "job-test", "PADDLIKE_RESTART_COUNT": "0",
-        "PADDLIKE_LOG_DIR": "/abs/log", "PADDLIKE_NODE_HOSTS": "10.0.0.1,10.0.0.2",
-        "PADDLIKE_RUN_MODE": "collective",
+        "PADDLIKE_NODE_HOSTS": "10.0.0.1,10.0.0.2",
         "PADDLE_JOB_ID": "job-test", "PADDLE_LOG_DIR": "/abs/log",
         # torchrun's names, so torch scripts and libraries see a torchrun-style launch
         "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_NAME": "default",
@@ -239,7 +238,6 @@ def test_ps_environment_per_role():
         assert env["PADDLE_PSERVERS_IP_PORT_LIST"] == "10.0.0.1:7000,10.0.0.2:7000"
         assert env["PADDLE_TRAINER_ENDPOINTS"] == ",".join(PS.trainers)
         assert env["PADDLE_TRAINERS_NUM"] == "3"
-        assert env["PADDLIKE_RUN_MODE"] == "ps"
     # Paddle's fleet.init() needs PADDLE_PORT of trainers too, and its gloo endpoint
     assert trainer["PADDLE_PORT"] == PS.trainers[2].rpartition(":")[2]
     for env in (server, trainer):

@@ -232,6 +232,18 @@ def _text(text: str) -> str:
     return text
 
 
+def _token_file(path: str) -> str:
+    """The job token read from a file (kept out of `ps` output and shell history)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise _Bad(f"cannot read the token file ({exc.strerror})") from None
+    if not token:
+        raise _Bad("the token file is empty")
+    return token
+
+
 _FLAG_TRUE = {"1", "true", "yes", "on"}
 _FLAG_FALSE = {"0", "false", "no", "off", ""}
 
@@ -313,6 +325,9 @@ class _Parser:
         g.add_argument("--heartbeat_timeout", help="seconds before a silent node is lost (10)")
         g.add_argument("--max_restarts", help="restart rounds after a failure (default 0)")
         g.add_argument("--job_token", help="shared secret for the launchers' store")
+        g.add_argument(
+            "--job_token_file", help="file holding the job token (instead of --job_token)"
+        )
 
         g = p.add_argument_group("parameter server")
         g.add_argument("--server_num", help="servers on this node (implies --run_mode ps)")
@@ -374,6 +389,7 @@ _CHECKS = {
     "heartbeat_timeout": _positive_float,
     "max_restarts": _non_negative_int,
     "job_token": _text,
+    "job_token_file": _token_file,
     "server_num": _positive_int,
     "worker_num": _positive_int,
     "servers": _servers,
@@ -453,6 +469,14 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
             value = text in _FLAG_TRUE
         if value is not None:
             raw[dest] = bool(value)
+    if "job_token_file" in raw:
+        if "job_token" in given:
+            raise UsageError(
+                "--job_token_file: give the token by --job_token or by --job_token_file, "
+                "not both (got both; values not shown: they are secrets)",
+                "--job_token_file",
+            )
+        raw["job_token"] = raw.pop("job_token_file")
     raw["ips_given"] = "ips" in given
     raw["run_mode"] = _infer_run_mode(raw, given)
     options = LaunchOptions(

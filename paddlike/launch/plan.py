@@ -138,9 +138,7 @@ def _launcher_env(options: LaunchOptions, facts: JobFacts, node_hosts: Sequence[
         contract.PADDLE_JOB_ID: facts.job_id,
         contract.PADDLE_LOG_DIR: facts.log_dir,
         contract.RESTART_COUNT: str(facts.restart_count),
-        contract.LOG_DIR: facts.log_dir,
         contract.NODE_HOSTS: ",".join(node_hosts),
-        contract.RUN_MODE: "ps" if options.is_ps else "collective",
     }
     if options.job_token:
         env[contract.JOB_TOKEN] = options.job_token
@@ -371,6 +369,11 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
     )
 
 
+def _shown(name: str, value: str) -> str:
+    """--dry_run output is pasted into tickets and chats: never print the job token."""
+    return "<hidden>" if name == contract.JOB_TOKEN else value
+
+
 def format_plan(plan: LaunchPlan, log_dir: str) -> str:
     """The --dry_run text: every process, its command and environment, in a fixed order."""
     import shlex
@@ -395,6 +398,6 @@ def format_plan(plan: LaunchPlan, log_dir: str) -> str:
             f"device {','.join(p.device_ids) or 'cpu'}, endpoint {p.endpoint}, log {logs}",
             f"  command: {shlex.join(p.argv)}",
             "  env:",
-            *(f"    {k}={v}" for k, v in sorted(p.env.items())),
+            *(f"    {k}={_shown(k, v)}" for k, v in sorted(p.env.items())),
         ]
     return "\n".join(lines)

@@ -277,7 +277,7 @@ class Supervisor:
         env = dict(self.base_env)
         env.update(proc.spec.env)
         env[contract.RESTART_COUNT] = str(restart_count)
-        env.setdefault(contract.LOG_DIR, str(self.logdir.path))
+        env[contract.TORCHELASTIC_RESTART_COUNT] = str(restart_count)
         proc.record.start_time = time.time()
         proc.started = time.monotonic()
         try:
