@@ -115,12 +115,6 @@ def test_a_sigkilled_launcher_leaves_no_grandchild_behind(tmp_path):
         _kill_pids_in(work, "grandchild.*", "pid.*")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit: --tee echo writes to the console with blocking writes inside the "
-    "event loop; a console that does not read (paused terminal, `| less`) stalls "
-    "failure handling and signal handling until it reads again",
-)
 @pytest.mark.parametrize("trigger", ["worker_exit_3", "sigterm_to_launcher"])
 def test_a_console_that_stops_reading_does_not_stall_the_teardown(tmp_path, trigger):
     work = tmp_path / "work"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,14 +61,83 @@ class _Followed:
     partial: bytes = b""
 
 
+class _ConsoleWriter:
+    """Writes echoed output to the console from a thread of its own.
+
+    The supervisor's event loop must never block on the console: a paused terminal or
+    `launch ... | less` that stops reading would otherwise stall failure handling and
+    signals. Pending output is bounded; past the bound it is dropped (the log files
+    keep everything) and the console is told how much once the job ends.
+    """
+
+    LIMIT = 8 << 20  # bytes waiting for the console before echo is dropped
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._pending: list[bytes] = []
+        self._size = 0
+        self.dropped = 0
+        self._cond = threading.Condition()
+        self._idle = True
+        self._thread: threading.Thread | None = None
+
+    def write(self, data: bytes) -> None:
+        with self._cond:
+            if self._size + len(data) > self.LIMIT:
+                self.dropped += len(data)
+                return
+            self._pending.append(data)
+            self._size += len(data)
+            self._idle = False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tee", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the console to take what is pending; True if it did."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._idle, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending)
+                data, self._pending, self._size = b"".join(self._pending), [], 0
+            _write_out(self.out, data)
+            with self._cond:
+                if not self._pending:
+                    self._idle = True
+                    self._cond.notify_all()
+
+
+def _write_out(out: TextIO, data: bytes) -> None:
+    buffer = getattr(out, "buffer", None)
+    try:
+        if buffer is not None:
+            out.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            out.write(data.decode("utf-8", errors="replace"))
+            out.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        pass  # the console went away (`| head`); the job and its logs go on
+
+
 @dataclass
 class TeeEcho:
     """Echo log files to `out` as they grow, whole lines only, `[rank N] ` prefixed when
     more than one worker is echoed. Call `pump()` when the files may have grown and
-    `flush()` once the writers are gone (it also prints an unterminated last line)."""
+    `flush()` once the writers are gone (it also prints an unterminated last line).
+    Writing happens on a thread of its own (`_ConsoleWriter`): never blocks the caller."""
 
     out: TextIO
     _files: list[_Followed] = field(default_factory=list)
+    _writer: _ConsoleWriter | None = None
+
+    # How long the end of a job waits for a slow console to take the last output.
+    FINAL_DRAIN = 2.0
 
     def follow(self, spec: ProcessSpec, path: Path, offset: int) -> None:
         self._files.append(_Followed(path, offset, f"[rank {spec.rank}] ".encode()))
@@ -86,12 +156,15 @@ class TeeEcho:
     def __bool__(self) -> bool:
         return bool(self._files)
 
-    def pump(self) -> None:
+    def pump(self) -> int:
+        """Echo what the files gained since the last call; the number of bytes read."""
         chunks: list[bytes] = []
+        got = 0
         for f in self._files:
             data = _read_from(f.path, f.offset)
             if not data:
                 continue
+            got += len(data)
             f.offset += len(data)
             data = f.partial + data
             cut = data.rfind(b"\n") + 1
@@ -99,31 +172,35 @@ class TeeEcho:
             if cut:
                 chunks.append(_prefixed(data[:cut], f.prefix))
         self._write(chunks)
+        return got
 
     def flush(self) -> None:
-        self.pump()
+        while self.pump():
+            pass
         chunks = []
         for f in self._files:
             if f.partial:
                 chunks.append(_prefixed(f.partial + b"\n", f.prefix))
                 f.partial = b""
         self._write(chunks)
+        writer = self._writer
+        if writer is None:
+            return
+        writer.drain(self.FINAL_DRAIN)
+        if writer.dropped:
+            print(
+                f"{PREFIX} the console did not keep up: {writer.dropped} bytes of worker "
+                "output were not echoed (the log files have everything)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _write(self, chunks: list[bytes]) -> None:
         if not chunks:
             return
-        data = b"".join(chunks)
-        buffer = getattr(self.out, "buffer", None)
-        try:
-            if buffer is not None:
-                self.out.flush()
-                buffer.write(data)
-                buffer.flush()
-            else:
-                self.out.write(data.decode("utf-8", errors="replace"))
-                self.out.flush()
-        except (BrokenPipeError, ValueError):
-            pass  # the console went away (`| head`); the job and its logs go on
+        if self._writer is None:
+            self._writer = _ConsoleWriter(self.out)
+        self._writer.write(b"".join(chunks))
 
 
 def _read_from(path: Path, offset: int, limit: int = 1 << 20) -> bytes:
