@@ -89,11 +89,6 @@ def _alive(pids: list[int], deadline: float) -> list[psutil.Process]:
     return [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit: PR_SET_PDEATHSIG reaches only the worker; its own children are "
-    "re-parented to init and keep running after the launcher is SIGKILLed",
-)
 def test_a_sigkilled_launcher_leaves_no_grandchild_behind(tmp_path):
     work = tmp_path / "work"
     work.mkdir()

@@ -38,6 +38,7 @@ from typing import TextIO
 from paddlike import contract
 from paddlike.launch import linux
 from paddlike.launch.console import Console, TeeEcho, TeeSelection, tee_targets
+from paddlike.launch.guardian import Guardian
 from paddlike.launch.logdir import LogDir, WorkerLog, format_header, read_tail_since
 from paddlike.launch.plan import LaunchPlan, ProcessSpec, Role
 from paddlike.summary import ProcessRecord, RootCause, RunSummary, write_summary
@@ -151,6 +152,7 @@ class Supervisor:
         self.hostname = os.uname().nodename
         self._job_start: float | None = None
         self._tee_poll: float | None = None  # set when inotify is unavailable
+        self._guardian: Guardian | None = None  # kills the worker groups if we are SIGKILLed
 
     # ------------------------------------------------------------------ the round
     def run(
@@ -185,6 +187,10 @@ class Supervisor:
                 sel.register(fd, selectors.EVENT_READ, ("extra", callback))
             if services_stop is not None:
                 sel.register(services_stop.fd, selectors.EVENT_READ, ("services", services_stop))
+            # Dismissed last (callbacks run in reverse), once every worker is reaped.
+            self._guardian = Guardian.start()
+            if self._guardian is not None:
+                stack.callback(self._guardian.close)
             stack.callback(self._close_all, rnd)
 
             self._spawn_all(rnd, sel, restart_count, on_failure)
@@ -291,6 +297,8 @@ class Supervisor:
                 preexec_fn=preexec,
                 close_fds=True,
             )
+            if self._guardian is not None:
+                self._guardian.add(proc.popen.pid)  # its own session: pgid == pid
         except OSError as exc:
             message = f"launch: cannot start {proc.spec.label}: {exc}\n"
             with contextlib.suppress(OSError):
