@@ -48,6 +48,7 @@ class _Pending:
     heard: float  # when the server last showed it is alive (or the request went out)
     probe_id: int = 0  # 0: no PING outstanding
     probe_sent: float = 0.0
+    answered_probe: bool = False  # the server answered a PING while holding the request
 
 
 class Client:
@@ -121,13 +122,19 @@ class Client:
                 wake = min(wake, p.probe_sent + self.request_timeout if p.probe_id
                            else p.heard + probe_after)  # fmt: skip
             if now >= deadline:
-                server = min(expected)
-                op = Op(requests[expected[server].position][1].op).name
+                server, p = min(expected.items())
+                op = Op(requests[p.position][1].op).name
+                where = f"parameter server {server} at {self.endpoints[server]}"
+                if not p.answered_probe:
+                    raise PsTimeoutError(
+                        f"{where} did not answer {op} within {limit:g} s (is it running? see "
+                        "its serverlog)"
+                    )
                 raise PsTimeoutError(
-                    f"parameter server {server} at {self.endpoints[server]} is alive but did "
-                    f"not answer {op} within {limit:g} s: in sync mode a pull waits for every "
-                    "trainer's push of the step, a barrier for every trainer; one is slower "
-                    "than that or stuck (raise init_worker(timeout=) or PADDLIKE_TIMEOUT)"
+                    f"{where} is alive but did not answer {op} within {limit:g} s: in sync "
+                    "mode a pull waits for every trainer's push of the step, a barrier for "
+                    "every trainer; one is slower than that or stuck (raise "
+                    "init_worker(timeout=) or PADDLIKE_TIMEOUT)"
                 )
             for sock, _ in poller.poll(max(1, int((wake - now) * 1000) + 1)):
                 self._receive(sock, expected, replies)
@@ -150,6 +157,7 @@ class Client:
             return  # the answer to an earlier request that timed out
         if rep.req_id == p.probe_id:
             p.probe_id, p.heard = 0, time.monotonic()  # alive: the request is just waiting
+            p.answered_probe = True
             return
         if rep.req_id != p.req_id:
             return
