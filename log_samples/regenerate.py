@@ -27,72 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SCRIPTS = HERE / "scripts"
 TIMEOUT = 120.0  # seconds for one launcher run
-
-TRAIN = '''\
-"""A stand-in training script: prints its rank, 'trains', fails where asked."""
-import os
-import sys
-import time
-
-rank = int(os.environ["PADDLE_TRAINER_ID"])
-world = int(os.environ["PADDLE_TRAINERS_NUM"])
-restart = int(os.environ.get("PADDLIKE_RESTART_COUNT", "0"))
-fail_rank = int(os.environ.get("SAMPLE_FAIL_RANK", "-1"))
-fail_rounds = int(os.environ.get("SAMPLE_FAIL_ROUNDS", "99"))
-
-
-def load_shard(rank: int) -> None:
-    raise RuntimeError(f"rank {rank} cannot read shard data/part-{rank:05d}")
-
-
-print(f"rank {rank} of {world} on {os.environ['PADDLE_CURRENT_ENDPOINT']} (restart {restart})",
-      flush=True)
-for step in range(3):
-    print(f"rank {rank} step {step} loss {1.0 / (step + 1):.3f}", flush=True)
-    time.sleep(0.05)
-if rank == fail_rank and restart < fail_rounds:
-    try:
-        load_shard(rank)
-    except RuntimeError:
-        import traceback
-        traceback.print_exc()
-        sys.exit(3)
-if rank != fail_rank and fail_rank >= 0 and restart < fail_rounds:
-    time.sleep(30)  # the launcher stops this one when the failing rank exits
-print(f"rank {rank} done", flush=True)
-'''
-
-PS = '''\
-"""A stand-in PS script: servers serve until the launcher stops them, trainers finish."""
-import os
-import signal
-import sys
-import time
-
-role = os.environ["TRAINING_ROLE"]
-if role == "PSERVER":
-    print(f"server on port {os.environ['PADDLE_PORT']} of "
-          f"{os.environ['PADDLE_PSERVERS_IP_PORT_LIST']}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        time.sleep(3600)
-else:
-    tid = os.environ["PADDLE_TRAINER_ID"]
-    print(f"trainer {tid} of {os.environ['PADDLE_TRAINERS_NUM']}, servers "
-          f"{os.environ['PADDLE_PSERVERS_IP_PORT_LIST']}", flush=True)
-    for step in range(3):
-        print(f"trainer {tid} step {step}", flush=True)
-        time.sleep(0.05)
-'''
-
-
-def _write_scripts() -> None:
-    SCRIPTS.mkdir(exist_ok=True)
-    (SCRIPTS / "train.py").write_text(TRAIN)
-    (SCRIPTS / "ps_train.py").write_text(PS)
-
 
 def _launch(
     name: str, args: list[str], *, env: dict[str, str] | None = None, expect: int = 0
@@ -250,7 +185,6 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"regenerate.py: unknown sample {unknown[0]!r}; choose from {', '.join(SAMPLES)}")
         return 2
-    _write_scripts()
     failures = 0
     for name in names:
         try:
