@@ -18,16 +18,24 @@ PADDLE ?= paddlepaddle>=3,<4
 PADDLE_VENV ?= .venv-paddle
 PADDLE_STAMP := $(PADDLE_VENV)/.installed
 
-.PHONY: env test lint demo bench log-samples clean etcd paddle-env
+.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[test]'
-	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" || echo "torch not installed: gloo comparisons will skip"; fi
 	touch $(STAMP)
 
 env: $(STAMP)
+
+# torch (CPU) for the tests that run real torch scripts and for gloo in the benchmarks;
+# best effort, and not needed by `make demo`.
+$(VENV)/.torch: $(STAMP)
+	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" || \
+	  echo "torch not installed: torch tests and gloo comparisons will skip"; fi
+	touch $(VENV)/.torch
+
+torch-env: $(VENV)/.torch
 
 $(PADDLE_STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(PADDLE_VENV)
@@ -48,7 +56,7 @@ etcd:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 
-test: $(STAMP) etcd paddle-env
+test: $(STAMP) torch-env etcd paddle-env
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
@@ -59,7 +67,9 @@ demo: $(STAMP)
 	@echo; echo "== demo_log/endpoints.log"; cat demo_log/endpoints.log; echo
 	@echo; echo "== python -m paddlike.logs demo_log"; $(PY) -m paddlike.logs demo_log
 
-bench: $(STAMP)
+bench: $(STAMP) torch-env
+	@# start-up time is measured: make sure it is not compile time (PYTHONDONTWRITEBYTECODE)
+	$(PY) -m compileall -q paddlike > /dev/null
 	$(PY) bench/launch.py
 	$(PY) bench/collectives.py
 	$(PY) bench/ps.py
