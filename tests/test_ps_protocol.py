@@ -158,9 +158,16 @@ def served_two(tmp_path: Path) -> Iterator[Served]:
 
 def _sync_trainers(served: Served, wait: float, request: float) -> list[Client]:
     trainers = [Client([served.endpoint], tid, wait, request) for tid in (0, 1)]
-    spec = ps.TableSpec("w", "dense", (4,), ps.SGD(lr=1.0).config(), ps.Constant().config(),
-                        "sync")  # fmt: skip
-    trainers[0].call([(0, Message(Op.DECLARE, text=spec.to_json()))], timeout=10)
+    try:
+        for c in trainers:  # the first contact waits for the server to start, as init_worker's
+            c.call([(0, Message(Op.HELLO, arg0=1, arg1=2))], timeout=30, probe=False)
+        spec = ps.TableSpec("w", "dense", (4,), ps.SGD(lr=1.0).config(),
+                            ps.Constant().config(), "sync")  # fmt: skip
+        trainers[0].call([(0, Message(Op.DECLARE, text=spec.to_json()))], timeout=10)
+    except BaseException:
+        for c in trainers:
+            c.close()
+        raise
     return trainers
 
 

@@ -62,6 +62,7 @@ FRAME_TIMEOUT = 30.0  # seconds between the first and last byte of one frame
 MAX_CONNECTIONS = 4096
 CLOSE_GRACE = 1.0  # seconds `StoreServer.close` lets replies to requests in flight go out
 _MAC_SIZE = 32
+WRONG_TOKEN = "wrong or missing job token"  # the reason given to `StoreServer.on_refused`
 _FLAG_TOKEN = 1
 _FLAG_REFUSED = 2
 
@@ -465,6 +466,9 @@ class StoreServer:
         self._accept_thread: threading.Thread | None = None
         self._closed = False
         self.refused: list[str] = []  # peers refused so far (address: reason), for diagnostics
+        # Called (from a connection thread) with (address, reason) for each refused peer, so
+        # the host can act on it, e.g. node 0 ending a rendezvous that peer would never join.
+        self.on_refused: Callable[[str, str], None] | None = None
 
     @property
     def address_str(self) -> str:
@@ -503,6 +507,17 @@ class StoreServer:
         if self._accept_thread is not None:
             self._accept_thread.join(timeout=5)
 
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes | None:
+        """`StoreClient.compare_set` from the hosting process itself, without a connection
+        (for a verdict only the host can give, even while its own clients are busy)."""
+        with self._table.changed:
+            current = self._table.data.get(key)
+            if current == expected:
+                self._table.data[key] = desired
+                self._table.changed.notify_all()
+                current = desired
+            return current
+
     def __enter__(self) -> StoreServer:
         return self
 
@@ -538,9 +553,17 @@ class StoreServer:
             return True
         return addr in self._allowed or _normalize(addr) in self._allowed
 
-    def _refuse(self, conn: socket.socket, addr: str, reason: str) -> None:
+    def _refused(self, addr: str, reason: str) -> None:
         self.refused.append(f"{addr}: {reason}")
         _log(f"{self.address_str} refused peer {addr}: {reason}")
+        if self.on_refused is not None:
+            try:
+                self.on_refused(addr, reason)
+            except Exception as exc:  # the host's reaction must not take the server down
+                _log(f"reacting to the refusal of {addr} failed: {exc}")
+
+    def _refuse(self, conn: socket.socket, addr: str, reason: str) -> None:
+        self._refused(addr, reason)
         with contextlib.suppress(OSError):
             conn.settimeout(1.0)
             hello = MAGIC + _U8.pack(PROTOCOL_VERSION) + _U8.pack(_FLAG_REFUSED)
@@ -559,8 +582,7 @@ class StoreServer:
         if self._token:
             good = hmac.new(self._token, nonce, hashlib.sha256).digest()
             if not hmac.compare_digest(mac, good):
-                self.refused.append(f"{addr}: wrong job token")
-                _log(f"{self.address_str} refused peer {addr}: wrong or missing job token")
+                self._refused(addr, WRONG_TOKEN)
                 conn.sendall(_frame(_U8.pack(1)))
                 return False
         conn.sendall(_frame(_U8.pack(0)))
@@ -731,6 +753,9 @@ class StoreClient:
                         f"store at {self.address} did not answer {what} in time"
                     ) from exc
                 raise StoreError(f"store at {self.address} failed during {what}: {exc}") from exc
+            except BaseException:
+                self._drop()  # interrupted mid-request (a signal): the stream is out of step
+                raise
         status = r.u8()
         if status == ERROR:
             message = r.bytes_().decode("utf-8", "replace")

@@ -160,7 +160,12 @@ def init_worker(
     client = Client(role.server_endpoints, role.trainer_id, timeout or role.timeout,
                     request_timeout)  # fmt: skip
     n = len(role.server_endpoints)
-    client.call([(i, Message(Op.HELLO, arg0=n, arg1=role.trainers_num)) for i in range(n)])
+    try:  # the servers may still be starting: wait for them, without liveness checks
+        hello = [(i, Message(Op.HELLO, arg0=n, arg1=role.trainers_num)) for i in range(n)]
+        client.call(hello, probe=False)
+    except BaseException:
+        client.close()
+        raise
     _state.client, _state.mode, _state.k_steps, _state.tables = client, mode, k_steps, {}
 
 

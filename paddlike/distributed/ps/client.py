@@ -89,10 +89,14 @@ class Client:
         return msg.req_id
 
     def call(
-        self, requests: Sequence[tuple[int, Message]], timeout: float | None = None
+        self,
+        requests: Sequence[tuple[int, Message]],
+        timeout: float | None = None,
+        probe: bool = True,
     ) -> list[Message]:
         """Send every (server, request), return the replies in the same order. `timeout`
-        overrides the wait deadline for this call; liveness is checked all along."""
+        overrides the wait deadline for this call; liveness is checked all along, unless
+        `probe` is False (the first contact, when a server may still be starting)."""
         limit = self.wait_timeout if timeout is None else timeout
         now = time.monotonic()
         deadline = now + limit
@@ -110,13 +114,15 @@ class Client:
             now = time.monotonic()
             wake = deadline
             for server, p in expected.items():
-                op = Op(requests[p.position][1].op).name
                 if p.probe_id and now - p.probe_sent >= self.request_timeout:
+                    op = Op(requests[p.position][1].op).name
                     raise PsTimeoutError(
                         f"parameter server {server} at {self.endpoints[server]} did not answer "
                         f"{op} nor a liveness check within {self.request_timeout:g} s (is it "
                         "running? see its serverlog)"
                     )
+                if not probe:
+                    continue
                 if not p.probe_id and now - p.heard >= probe_after:
                     p.probe_id, p.probe_sent = self._send(server, Message(Op.PING)), now
                 wake = min(wake, p.probe_sent + self.request_timeout if p.probe_id
