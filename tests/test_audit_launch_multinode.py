@@ -9,19 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
-
 from tests.multinode_common import LAUNCH, write_worker
 from tests.netns import netns_cluster, requires_netns
 
 pytestmark = requires_netns
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit: PaddleCloud's PADDLE_MASTER is parsed (cluster.NodeMatch.scheduler_master) "
-    "but never used; the launchers meet at the first node's port 6170 instead",
-)
 def test_paddlecloud_launchers_meet_at_the_schedulers_paddle_master(tmp_path):
     script = write_worker(tmp_path)
     with netns_cluster(2, ["nodea", "nodeb"]) as cluster:

@@ -151,11 +151,6 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, whatever pytest inherited
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit: no signal handling during the rendezvous; Ctrl-C there ends the "
-    "launcher with a KeyboardInterrupt traceback and death by SIGINT, not exit 130",
-)
 @pytest.mark.parametrize("node_rank", [0, 1])
 def test_ctrl_c_while_waiting_for_the_other_nodes_exits_130_without_a_traceback(
     tmp_path, node_rank

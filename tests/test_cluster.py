@@ -11,7 +11,13 @@ import socket
 
 import pytest
 
-from paddlike.launch.cluster import LocalAddresses, match_node, match_ps_node, resolve_ipv4
+from paddlike.launch.cluster import (
+    LocalAddresses,
+    match_node,
+    match_node_by_rank,
+    match_ps_node,
+    resolve_ipv4,
+)
 from paddlike.launch.options import UsageError, parse_options
 
 NAMES = {"nodea": "10.0.0.1", "nodeb": "10.0.0.2", "nodec": "10.0.0.3", "alias-a": "10.0.0.1"}
@@ -96,9 +102,56 @@ def test_node_rank_that_contradicts_the_local_address():
         match("--ips", "nodea,nodeb", "--node_rank", "0")
 
 
-def test_nnodes_without_ips_is_a_contradiction():
-    with pytest.raises(UsageError, match=r"^--nnodes: 2 contradicts --ips"):
+def test_nnodes_without_ips_needs_the_node_rank_and_the_master_address():
+    with pytest.raises(UsageError, match=r"^--node_rank: needed with --nnodes 2 when --ips is"):
         match("--nnodes", "2")
+    with pytest.raises(UsageError, match=r"^--master_addr: needed with --nnodes 2 when --ips is"):
+        match("--nnodes", "2", "--node_rank", "1")
+
+
+def by_rank(*argv: str, local: LocalAddresses = NODE_B, env: dict | None = None):
+    """torchrun style; the route to the master leaves from 10.0.0.2 (no socket is opened)."""
+    options = parse_options([*argv, "t.py"], env or {})
+    return match_node_by_rank(
+        options, env or {}, local=local, resolve=fake_resolve, route=lambda a, p: "10.0.0.2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "local", "env", "address", "why"),
+    [
+        (("--node_rank", "1"), NODE_B, {}, "10.0.0.2", "reaches --master_addr nodea from"),
+        (("--node_rank", "0"), machine(("10.0.0.1", "eth1")), {}, "10.0.0.1", "--master_addr"),
+        (("--node_rank", "1", "--host", "10.0.0.3"), NODE_B, {}, "10.0.0.3", "--host"),
+        (("--node_rank", "1"), NODE_B, {"POD_IP": "10.0.0.3"}, "10.0.0.3", "POD_IP"),
+    ],
+)
+def test_torchrun_style_nodes_know_their_rank_and_own_address_only(argv, local, env, address, why):
+    node = by_rank("--nnodes", "3", "--master_addr", "nodea", *argv, local=local, env=env)
+    rank = int(argv[1])
+    assert node.discovered
+    assert node.node_index == rank
+    assert node.hosts == tuple(address if i == rank else "" for i in range(3))
+    assert why in node.reason
+
+
+def test_torchrun_style_node_rank_0_must_be_the_master_address():
+    with pytest.raises(
+        UsageError, match=r"^--node_rank: 0 hosts the launchers' store at --master_addr nodea "
+    ):
+        by_rank("--nnodes", "2", "--node_rank", "0", "--master_addr", "nodea")
+    with pytest.raises(UsageError, match=r"^--host: '10.0.0.2' \(10.0.0.2\) is not --master_addr"):
+        by_rank(
+            "--nnodes",
+            "2",
+            "--node_rank",
+            "0",
+            "--master_addr",
+            "nodea",
+            "--host",
+            "10.0.0.2",
+            local=machine(("10.0.0.1", "eth1"), ("10.0.0.2", "eth0")),
+        )
 
 
 def test_host_overrides_matching():

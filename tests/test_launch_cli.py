@@ -49,7 +49,7 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
         (["--ips", "10.255.255.1"], {}, "--ips: no entry of '10.255.255.1' is an address of this"),
         (["--ips", "127.0.0.1,127.0.0.1"], {}, "--ips: entry '127.0.0.1' appears twice"),
         (["--ips", "127.0.0.1,localhost"], {}, "--ips: '127.0.0.1' and 'localhost' are the same"),
-        (["--nnodes", "2"], {}, "--nnodes: 2 contradicts --ips"),
+        (["--nnodes", "2"], {}, "--node_rank: needed with --nnodes 2 when --ips is not given"),
         (["--ips", "127.0.0.1,10.255.255.1", "--node_rank", "1"], {}, "--node_rank: 1 names"),
         (["--gpus", "3"], {"CUDA_VISIBLE_DEVICES": "0,1"}, "--gpus: 3 is not in CUDA_VISIBLE"),
         (["--run_mode", "ps-heter"], {}, "--run_mode: 'ps-heter' is not supported yet"),

@@ -106,7 +106,9 @@ def _join_all(store: StoreServer, entries: list[NodeEntry], nnodes: int, timeout
 
     def node(e: NodeEntry) -> None:
         with StoreClient(*store.address) as kv:
-            r = Rendezvous(kv, e.index, nnodes, HOSTS, timeout, progress=lines.append)
+            r = Rendezvous(
+                kv, e.index, nnodes, HOSTS, timeout, progress=lambda what, *_: lines.append(what)
+            )
             try:
                 results[e.index] = r.join(e)
             except RendezvousError as exc:

@@ -229,6 +229,22 @@ def test_clients_without_or_with_a_wrong_token_are_refused_and_logged(
     assert err.count(f"paddlike store: {addr} refused peer 127.0.0.1") == 2
 
 
+def test_the_host_hears_of_each_refused_peer_and_can_answer_its_waiters_itself() -> None:
+    refused: list[tuple[str, str]] = []
+    with StoreServer(token=b"s3cret").start() as srv:
+        srv.on_refused = lambda addr, reason: refused.append((addr, reason))
+        with pytest.raises(StoreAuthError):
+            StoreClient(*srv.address, token=b"guess", timeout=2)
+        assert refused == [("127.0.0.1", "wrong or missing job token")]
+        with StoreClient(*srv.address, token=b"s3cret") as waiter:
+            answer = threading.Timer(0.05, srv.compare_set, ("verdict", None, b"stop"))
+            answer.start()
+            assert waiter.get("verdict", timeout=10) == b"stop"  # woken by the host's write
+            answer.join()
+        assert srv.compare_set("verdict", None, b"other") == b"stop"  # create-only held
+        assert srv.peek("verdict") == b"stop" and srv.peek("absent") is None
+
+
 def test_closing_the_server_fails_a_waiting_get_promptly() -> None:
     srv = StoreServer().start()
     c = StoreClient(*srv.address)

@@ -518,6 +518,11 @@ class StoreServer:
                 current = desired
             return current
 
+    def peek(self, key: str) -> bytes | None:
+        """The value of `key` now, read by the hosting process itself (None: absent)."""
+        with self._table.changed:
+            return self._table.data.get(key)
+
     def __enter__(self) -> StoreServer:
         return self
 

@@ -110,6 +110,10 @@ class NodeMatch:
     reason: str  # how the match was made, for the start banner
     scheduler: str | None = None  # "slurm" | "paddlecloud" when it supplied the list
     scheduler_master: str | None = None  # PADDLE_MASTER from PaddleCloud
+    # torchrun style (--nnodes N --node_rank R --master_addr A, no --ips): only this node's
+    # address is known here (the others are ""); every launcher publishes its own at the
+    # rendezvous, which then gives the node list
+    discovered: bool = False
 
     @property
     def address(self) -> str:
@@ -197,6 +201,8 @@ def match_node(
 ) -> NodeMatch:
     """Find this node in the node list; raise `UsageError` (one line) when it cannot."""
     sched = detect_scheduler(environ)
+    if sched is None and not options.ips_given and (options.nnodes or 1) > 1:
+        return match_node_by_rank(options, environ, local=local, resolve=resolve)
     entries, option, node_rank, host = _merge_scheduler(options, sched)
     # POD_IP alone (no scheduler list, no --host) is only a hint: many Kubernetes pods
     # set it for every container, including single-node jobs on 127.0.0.1.
@@ -277,6 +283,111 @@ def match_node(
             option.split(" ")[0],
         )
     return found(mine[0], "an address of this node")
+
+
+def route_source(addr: str, port: int) -> str:
+    """The local address this machine would send from to reach `addr` (the kernel's route
+    choice). A UDP socket's connect() only picks the route: no packet is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((addr, port or 9))
+        return str(s.getsockname()[0])
+
+
+def _meeting_host(options: LaunchOptions) -> tuple[str, int, str]:
+    """(host, port, option) where the launchers meet, for the torchrun-style match."""
+    master = options.master
+    if master and master.startswith("etcd://"):
+        first = master.removeprefix("etcd://").split(",")[0]
+        host, _, port = first.rpartition(":")
+        return host, int(port), "--master"
+    if master:
+        host, _, port = master.rpartition(":")
+        return host, int(port), "--master"
+    if options.master_addr:
+        return options.master_addr, options.master_port, "--master_addr"
+    raise UsageError(
+        f"--master_addr: needed with --nnodes {options.nnodes} when --ips is not given: "
+        "the address of node 0 (--node_rank 0), where the launchers meet; or give --ips "
+        "with one entry per node",
+        "--master_addr",
+    )
+
+
+def match_node_by_rank(
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    *,
+    local: LocalAddresses | None = None,
+    resolve: Callable[[str], str] = resolve_ipv4,
+    route: Callable[[str, int], str] = route_source,
+) -> NodeMatch:
+    """torchrun / OneFlow style: ``--nnodes N --node_rank R --master_addr A`` and no --ips.
+
+    This node is entry R; its address is --host (or POD_IP), else node 0's --master_addr
+    for R = 0 (which must then be an address of this node), else the local source
+    address of the route to A. The other entries stay "" until the rendezvous.
+    """
+    nnodes = int(options.nnodes or 1)
+    if options.node_rank is None:
+        raise UsageError(
+            f"--node_rank: needed with --nnodes {nnodes} when --ips is not given (0 on the "
+            "node at --master_addr, 1..N-1 on the others); or give --ips with one entry per node",
+            "--node_rank",
+        )
+    rank = options.node_rank
+    host, port, option = _meeting_host(options)
+    try:
+        master_ip = resolve(host)
+    except (OSError, UnicodeError) as err:
+        why = getattr(err, "strerror", None) or str(err)
+        raise UsageError(f"{option}: {host!r} does not resolve ({why})", option) from None
+    local = local if local is not None else LocalAddresses.scan()
+    etcd = bool(options.master and options.master.startswith("etcd://"))
+    given = options.host if options.host is not None else environ.get(POD_IP) or None
+    given_option = "--host" if options.host is not None else POD_IP
+    if rank == 0 and not etcd and not local.is_local(master_ip):
+        raise UsageError(
+            f"--node_rank: 0 hosts the launchers' store at {option} {host} ({master_ip}), but "
+            f"that is not an address of this node (local addresses: {local.listing()}); run "
+            f"--node_rank 0 on {host}, or point {option} at this node",
+            "--node_rank",
+        )
+    if given is not None:
+        try:
+            addr = resolve(given)
+        except (OSError, UnicodeError) as err:
+            why = getattr(err, "strerror", None) or str(err)
+            raise UsageError(
+                f"{given_option}: {given!r} does not resolve ({why})", given_option
+            ) from None
+        if rank == 0 and not etcd and addr != master_ip:
+            raise UsageError(
+                f"{given_option}: {given!r} ({addr}) is not {option} {host} ({master_ip}), "
+                "where node 0 hosts the launchers' store",
+                given_option,
+            )
+        why = f"address named by {given_option}"
+    elif rank == 0 and not etcd:
+        addr, why = master_ip, f"address of {option} {host}"
+    else:
+        try:
+            addr = route(master_ip, port)
+        except OSError as err:
+            raise UsageError(
+                f"{option}: no route from this node to {host} ({master_ip}): "
+                f"{err.strerror or err}; pass --host with this node's address",
+                option,
+            ) from None
+        why = f"the address this node reaches {option} {host} from"
+    hosts = tuple(addr if i == rank else "" for i in range(nnodes))
+    return NodeMatch(
+        entries=hosts,
+        hosts=hosts,
+        node_index=rank,
+        interface=local.interface_of(addr),
+        reason=f"node {rank} of {nnodes} by --node_rank, {addr}: {why}",
+        discovered=True,
+    )
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ During a round each launcher runs a `JobWatch`:
   everywhere. Node 0 keeps its store up until everyone has read the outcome
   (`JobSession.close`; on etcd every node waits so, as its keys go with its lease).
 
-`run_multinode` runs rounds through `rounds.run_rounds`, the loop the one-node path
-uses too; `JobSession` is the link to the other nodes (TCP store or etcd).
+`multinode.run_multinode` runs the rounds; `session.JobSession` (the link to the other
+nodes, TCP store or etcd) makes one JobWatch per round.
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
-from paddlike.launch.rendezvous import KV, NodeEntry, RendezvousResult, node_label, wait_keys
+from paddlike.launch.rendezvous import KV, node_label, wait_keys
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
-    from paddlike.launch.plan import JobFacts, LaunchPlan
     from paddlike.launch.supervisor import ServicesStop
 
 HEARTBEATS_PER_TIMEOUT = 5
@@ -141,6 +140,10 @@ class JobWatch:
         self._threads: list[threading.Thread] = []
         self._services_fds: tuple[int, ...] = ()
         self._fds_open = True  # until stop() closes them
+
+    @property
+    def on_etcd(self) -> bool:
+        return self.kv.address.startswith("etcd://")
 
     @property
     def store_host_label(self) -> str:
@@ -311,13 +314,22 @@ class JobWatch:
             kv.close()
 
     def _contact_cause(self, detail: str) -> RootCause:
+        me = node_label(self.node_index, self.hosts)
+        if self.on_etcd:
+            endpoints = self.kv.address.removeprefix("etcd://")
+            reason = (
+                f"{me} lost contact with etcd at {endpoints} (--master) for "
+                f"{self.heartbeat_timeout:g} s (--heartbeat_timeout): the etcd endpoint stopped "
+                f"answering or the network to it failed ({detail})"
+            )
+        else:
+            reason = (
+                f"{me} lost contact with {self.store_host_label}, which hosts the job's store "
+                f"at {self.kv.address}, for {self.heartbeat_timeout:g} s (--heartbeat_timeout): "
+                f"its launcher died or the network to it failed ({detail})"
+            )
         return RootCause(
-            reason=(
-                f"{node_label(self.node_index, self.hosts)} lost contact with "
-                f"{self.store_host_label}, which hosts the job's store at {self.kv.address}, "
-                f"for {self.heartbeat_timeout:g} s (--heartbeat_timeout): its launcher died or "
-                f"the network to it failed ({detail})"
-            ),
+            reason=reason,
             host=self.hosts[self.node_index] if self.node_index < len(self.hosts) else "",
             node_index=self.node_index,
             time=time.time(),
@@ -458,478 +470,7 @@ def tcp_store_watch(
     )
 
 
-class JobSession:
-    """A multi-node launcher's link to the others for the whole job: hosts the store on
-    node 0, joins each round's rendezvous, and hands out each round's JobWatch.
-
-        session = JobSession.open(...)
-        for round_ in range(max_restarts + 1):
-            result = session.rendezvous(round_, entry)    # all nodes' ports, same everywhere
-            watch = session.watch(round_)                 # fd/poll/publish for the supervisor
-            ... supervisor.run(extra_fds={watch.fd: watch.poll}, on_failure=watch.publish)
-            cause = watch.finish(ok)                      # job-wide: None = all nodes fine
-        session.close()                                   # node 0 waits for the others first
-    """
-
-    def __init__(
-        self,
-        *,
-        kv: KV,
-        node_index: int,
-        nnodes: int,
-        hosts: Sequence[str],
-        rdzv_timeout: float,
-        heartbeat_timeout: float,
-        progress: Callable[[str], None],
-        make_watch: Callable[[int], JobWatch],
-        server: object | None = None,
-        master: tuple[str, int] | None = None,
-        token: bytes | None = None,
-    ) -> None:
-        self.kv = kv
-        self.node_index = node_index
-        self.nnodes = nnodes
-        self.hosts = list(hosts)
-        self.rdzv_timeout = rdzv_timeout
-        self.heartbeat_timeout = heartbeat_timeout
-        self.progress = progress
-        self._make_watch = make_watch
-        self.server = server
-        self.master = master
-        self.token = token
-        # whether this launcher's exit takes away keys the others may still read: node 0's
-        # on the TCP store (it hosts it), every node's on etcd (its keys carry its lease)
-        self.keeps_keys = server is not None
-        self._watches: list[JobWatch] = []
-
-    @classmethod
-    def open_tcp(
-        cls,
-        *,
-        master: tuple[str, int],
-        node_index: int,
-        hosts: Sequence[str],
-        token: bytes | None,
-        rdzv_timeout: float,
-        heartbeat_timeout: float,
-        progress: Callable[[str], None],
-    ) -> JobSession:
-        """Node 0 starts the store at `master`; every node connects (retrying to the timeout)."""
-        from paddlike.launch.rendezvous import RendezvousTimeout, host_store, hosts_store
-
-        server = None
-        if hosts_store(master[0], hosts, node_index):
-            server = host_store(master[0], master[1], allowed_hosts=hosts, token=token)
-        try:
-            kv = StoreClient(
-                *master,
-                timeout=rdzv_timeout,
-                token=token,
-                reconnect_timeout=heartbeat_timeout,
-                io_timeout=heartbeat_timeout,
-            )
-        except StoreTimeoutError as exc:
-            if server is not None:
-                server.close()
-            raise RendezvousTimeout(
-                f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store: {exc}"
-            ) from exc
-        except StoreError:
-            if server is not None:
-                server.close()
-            raise
-
-        def make_watch(round_: int) -> JobWatch:
-            return tcp_store_watch(
-                address=master,
-                token=token,
-                kv=kv,
-                node_index=node_index,
-                nnodes=len(hosts),
-                hosts=hosts,
-                round_=round_,
-                heartbeat_timeout=heartbeat_timeout,
-            )
-
-        return cls(
-            kv=kv,
-            node_index=node_index,
-            nnodes=len(hosts),
-            hosts=hosts,
-            rdzv_timeout=rdzv_timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            progress=progress,
-            make_watch=make_watch,
-            server=server,
-            master=master,
-            token=token,
-        )
-
-    @classmethod
-    def open_etcd(
-        cls,
-        *,
-        master: str,
-        job_id: str | None,
-        node_index: int,
-        hosts: Sequence[str],
-        rdzv_timeout: float,
-        heartbeat_timeout: float,
-        progress: Callable[[str], None],
-    ) -> JobSession:
-        """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
-        (TTL --heartbeat_timeout) and marks itself alive under it."""
-        from paddlike.launch.etcd import (
-            EtcdStore,
-            EtcdUnreachable,
-            LeaseLiveness,
-            parse_etcd_master,
-        )
-        from paddlike.launch.rendezvous import RendezvousError, RendezvousTimeout
-
-        kv = EtcdStore(
-            parse_etcd_master(master),
-            job_id=job_id,
-            timeout=rdzv_timeout,
-            io_timeout=max(0.5, heartbeat_timeout / HEARTBEATS_PER_TIMEOUT),
-        )
-        deadline, delay = time.monotonic() + rdzv_timeout, 0.05
-        while True:
-            try:
-                if kv.lease is None:
-                    kv.grant_lease(heartbeat_timeout)
-                kv.set(f"alive/{node_index}", str(os.getpid()))
-                break
-            except EtcdUnreachable as exc:
-                if time.monotonic() + delay > deadline:
-                    kv.close()
-                    raise RendezvousTimeout(
-                        f"rendezvous: etcd at {kv.address} did not answer within "
-                        f"{rdzv_timeout:g} s (--rdzv_timeout): {exc}"
-                    ) from exc
-                time.sleep(delay)  # etcd not up yet: back off and retry until the deadline
-                delay = min(delay * 2, 1.0)
-            except StoreError as exc:
-                kv.close()
-                raise RendezvousError(f"--master: cannot use etcd at {kv.address}: {exc}") from exc
-
-        def make_watch(round_: int) -> JobWatch:
-            return JobWatch(
-                connect=kv.sharing_lease,
-                kv=kv,
-                liveness=LeaseLiveness(kv, node_index, len(hosts)),
-                node_index=node_index,
-                nnodes=len(hosts),
-                hosts=hosts,
-                round_=round_,
-                heartbeat_timeout=heartbeat_timeout,
-                monitor=True,
-            )
-
-        session = cls(
-            kv=kv,
-            node_index=node_index,
-            nnodes=len(hosts),
-            hosts=hosts,
-            rdzv_timeout=rdzv_timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            progress=progress,
-            make_watch=make_watch,
-        )
-        session.keeps_keys = True
-        return session
-
-    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
-        from paddlike.launch.rendezvous import Rendezvous, find_rival
-
-        def rival_check(round_: int, missing: list[int]) -> str | None:
-            if self.server is None or self.master is None:
-                return None  # only a store's host can have a rival
-            return find_rival(entry, round_, self.hosts, missing, self.master[1], self.token)
-
-        rdzv = Rendezvous(
-            kv=self.kv,
-            node_index=self.node_index,
-            nnodes=self.nnodes,
-            hosts=self.hosts,
-            timeout=self.rdzv_timeout,
-            progress=self.progress,
-            rival_check=rival_check,
-        )
-        try:
-            return rdzv.join(entry, round_)
-        except Exception:
-            if self.keeps_keys:  # the others must read the verdict before it goes
-                rdzv.linger(round_, DONE_GRACE)
-            raise
-
-    def watch(self, round_: int, log_dir: str | None = None) -> JobWatch:
-        for old in self._watches:
-            old.stop()
-        w = self._make_watch(round_)
-        w.log_dir = log_dir
-        w.start()
-        self._watches.append(w)
-        return w
-
-    def close(self) -> None:
-        """Stop the watches; node 0 first waits (briefly) until every node read the outcome."""
-        if self.keeps_keys and self._watches:
-            self._watches[-1].wait_done()
-        for w in self._watches:
-            w.stop()
-        with contextlib.suppress(StoreError):
-            self.kv.close()
-        if self.server is not None:
-            self.server.close()  # type: ignore[attr-defined]
-
-
 def _say(line: str) -> None:
     import sys
 
     print(f"paddlike.launch: {line}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class NodeJob:
-    """This node's part of a many-node job, as the rounds need it (collective or PS).
-
-    `reserve`: how many ports this node reserves and publishes at each rendezvous
-    (collective: one per trainer and the workers' store; PS: none, its ports are given
-    or derived from --start_port identically on every node). `plan` builds the round's
-    plan from the rendezvous result (every node's ports, the job id in force).
-    `servers_wait_for_job`: PS; the servers stop when every trainer of the job is done.
-    """
-
-    hosts: tuple[str, ...]  # every node's address, in node order
-    index: int
-    interface: str
-    reason: str  # how this node was matched, for the banner
-    master: tuple[str, int]  # the launchers' TCP store (unless --master etcd://...)
-    fingerprint: dict[str, str]
-    reserve: int
-    plan: Callable[[RendezvousResult, JobFacts], LaunchPlan]
-    servers_wait_for_job: bool = False
-
-
-def collective_node_job(options, node, devices) -> NodeJob:
-    """Collective mode: ports reserved here and traded at the rendezvous."""
-    from paddlike.launch.plan import EndpointLayout, plan_collective
-    from paddlike.launch.rendezvous import fingerprint, master_address
-
-    hosts, nproc = tuple(node.hosts), devices.nproc
-
-    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
-        layout = EndpointLayout(
-            hosts,
-            node.node_index,
-            tuple(n.ports[:nproc] for n in result.nodes),
-            master_port=result.nodes[0].ports[nproc],
-        )
-        return plan_collective(options, layout, devices, facts)
-
-    return NodeJob(
-        hosts=hosts,
-        index=node.node_index,
-        interface=node.interface,
-        reason=node.reason,
-        master=master_address(options.master, options.master_addr, options.master_port, hosts),
-        fingerprint=fingerprint(
-            ips=hosts,
-            devices_per_node=len(options.gpus or ()),
-            nproc_per_node=nproc,
-            run_mode=options.run_mode,
-            job_id=options.job_id,
-            script=options.training_script,
-            script_args=options.training_script_args,
-        ),
-        reserve=nproc + 1,
-        plan=plan,
-    )
-
-
-def ps_node_job(options, layout, interface: str, reason: str) -> NodeJob:
-    """Parameter-server lists on several nodes: the node holding the first server hosts the
-    launchers' store (unless --master/--master_addr say otherwise); raises UsageError when
-    --master_port is a port the lists give to a server or trainer there."""
-    from paddlike.launch.plan import plan_ps
-    from paddlike.launch.rendezvous import master_address, ps_fingerprint, ps_master_port
-
-    hosts = tuple(layout.node_hosts)
-    master = master_address(options.master, options.master_addr, options.master_port, hosts)
-    taken = (*layout.servers, *layout.trainers, layout.gloo_endpoint)
-    master = (master[0], ps_master_port(master, options.master_port, taken))
-
-    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
-        return plan_ps(options, layout, facts)
-
-    return NodeJob(
-        hosts=hosts,
-        index=layout.node_index,
-        interface=interface,
-        reason=reason,
-        master=master,
-        fingerprint=ps_fingerprint(
-            servers=layout.servers,
-            trainers=layout.trainers,
-            nodes=hosts,
-            run_mode=options.run_mode,
-            job_id=options.job_id,
-            script=options.training_script,
-            script_args=options.training_script_args,
-        ),
-        reserve=0,
-        plan=plan,
-        servers_wait_for_job=True,
-    )
-
-
-def run_multinode(options, job: NodeJob, environ, *, python: str | None = None) -> int:
-    """The launcher's many-node path: rendezvous, supervise, abort job-wide, restart.
-
-    `options` is the LaunchOptions, `job` this node's part (`collective_node_job`,
-    `ps_node_job`). Returns the exit code. Each round: reserve ports here, trade them at
-    rendezvous, plan with every node's ports, supervise with the watch's hooks, then
-    agree on the round's outcome.
-    """
-    import sys
-
-    from paddlike.launch.logdir import LogDir, LogDirBusy, LogDirError
-    from paddlike.launch.rendezvous import RendezvousError
-
-    python = python or sys.executable
-    hosts, index = list(job.hosts), job.index
-    token = options.job_token.encode() if options.job_token else None
-    log_dir = os.path.abspath(options.log_dir)
-    try:
-        logdir = LogDir.open(log_dir, overwrite=options.log_overwrite, host=hosts[index])
-    except (LogDirBusy, LogDirError) as exc:
-        _say(f"error: --log_dir: {exc}")
-        return 2
-    with logdir:
-        try:
-            if options.master and options.master.startswith("etcd://"):
-                session = JobSession.open_etcd(
-                    master=options.master,
-                    job_id=options.job_id,
-                    node_index=index,
-                    hosts=hosts,
-                    rdzv_timeout=options.rdzv_timeout,
-                    heartbeat_timeout=options.heartbeat_timeout,
-                    progress=_say,
-                )
-            else:
-                session = JobSession.open_tcp(
-                    master=job.master,
-                    node_index=index,
-                    hosts=hosts,
-                    token=token,
-                    rdzv_timeout=options.rdzv_timeout,
-                    heartbeat_timeout=options.heartbeat_timeout,
-                    progress=_say,
-                )
-        except (RendezvousError, StoreError) as exc:
-            _say(f"error: {exc}")
-            return getattr(exc, "exit_code", 1)
-        try:
-            return _rounds(session, options, job, environ, python, logdir)
-        finally:
-            session.close()
-
-
-def _rounds(session, options, job: NodeJob, environ, python, logdir) -> int:
-    """Rounds (`rounds.run_rounds`) until one succeeds on every node, or restarts run out."""
-    import socket
-    import sys
-
-    from paddlike.launch.console import format_banner
-    from paddlike.launch.main import new_job_id
-    from paddlike.launch.plan import JobFacts
-    from paddlike.launch.ports import PortError, reserve_ports
-    from paddlike.launch.rendezvous import RendezvousError
-    from paddlike.launch.rounds import RoundEnd, run_rounds
-    from paddlike.launch.supervisor import Supervisor
-
-    hostname = socket.gethostname()
-    hosts, index = list(job.hosts), job.index
-    generated_job_id = options.job_id or new_job_id()
-
-    def one_round(round_: int) -> RoundEnd:
-        try:
-            ports = reserve_ports(job.reserve, hosts[index]) if job.reserve else ()
-            entry = NodeEntry(
-                index,
-                hosts[index],
-                hostname,
-                os.getpid(),
-                tuple(ports),
-                job.fingerprint,
-                job_id=generated_job_id,
-            )
-            result = session.rendezvous(round_, entry)
-        except (RendezvousError, PortError) as exc:
-            _say(f"error: {exc}")
-            return RoundEnd(getattr(exc, "exit_code", 1), RootCause(reason=str(exc)))
-        facts = JobFacts(
-            result.job_id, python, str(logdir.path), environ, job.interface, restart_count=round_
-        )
-        plan = job.plan(result, facts)
-        logdir.write_endpoints(plan.trainer_endpoints, plan.server_endpoints)
-        if round_ == 0:
-            _say(
-                f"rendezvous with {len(hosts)} nodes at {session.kv.address} took "
-                f"{result.elapsed:.2f} s"
-            )
-            banner = format_banner(plan, logdir.path, interface=job.interface, why=job.reason)
-            print(banner, file=sys.stderr, flush=True)
-        watch = session.watch(round_, log_dir=str(logdir.path))
-        supervisor = Supervisor(
-            plan, logdir, base_env=environ, kill_timeout=options.kill_timeout, tee=options.tee
-        )
-        outcome = supervisor.run(
-            extra_fds={watch.fd: watch.poll},
-            on_failure=watch.publish,
-            restart_count=round_,
-            services_stop=watch.services_stop() if job.servers_wait_for_job else None,
-        )
-        cause = watch.finish(outcome.exit_code == 0)
-        if cause is None:
-            return RoundEnd(outcome.exit_code, None)
-        _record_job_cause(logdir.path, cause)
-        if outcome.exit_code == 0:  # else the supervisor already reported the cause
-            _say(
-                f"the job failed on another node: {cause.reason}"
-                + (f" (host {cause.host}, log {cause.log_file})" if cause.log_file else "")
-            )
-            for line in cause.tail[-20:]:
-                _say(f"  | {line}")
-        return RoundEnd(outcome.exit_code or cause_exit_code(cause), cause)
-
-    return run_rounds(options.max_restarts, one_round, _say)
-
-
-def cause_exit_code(cause: RootCause) -> int:
-    """What a launcher exits with for a job-wide root cause found elsewhere: the failed
-    process's own code (128+N for signal N), as where it failed; 1 when none applies."""
-    import signal
-
-    if cause.exit_code:
-        return cause.exit_code
-    if cause.signal:
-        with contextlib.suppress(KeyError):
-            return 128 + int(signal.Signals[cause.signal])
-    return 1
-
-
-def _record_job_cause(log_dir, cause: RootCause) -> None:
-    """The run summary of every node records the job-wide root cause."""
-    from paddlike.summary import read_summary, write_summary
-
-    summary = read_summary(log_dir)
-    if summary is None:
-        return
-    summary.root_cause = cause
-    if summary.status == "succeeded":
-        summary.status = "failed"
-        summary.exit_code = cause_exit_code(cause)
-    write_summary(log_dir, summary)

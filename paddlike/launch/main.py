@@ -6,7 +6,7 @@ the pure-ish front half (it reads the environment, /proc and local interfaces,
 and reserves ports); `run` owns the side effects.
 
 One node: ports reserved here (`_layout`), then `run`. Many nodes: the same front
-half, then `jobwatch.run_multinode`, which meets the other nodes at the rendezvous
+half, then `multinode.run_multinode`, which meets the other nodes at the rendezvous
 (collective: trading ports; PS lists: checking agreement, as the ports are given) and
 supervises job-wide.
 """
@@ -38,7 +38,7 @@ class Prepared:
 
     @property
     def multinode(self) -> bool:
-        """Jobs on many nodes go through the rendezvous (`jobwatch`)."""
+        """Jobs on many nodes go through the rendezvous (`multinode`)."""
         return self.plan.nnodes > 1
 
 
@@ -136,12 +136,15 @@ def _layout(options: LaunchOptions, node, nproc: int, *, reserve: bool):
     """Ports for this node and endpoints of all nodes.
 
     Many nodes: --start_port ports, shown by --dry_run only; a real many-node launch
-    negotiates them at the rendezvous (`jobwatch.run_multinode`).
+    negotiates them at the rendezvous (`multinode.run_multinode`).
     """
     from paddlike.launch.ports import layout_endpoints
 
+    # torchrun style: the other nodes' addresses come at the rendezvous; --dry_run shows
+    # placeholders for them
+    hosts = [h or f"<node {i}>" for i, h in enumerate(node.hosts)]
     return layout_endpoints(
-        node.hosts, node.node_index, nproc, start_port=options.start_port, reserve=reserve
+        hosts, node.node_index, nproc, start_port=options.start_port, reserve=reserve
     )
 
 
@@ -204,17 +207,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("(many nodes: ports shown from --start_port; a real launch negotiates them)")
         return 0
     if prepared.multinode:
-        from paddlike.launch import jobwatch
+        from paddlike.launch import multinode
 
         options = prepared.options
         try:
             if options.is_ps:
-                job = jobwatch.ps_node_job(
+                job = multinode.ps_node_job(
                     options, prepared.ps_layout, prepared.interface, prepared.match_reason
                 )
             else:
-                job = jobwatch.collective_node_job(options, prepared.node, prepared.devices)
+                job = multinode.collective_node_job(options, prepared.node, prepared.devices)
         except UsageError as exc:
             return _fail(str(exc))
-        return jobwatch.run_multinode(options, job, environ)
+        return multinode.run_multinode(options, job, environ)
     return run(prepared, environ)

@@ -41,7 +41,6 @@ from paddlike.distributed.store import StoreError, StoreServer, StoreTimeoutErro
 
 DEFAULT_MASTER_PORT = 6170
 PROGRESS_FIRST = 1.0  # seconds before the first "waiting for" line (fast joins print nothing)
-PROGRESS_EVERY = 10.0  # then at most this often, or when the set of missing nodes changes
 
 
 class KV(Protocol):
@@ -69,6 +68,21 @@ class FingerprintMismatch(RendezvousError):
 
 class RendezvousTimeout(RendezvousError):
     exit_code = 1
+
+
+class StoreRefused(RendezvousError):
+    """Node 0's store refused this launcher (wrong or missing job token): configuration."""
+
+    exit_code = 2
+
+
+class RendezvousAborted(RendezvousError):
+    """A launcher stopped during the rendezvous (a signal); `cause` is its encoded RootCause
+    (`jobwatch.decode_cause`), which every node then reports."""
+
+    def __init__(self, cause: bytes) -> None:
+        super().__init__("rendezvous: another launcher stopped")
+        self.cause = cause
 
 
 # --- the pure core ---------------------------------------------------------------------
@@ -220,7 +234,17 @@ class NodeEntry:
 
 
 def node_label(index: int, hosts: Sequence[str]) -> str:
-    return f"node {index} ({hosts[index]})" if index < len(hosts) else f"node {index}"
+    """Like "node 1 (10.0.0.2)"; "node 1" while its address is unknown (torchrun style)."""
+    if index < len(hosts) and hosts[index]:
+        return f"node {index} ({hosts[index]})"
+    return f"node {index}"
+
+
+def _who(entry: NodeEntry) -> str:
+    """A launcher named so that two on one machine (or in namespaces) are told apart."""
+    if entry.hostname and entry.hostname != entry.host:
+        return f"{entry.hostname} ({entry.host}, pid {entry.pid})"
+    return f"{entry.host} (pid {entry.pid})"
 
 
 def check_fingerprints(entries: Sequence[NodeEntry]) -> str | None:
@@ -284,7 +308,8 @@ class RendezvousResult:
 
 _COMPLETE_OK = b"ok"
 _FAILED_PREFIX = b"failed:"
-_MISMATCH_PREFIX = b"mismatch:"
+MISMATCH_PREFIX = b"mismatch:"  # then the message; every node exits 2
+ABORTED_PREFIX = b"aborted:"  # then an encoded RootCause: a launcher stopped (a signal)
 
 
 @dataclass
@@ -296,11 +321,15 @@ class Rendezvous:
     nnodes: int
     hosts: Sequence[str]  # every node's address, for messages about nodes that never came
     timeout: float
-    progress: Callable[[str], None] = field(default=lambda line: None)
+    # progress(what, elapsed, timeout) about once a second while nodes are missing
+    # (`progress.ProgressLine.show` decides what reaches the console)
+    progress: Callable[[str, float, float], None] = field(default=lambda *a: None)
     clock: Callable[[], float] = time.monotonic
     # (round, missing nodes) -> a mismatch message when a missing node turns out to run a
     # rendezvous of its own (it read --ips in another order and believes it is node 0)
     rival_check: Callable[[int, list[int]], str | None] | None = None
+    missing: list[int] = field(default_factory=list)  # last seen missing, for messages
+    ticket: int | None = None  # this launcher's arrival number (its ``left/<ticket>`` key)
 
     def _key(self, round_: int, *parts: object) -> str:
         return "/".join(["rdzv", str(round_), *map(str, parts)])
@@ -310,7 +339,7 @@ class Rendezvous:
         (`left/<ticket>`), so that the store's host can stay up until all have read it."""
         ticket = None
         try:
-            ticket = self.kv.add(self._key(round_, "arrived"), 1)
+            ticket = self.ticket = self.kv.add(self._key(round_, "arrived"), 1)
             return self._join(entry, round_)
         except StoreError as exc:
             raise RendezvousError(
@@ -341,20 +370,21 @@ class Rendezvous:
                 other = NodeEntry.decode(stored)
                 message = (
                     f"rendezvous: two launchers claim node index {entry.index}: "
-                    f"{other.hostname or other.host} (pid {other.pid}) and "
-                    f"{entry.hostname or entry.host} (pid {entry.pid}); check --ips (same order "
-                    "on every node) / --host / --node_rank on those nodes"
+                    f"{_who(other)} and {_who(entry)}; check --ips (same order on every node) / "
+                    "--host / --node_rank on those nodes"
                 )
                 # Fail the whole round, so that the launcher already waiting says the same.
                 self.kv.compare_set(
-                    self._key(round_, "complete"), None, _MISMATCH_PREFIX + message.encode()
+                    self._key(round_, "complete"), None, MISMATCH_PREFIX + message.encode()
                 )
                 raise FingerprintMismatch(message)
             if self.kv.add(self._key(round_, "count"), 1) == self.nnodes:
                 self.kv.compare_set(self._key(round_, "complete"), None, _COMPLETE_OK)
             status = self._wait_complete(round_, started, deadline)
-            if status.startswith(_MISMATCH_PREFIX):
-                raise FingerprintMismatch(status[len(_MISMATCH_PREFIX) :].decode())
+            if status.startswith(ABORTED_PREFIX):
+                raise RendezvousAborted(status[len(ABORTED_PREFIX) :])
+            if status.startswith(MISMATCH_PREFIX):
+                raise FingerprintMismatch(status[len(MISMATCH_PREFIX) :].decode())
             if status.startswith(_FAILED_PREFIX):
                 raise RendezvousTimeout(status[len(_FAILED_PREFIX) :].decode())
             entries = []
@@ -395,8 +425,6 @@ class Rendezvous:
         deadline passed first (so every node prints the same verdict)."""
         complete = self._key(round_, "complete")
         next_check = started + PROGRESS_FIRST
-        last_missing: list[int] | None = None
-        last_print = -PROGRESS_EVERY
         while True:
             now = self.clock()
             if now >= deadline:
@@ -412,17 +440,18 @@ class Rendezvous:
                 continue
             next_check = now + 1.0
             missing = missing_nodes(self.nnodes, self._present(round_))
+            self.missing = missing
             rival = self.rival_check(round_, missing) if missing and self.rival_check else None
             if rival:
-                self.kv.compare_set(complete, None, _MISMATCH_PREFIX + rival.encode())
+                self.kv.compare_set(complete, None, MISMATCH_PREFIX + rival.encode())
                 return self.kv.get(complete, timeout=1.0)
-            if missing and (missing != last_missing or now - last_print >= PROGRESS_EVERY):
+            if missing:
                 self.progress(
                     f"rendezvous at {self.kv.address}: waiting for "
-                    f"{describe_missing(missing, self.hosts)} "
-                    f"({now - started:.0f} s of {self.timeout:g} s)"
+                    f"{describe_missing(missing, self.hosts)}",
+                    now - started,
+                    self.timeout,
                 )
-                last_missing, last_print = missing, now
 
 
 def first_difference(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
@@ -482,9 +511,9 @@ def find_rival(
     from paddlike.distributed.store import StoreClient
 
     for j in missing:
-        host = hosts[j]
-        if host == mine.host:
-            continue
+        host = hosts[j] if j < len(hosts) else ""
+        if not host or host == mine.host:
+            continue  # unknown yet (torchrun style), or ourselves
         try:
             socket.create_connection((host, port), timeout=RIVAL_PROBE_TIMEOUT).close()
         except OSError:
@@ -504,7 +533,7 @@ def find_rival(
             # The rival may have found us first and be closing its store: then this
             # write fails, but it has its verdict already.
             with contextlib.suppress(StoreError):
-                kv.compare_set(f"rdzv/{round_}/complete", None, _MISMATCH_PREFIX + message.encode())
+                kv.compare_set(f"rdzv/{round_}/complete", None, MISMATCH_PREFIX + message.encode())
             return message
     return None
 
@@ -536,7 +565,7 @@ def hosts_store(master_host: str, hosts: Sequence[str], node_index: int) -> bool
 
 
 def host_store(
-    host: str, port: int, *, allowed_hosts: Sequence[str], token: bytes | None
+    host: str, port: int, *, allowed_hosts: Sequence[str] | None, token: bytes | None
 ) -> StoreServer:
     """Start node 0's store for the launchers; a taken port is a user error naming it."""
     try:

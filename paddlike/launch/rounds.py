@@ -1,6 +1,6 @@
 """Restart rounds (--max_restarts N): run the job; after a worker failure, run it again.
 
-One loop for the one-node path (main.run) and the many-node path (jobwatch), so both
+One loop for the one-node path (main.run) and the many-node path (multinode), so both
 restart alike. A round is whatever the caller runs; the loop only decides, from the
 round's job-wide root cause, whether another round follows:
 

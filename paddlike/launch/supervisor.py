@@ -153,6 +153,7 @@ class Supervisor:
         self._job_start: float | None = None
         self._tee_poll: float | None = None  # set when inotify is unavailable
         self._guardian: Guardian | None = None  # kills the worker groups if we are SIGKILLed
+        self.deferred_success: str | None = None  # `run(defer_success=True)`'s report
 
     # ------------------------------------------------------------------ the round
     def run(
@@ -162,6 +163,7 @@ class Supervisor:
         on_failure: Callable[[RootCause], None] | None = None,
         restart_count: int = 0,
         services_stop: ServicesStop | None = None,
+        defer_success: bool = False,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 
@@ -171,6 +173,8 @@ class Supervisor:
         to the launcher) before the teardown starts.
         `services_stop`: who decides when the servers stop (see `ServicesStop`); None =
         when this node's trainers are all done.
+        `defer_success`: keep the success report in `deferred_success` instead of printing
+        it (many nodes: only the job-wide outcome may say "OK").
         """
         extra_fds = extra_fds or {}
         now = time.time()
@@ -229,7 +233,8 @@ class Supervisor:
                 tee.flush()
             self._finish_records(rnd)
             self._write_summary(rnd, restart_count, end=True)
-            self._report(rnd, time.monotonic() - start_mono, restart_count)
+            self.deferred_success = None
+            self._report(rnd, time.monotonic() - start_mono, restart_count, defer_success)
         return RunOutcome(rnd.exit_code, [p.record for p in rnd.procs], rnd.cause, rnd.status)
 
     # ------------------------------------------------------------------ spawning
@@ -592,7 +597,9 @@ class Supervisor:
         except OSError as exc:
             self.console.warn(f"could not write the run summary in {self.logdir.path}: {exc}")
 
-    def _report(self, rnd: _Round, duration: float, restart_count: int) -> None:
+    def _report(
+        self, rnd: _Round, duration: float, restart_count: int, defer_success: bool = False
+    ) -> None:
         from paddlike.logs import report  # stdlib-only module shared with `python -m paddlike.logs`
 
         if rnd.cause is not None:
@@ -601,16 +608,18 @@ class Supervisor:
             )
             return
         trainers = sum(1 for p in rnd.procs if p.spec.role not in _SERVICE_ROLES)
-        self.console.block(
-            report.format_success(
-                trainers,
-                duration,
-                color=self.color,
-                nnodes=self.plan.nnodes,
-                log_dir=self.logdir.path,
-                restarts=restart_count,
-            )
+        block = report.format_success(
+            trainers,
+            duration,
+            color=self.color,
+            nnodes=self.plan.nnodes,
+            log_dir=self.logdir.path,
+            restarts=restart_count,
         )
+        if defer_success:
+            self.deferred_success = block
+            return
+        self.console.block(block)
 
     def _close_all(self, rnd: _Round) -> None:
         """Last resort (an exception in the loop): never leave a child running or unreaped."""

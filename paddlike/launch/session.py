@@ -1,0 +1,469 @@
+"""A many-node launcher's link to the other nodes for the whole job (`JobSession`).
+
+The session hosts the launchers' store on node 0 (or talks to etcd), joins each
+round's rendezvous and hands out each round's `JobWatch`. It also knows what the
+launcher is waiting for at any moment (`waiting_for`), so that an interrupt can say
+so, and how to tell the other nodes that this launcher stops (`publish_stop`):
+
+| this launcher is                     | `publish_stop` writes                          |
+| ------------------------------------ | ---------------------------------------------- |
+| not connected yet (store not up)     | nothing (there is no one to tell)              |
+| in round r's rendezvous              | ``rdzv/<r>/complete`` = aborted + cause        |
+| past round r's rendezvous            | ``job/<r>/abort`` = cause, its end and done    |
+
+Node 0 refuses clients with a wrong or missing job token; when the refused address is
+one of the job's nodes, that node would never join, so node 0 ends the rendezvous at
+once with a verdict naming it (exit 2 everywhere, like a fingerprint mismatch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from paddlike.distributed.store import (
+    WRONG_TOKEN,
+    StoreAuthError,
+    StoreClient,
+    StoreError,
+    StoreServer,
+    StoreTimeoutError,
+)
+from paddlike.launch.jobwatch import (
+    DONE_GRACE,
+    HEARTBEATS_PER_TIMEOUT,
+    JobWatch,
+    encode_cause,
+    tcp_store_watch,
+)
+from paddlike.launch.rendezvous import (
+    KV,
+    NodeEntry,
+    Rendezvous,
+    RendezvousResult,
+    describe_missing,
+    node_label,
+)
+from paddlike.summary import RootCause
+
+CONNECT_CHUNK = 1.0  # seconds per connection attempt to node 0's store, between progress lines
+
+# progress(what, elapsed, timeout): one status line while waiting (`progress.ProgressLine`)
+Progress = Callable[[str, float, float], None]
+
+
+class JobSession:
+    """A multi-node launcher's link to the others for the whole job.
+
+    session = JobSession.open_tcp(...)  (or open_etcd)
+    for round_ in range(max_restarts + 1):
+        result = session.rendezvous(round_, entry)    # all nodes' ports, same everywhere
+        watch = session.watch(round_)                 # fd/poll/publish for the supervisor
+        ... supervisor.run(extra_fds={watch.fd: watch.poll}, on_failure=watch.publish)
+        cause = session.finish(watch, ok)             # job-wide: None = all nodes fine
+    session.close()                                   # node 0 waits for the others first
+    """
+
+    def __init__(
+        self,
+        *,
+        kv: KV,
+        node_index: int,
+        nnodes: int,
+        hosts: Sequence[str],
+        rdzv_timeout: float,
+        heartbeat_timeout: float,
+        progress: Progress,
+        make_watch: Callable[[int, Sequence[str]], JobWatch],
+        connect: Callable[[], KV],
+        server: StoreServer | None = None,
+        master: tuple[str, int] | None = None,
+        token: bytes | None = None,
+    ) -> None:
+        self.kv = kv
+        self.node_index = node_index
+        self.nnodes = nnodes
+        self.hosts = list(hosts)
+        self.rdzv_timeout = rdzv_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.progress = progress
+        self._make_watch = make_watch
+        self._connect = connect  # a fresh, short-lived connection (for `publish_stop`)
+        self.server = server
+        self.master = master
+        self.token = token
+        # whether this launcher's exit takes away keys the others may still read: node 0's
+        # on the TCP store (it hosts it), every node's on etcd (its keys carry its lease)
+        self.keeps_keys = server is not None
+        self._watches: list[JobWatch] = []
+        self._rdzv: Rendezvous | None = None  # the rendezvous in progress, if any
+        self._round: int | None = None  # the round of the rendezvous or of the watch
+        self._waiting = f"joining the rendezvous at {kv.address}"
+        if server is not None:
+            server.on_refused = self._refused
+
+    @property
+    def waiting_for(self) -> str:
+        """What this launcher waits for now, for the line an interrupt prints."""
+        rdzv = self._rdzv
+        if rdzv is not None and rdzv.missing:
+            return (
+                f"waiting for {describe_missing(rdzv.missing, self.hosts)} at the rendezvous "
+                f"at {self.kv.address}"
+            )
+        return self._waiting
+
+    # -- opening --
+
+    @classmethod
+    def open_tcp(
+        cls,
+        *,
+        master: tuple[str, int],
+        node_index: int,
+        hosts: Sequence[str],
+        token: bytes | None,
+        rdzv_timeout: float,
+        heartbeat_timeout: float,
+        progress: Progress,
+        waiting: Callable[[str], None] = lambda what: None,
+    ) -> JobSession:
+        """Node 0 starts the store at `master`; every node connects (retrying to the timeout,
+        with a progress line while node 0's store is not up). `waiting` is told what the
+        launcher waits for before the session exists (for an interrupt's message)."""
+        from paddlike.launch.rendezvous import RendezvousTimeout, host_store, hosts_store
+
+        server = None
+        address = f"{master[0]}:{master[1]}"
+        # torchrun style on one machine: every node's address is the master's; only node 0
+        # hosts the store then
+        if hosts_store(master[0], hosts, node_index) and (all(hosts) or node_index == 0):
+            # torchrun style: the other nodes' addresses are unknown until they publish them,
+            # so any peer may connect (a --job_token still keeps strangers out)
+            allowed = hosts if all(hosts) else None
+            server = host_store(master[0], master[1], allowed_hosts=allowed, token=token)
+        store_host = "node 0" if server is None else "this node"
+        what = f"waiting for {store_host} ({address}) to host the launchers' store"
+        waiting(what)
+        try:
+            kv = _connect_with_progress(
+                master, token, rdzv_timeout, heartbeat_timeout, what, progress
+            )
+        except StoreTimeoutError as exc:
+            if server is not None:
+                server.close()
+            raise RendezvousTimeout(
+                f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store at "
+                f"{address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}"
+            ) from exc
+        except StoreAuthError as exc:
+            if server is not None:
+                server.close()
+            raise token_refused(exc, node_label(node_index, hosts)) from exc
+        except BaseException:
+            if server is not None:
+                server.close()
+            raise
+
+        def make_watch(round_: int, hosts: Sequence[str]) -> JobWatch:
+            return tcp_store_watch(
+                address=master,
+                token=token,
+                kv=kv,
+                node_index=node_index,
+                nnodes=len(hosts),
+                hosts=hosts,
+                round_=round_,
+                heartbeat_timeout=heartbeat_timeout,
+            )
+
+        def connect() -> KV:
+            return StoreClient(*master, timeout=1.0, token=token, reconnect_timeout=0.0)
+
+        return cls(
+            kv=kv,
+            node_index=node_index,
+            nnodes=len(hosts),
+            hosts=hosts,
+            rdzv_timeout=rdzv_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            progress=progress,
+            make_watch=make_watch,
+            connect=connect,
+            server=server,
+            master=master,
+            token=token,
+        )
+
+    @classmethod
+    def open_etcd(
+        cls,
+        *,
+        master: str,
+        job_id: str | None,
+        node_index: int,
+        hosts: Sequence[str],
+        rdzv_timeout: float,
+        heartbeat_timeout: float,
+        progress: Progress,
+        waiting: Callable[[str], None] = lambda what: None,
+    ) -> JobSession:
+        """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
+        (TTL --heartbeat_timeout) and marks itself alive under it."""
+        from paddlike.launch.etcd import (
+            EtcdStore,
+            EtcdUnreachable,
+            LeaseLiveness,
+            parse_etcd_master,
+        )
+        from paddlike.launch.rendezvous import RendezvousError, RendezvousTimeout
+
+        kv = EtcdStore(
+            parse_etcd_master(master),
+            job_id=job_id,
+            timeout=rdzv_timeout,
+            io_timeout=max(0.5, heartbeat_timeout / HEARTBEATS_PER_TIMEOUT),
+        )
+        what = f"waiting for etcd at {kv.address} to answer"
+        waiting(what)
+        started = time.monotonic()
+        deadline, delay = started + rdzv_timeout, 0.05
+        try:
+            while True:
+                try:
+                    if kv.lease is None:
+                        kv.grant_lease(heartbeat_timeout)
+                    kv.set(f"alive/{node_index}", str(os.getpid()))
+                    break
+                except EtcdUnreachable as exc:
+                    if time.monotonic() + delay > deadline:
+                        raise RendezvousTimeout(
+                            f"rendezvous: etcd at {kv.address} did not answer within "
+                            f"{rdzv_timeout:g} s (--rdzv_timeout): {exc}"
+                        ) from exc
+                    if time.monotonic() - started >= CONNECT_CHUNK:
+                        progress(what, time.monotonic() - started, rdzv_timeout)
+                    time.sleep(delay)  # etcd not up yet: back off and retry until the deadline
+                    delay = min(delay * 2, 1.0)
+                except StoreError as exc:
+                    raise RendezvousError(
+                        f"--master: cannot use etcd at {kv.address}: {exc}"
+                    ) from exc
+        except BaseException:
+            kv.close()
+            raise
+
+        def make_watch(round_: int, hosts: Sequence[str]) -> JobWatch:
+            return JobWatch(
+                connect=kv.sharing_lease,
+                kv=kv,
+                liveness=LeaseLiveness(kv, node_index, len(hosts)),
+                node_index=node_index,
+                nnodes=len(hosts),
+                hosts=hosts,
+                round_=round_,
+                heartbeat_timeout=heartbeat_timeout,
+                monitor=True,
+            )
+
+        session = cls(
+            kv=kv,
+            node_index=node_index,
+            nnodes=len(hosts),
+            hosts=hosts,
+            rdzv_timeout=rdzv_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            progress=progress,
+            make_watch=make_watch,
+            connect=kv.sharing_lease,
+        )
+        session.keeps_keys = True
+        return session
+
+    # -- the rounds --
+
+    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
+        from paddlike.launch.rendezvous import find_rival
+
+        def rival_check(round_: int, missing: list[int]) -> str | None:
+            if self.server is None or self.master is None:
+                return None  # only a store's host can have a rival
+            return find_rival(entry, round_, self.hosts, missing, self.master[1], self.token)
+
+        rdzv = Rendezvous(
+            kv=self.kv,
+            node_index=self.node_index,
+            nnodes=self.nnodes,
+            hosts=self.hosts,
+            timeout=self.rdzv_timeout,
+            progress=self.progress,
+            rival_check=rival_check,
+        )
+        self._rdzv, self._round = rdzv, round_
+        self._waiting = f"waiting for the other nodes at the rendezvous at {self.kv.address}"
+        for addr in self._token_refusals if round_ == 0 else ():
+            self._refused(addr, WRONG_TOKEN)  # refused before the first rendezvous began
+        try:
+            result = rdzv.join(entry, round_)
+        except Exception:
+            self._rdzv = None
+            if self.keeps_keys:  # the others must read the verdict before it goes
+                rdzv.linger(round_, DONE_GRACE)
+            raise
+        # (a LauncherSignal leaves `_rdzv` set: `publish_stop` aborts this rendezvous)
+        self._rdzv = None
+        self.hosts = list(result.hosts)
+        self._waiting = f"running round {round_}"
+        return result
+
+    @property
+    def _token_refusals(self) -> list[str]:
+        if self.server is None:
+            return []
+        return [r.rpartition(":")[0] for r in self.server.refused if r.endswith(WRONG_TOKEN)]
+
+    def _refused(self, addr: str, reason: str) -> None:
+        """The store refused `addr` (a server thread): a job node refused for its token will
+        never join, so end the rendezvous now with a verdict naming it."""
+        from paddlike.launch.rendezvous import MISMATCH_PREFIX
+
+        rdzv, round_ = self._rdzv, self._round
+        if reason != WRONG_TOKEN or rdzv is None or round_ is None:
+            return
+        if addr in self.hosts:
+            who = node_label(self.hosts.index(addr), self.hosts)
+        elif all(self.hosts):
+            return  # not one of the job's nodes: refused and logged, nothing more
+        else:
+            who = addr  # torchrun style: any address may be one of the nodes still unknown
+        message = (
+            f"rendezvous: the launcher on {who} was refused by the "
+            f"launchers' store at {self.kv.address}: {reason}; give every node the same "
+            "--job_token (or PADDLIKE_JOB_TOKEN, --job_token_file)"
+        )
+        assert self.server is not None
+        self.server.compare_set(f"rdzv/{round_}/complete", None, MISMATCH_PREFIX + message.encode())
+
+    def watch(self, round_: int, log_dir: str | None = None) -> JobWatch:
+        for old in self._watches:
+            old.stop()
+        w = self._make_watch(round_, self.hosts)
+        w.log_dir = log_dir
+        w.start()
+        self._watches.append(w)
+        self._round = round_
+        self._waiting = f"running round {round_}"
+        return w
+
+    def finish(self, watch: JobWatch, ok: bool) -> RootCause | None:
+        """`watch.finish`, saying meanwhile that this launcher waits for the other nodes."""
+        self._waiting = f"waiting for the other nodes to finish round {watch.round}"
+        return watch.finish(ok)
+
+    def publish_stop(self, cause: RootCause) -> bool:
+        """This launcher stops outside a supervised round (a signal): tell the other nodes,
+        so that they stop too (then `wait_readers`). False when there was no one to tell
+        (not connected, or the only launcher at the rendezvous so far)."""
+        round_ = self._round
+        if round_ is None:
+            return False
+        rdzv, payload = self._rdzv, encode_cause(cause)
+        try:
+            if rdzv is not None:
+                from paddlike.launch.rendezvous import ABORTED_PREFIX
+
+                key, value = f"rdzv/{round_}/complete", ABORTED_PREFIX + payload
+                keys = [key]
+                if rdzv.ticket is not None:  # read the verdict: node 0 need not wait for us
+                    keys.append(f"rdzv/{round_}/left/{rdzv.ticket}")
+            else:
+                key, value = f"job/{round_}/abort", payload
+                keys = [key, f"job/{round_}/end/{self.node_index}"]
+                keys.append(f"job/{round_}/done/{self.node_index}")
+            arrived = f"rdzv/{round_}/arrived"
+            if self.server is not None:  # node 0: straight into its own table
+                for k in keys:
+                    self.server.compare_set(k, None, value if k == key else b"stopped")
+                count = self.server.peek(arrived)
+            else:
+                kv = self._connect()
+                try:
+                    for k in keys:
+                        kv.compare_set(k, None, value if k == key else b"stopped")
+                    count = kv.try_get(arrived)
+                finally:
+                    kv.close()
+        except StoreError:
+            return False
+        # in a rendezvous, someone to tell only when another launcher arrived
+        return rdzv is None or int(count or b"0") > 1
+
+    def wait_readers(self) -> None:
+        """After `publish_stop`: where this launcher's exit takes the keys away (node 0, etcd),
+        wait (up to DONE_GRACE) until the others have read why it stopped."""
+        if not self.keeps_keys or self._round is None:
+            return
+        self._waiting = "waiting for the other nodes to read why this launcher stopped"
+        if self._rdzv is not None:
+            self._rdzv.linger(self._round, DONE_GRACE)
+        elif self._watches:
+            self._watches[-1].wait_done()
+
+    def close(self, linger: bool = True) -> None:
+        """Stop the watches; node 0 first waits (briefly) until every node read the outcome
+        (unless `linger` is False: `publish_stop` waited already, or was cut short)."""
+        if linger and self.keeps_keys and self._watches:
+            self._waiting = "waiting for the other nodes to read the job's outcome"
+            self._watches[-1].wait_done()
+        for w in self._watches:
+            w.stop()
+        with contextlib.suppress(StoreError):
+            self.kv.close()
+        if self.server is not None:
+            self.server.close()
+
+
+def token_refused(exc: StoreAuthError, who: str):  # type: ignore[no-untyped-def]
+    """The refused side of a token mismatch: a configuration error (exit 2)."""
+    from paddlike.launch.rendezvous import StoreRefused
+
+    return StoreRefused(
+        f"rendezvous: {exc}; {who} needs the same --job_token (or PADDLIKE_JOB_TOKEN, "
+        "--job_token_file) as node 0"
+    )
+
+
+def _connect_with_progress(
+    master: tuple[str, int],
+    token: bytes | None,
+    timeout: float,
+    heartbeat_timeout: float,
+    what: str,
+    progress: Progress,
+) -> StoreClient:
+    """Connect to node 0's store, retrying until `timeout`; after each second without it,
+    a progress line ("waiting for node 0 (...) to host the launchers' store (3 s of 300 s)")."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            kv = StoreClient(
+                *master,
+                timeout=max(0.01, min(CONNECT_CHUNK, left)),
+                token=token,
+                reconnect_timeout=heartbeat_timeout,
+                io_timeout=heartbeat_timeout,
+            )
+        except StoreTimeoutError as exc:
+            if time.monotonic() >= deadline:
+                raise StoreTimeoutError(
+                    f"no answer at {master[0]}:{master[1]} within {timeout:g} s "
+                    f"(last attempt: {exc})"
+                ) from exc
+            progress(what, time.monotonic() - started, timeout)
+            continue
+        kv.timeout = timeout  # the default deadline of its waiting calls
+        return kv

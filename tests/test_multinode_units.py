@@ -1,0 +1,137 @@
+"""Many-node pieces without a cluster: where the launchers meet (PADDLE_MASTER), the
+waiting line, what a node says when it loses etcd."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from paddlike.launch.jobwatch import CounterLiveness, JobWatch
+from paddlike.launch.multinode import launchers_master
+from paddlike.launch.options import UsageError, parse_options
+from paddlike.launch.progress import ProgressLine
+
+HOSTS = ("10.0.0.1", "10.0.0.2")
+
+
+def _options(*argv: str):  # type: ignore[no-untyped-def]
+    return parse_options([*argv, "train.py"], {})
+
+
+@pytest.mark.parametrize(
+    ("argv", "scheduler_master", "expected"),
+    [
+        ((), None, ("10.0.0.1", 6170)),
+        ((), "10.0.0.5:7000", ("10.0.0.5", 7000)),
+        (("--master_port", "7000"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
+        (("--master_addr", "10.0.0.5"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
+        (("--master", "10.0.0.5:7000"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
+        (("--master", "etcd://10.0.0.9:2379"), "10.0.0.5:7000", ("10.0.0.1", 6170)),
+    ],
+)
+def test_the_launchers_meet_at_the_schedulers_paddle_master_unless_told_otherwise(
+    argv, scheduler_master, expected
+):
+    assert launchers_master(_options(*argv), HOSTS, scheduler_master) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (("--master", "10.0.0.6:7000"), "--master"),
+        (("--master_addr", "10.0.0.6"), "--master_addr"),
+        (("--master_port", "7001"), "--master_port"),
+    ],
+)
+def test_an_option_that_contradicts_paddle_master_is_a_usage_error(argv, option):
+    with pytest.raises(UsageError, match=rf"^{option}: .* contradicts PADDLE_MASTER=10.0.0.5:7000"):
+        launchers_master(_options(*argv), HOSTS, "10.0.0.5:7000")
+
+
+def test_a_paddle_master_without_a_port_is_a_usage_error():
+    with pytest.raises(UsageError, match=r"^PADDLE_MASTER: expected ip:port, got '10.0.0.5'"):
+        launchers_master(_options(), HOSTS, "10.0.0.5")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_waiting_line_off_a_terminal_repeats_only_every_few_seconds_or_on_change():
+    out, clock = io.StringIO(), _Clock()
+    line = ProgressLine(out, tty=False, every=5.0, clock=clock)
+    for t in range(1, 8):
+        clock.now = float(t)
+        line.show("waiting for node 0 (10.0.0.1:6170) to host the launchers' store", t, 300)
+    clock.now = 8.0
+    line.show("waiting for node 2 (10.0.0.3)", 8, 300)
+    assert out.getvalue().splitlines() == [
+        "paddlike.launch: waiting for node 0 (10.0.0.1:6170) to host the launchers' store "
+        "(1 s of 300 s)",
+        "paddlike.launch: waiting for node 0 (10.0.0.1:6170) to host the launchers' store "
+        "(6 s of 300 s)",
+        "paddlike.launch: waiting for node 2 (10.0.0.3) (8 s of 300 s)",
+    ]
+
+
+def test_the_waiting_line_on_a_terminal_is_rewritten_in_place_and_erased_before_other_output():
+    out = io.StringIO()
+    line = ProgressLine(out, tty=True)
+    line.show("waiting for node 1 (10.0.0.2)", 1, 300)
+    line.show("waiting for node 1 (10.0.0.2)", 2, 300)
+    line.say("rendezvous with 2 nodes took 2.10 s")
+    assert out.getvalue() == (
+        "\rpaddlike.launch: waiting for node 1 (10.0.0.2) (1 s of 300 s)\x1b[K"
+        "\rpaddlike.launch: waiting for node 1 (10.0.0.2) (2 s of 300 s)\x1b[K"
+        "\r\x1b[K"
+        "paddlike.launch: rendezvous with 2 nodes took 2.10 s\n"
+    )
+
+
+class _FakeKV:
+    """Just enough of a KV for a JobWatch that is never started."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+
+@pytest.mark.parametrize(
+    ("address", "says", "never"),
+    [
+        (
+            "etcd://10.0.0.9:2379,10.0.0.10:2379",
+            "lost contact with etcd at 10.0.0.9:2379,10.0.0.10:2379 (--master) for 10 s "
+            "(--heartbeat_timeout): the etcd endpoint stopped answering",
+            "launcher died",
+        ),
+        (
+            "10.0.0.1:6170",
+            "lost contact with node 0 (10.0.0.1), which hosts the job's store at 10.0.0.1:6170",
+            "etcd",
+        ),
+    ],
+)
+def test_a_node_that_loses_the_store_names_what_stopped_answering(address, says, never):
+    kv = _FakeKV(address)
+    watch = JobWatch(
+        connect=lambda: kv,  # type: ignore[arg-type,return-value]
+        kv=kv,  # type: ignore[arg-type]
+        liveness=CounterLiveness(kv, 1, 2, 10.0),  # type: ignore[arg-type]
+        node_index=1,
+        nnodes=2,
+        hosts=HOSTS,
+        round_=0,
+        heartbeat_timeout=10.0,
+        monitor=False,
+    )
+    try:
+        reason = watch._contact_cause("timed out").reason
+    finally:
+        watch.stop()
+    assert says in reason
+    assert never not in reason
