@@ -382,17 +382,19 @@ class JobSession:
                 key, value = f"job/{round_}/abort", payload
                 keys = [key, f"job/{round_}/end/{self.node_index}"]
                 keys.append(f"job/{round_}/done/{self.node_index}")
+            # Count the arrivals before publishing: once our "left" key is there, node 0
+            # may read the verdict, see everyone gone and close its store at once.
             arrived = f"rdzv/{round_}/arrived"
             if self.server is not None:  # node 0: straight into its own table
+                count = self.server.peek(arrived)
                 for k in keys:
                     self.server.compare_set(k, None, value if k == key else b"stopped")
-                count = self.server.peek(arrived)
             else:
                 kv = self._connect()
                 try:
+                    count = kv.try_get(arrived)
                     for k in keys:
                         kv.compare_set(k, None, value if k == key else b"stopped")
-                    count = kv.try_get(arrived)
                 finally:
                     kv.close()
         except StoreError:
