@@ -568,12 +568,12 @@ class StoreServer:
                 _log(f"reacting to the refusal of {addr} failed: {exc}")
 
     def _refuse(self, conn: socket.socket, addr: str, reason: str) -> None:
-        self._refused(addr, reason)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # answer first, as in `_handshake`
             conn.settimeout(1.0)
             hello = MAGIC + _U8.pack(PROTOCOL_VERSION) + _U8.pack(_FLAG_REFUSED)
             conn.sendall(_frame(hello + reason.encode()))
         conn.close()
+        self._refused(addr, reason)
 
     def _handshake(self, conn: socket.socket, addr: str) -> bool:
         if not self._peer_allowed(addr):
@@ -587,8 +587,11 @@ class StoreServer:
         if self._token:
             good = hmac.new(self._token, nonce, hashlib.sha256).digest()
             if not hmac.compare_digest(mac, good):
+                # Answer first: reacting to the refusal may end the host's job and close
+                # this store, and the client must learn why rather than see a closed socket.
+                with contextlib.suppress(OSError):
+                    conn.sendall(_frame(_U8.pack(1)))
                 self._refused(addr, WRONG_TOKEN)
-                conn.sendall(_frame(_U8.pack(1)))
                 return False
         conn.sendall(_frame(_U8.pack(0)))
         return True
