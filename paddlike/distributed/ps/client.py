@@ -107,6 +107,10 @@ class Client:
                 raise ValueError("one request per server per call")
             expected[server] = _Pending(self._send(server, msg), pos, now)
         replies: list[Message | None] = [None] * len(requests)
+        # Error replies are raised only once every server has answered: a caller that
+        # cleans up after an error (a failed save removes its temporary directory) must
+        # not race the servers still working on the same request.
+        errors: list[str] = []
         poller = zmq.Poller()
         for server in expected:
             poller.register(self.socks[server], zmq.POLLIN)
@@ -143,11 +147,17 @@ class Client:
                     "init_worker(timeout=) or PADDLIKE_TIMEOUT)"
                 )
             for sock, _ in poller.poll(max(1, int((wake - now) * 1000) + 1)):
-                self._receive(sock, expected, replies)
+                self._receive(sock, expected, replies, errors)
+        if errors:
+            raise PsError(errors[0])
         return replies  # type: ignore[return-value]
 
     def _receive(
-        self, sock: zmq.Socket, expected: dict[int, _Pending], replies: list[Message | None]
+        self,
+        sock: zmq.Socket,
+        expected: dict[int, _Pending],
+        replies: list[Message | None],
+        errors: list[str],
     ) -> None:
         server = self._index[sock]
         frames = sock.recv_multipart(copy=False)
@@ -169,5 +179,6 @@ class Client:
             return
         del expected[server]
         if rep.status != Status.OK:
-            raise PsError(f"parameter server {server} at {self.endpoints[server]}: {rep.text}")
+            errors.append(f"parameter server {server} at {self.endpoints[server]}: {rep.text}")
+            return
         replies[p.position] = rep
