@@ -98,3 +98,16 @@ def test_every_public_name_of_the_package_resolves() -> None:
     missing = [name for name in dist.__all__ if getattr(dist, name, None) is None]
     assert missing == []
     assert dist.alltoall is not dist.all_to_all  # Paddle's argument order, its own function
+
+
+def test_the_lazy_top_level_names_are_exactly_the_collective_and_parallel_api():
+    # paddlike.distributed lists its lazy names by hand (importing them eagerly would pull
+    # numpy into the launcher); a name added to the API must not be missing there.
+    import paddlike.distributed as dist
+    from paddlike.distributed import collective, parallel
+
+    lazy_collective = {n for n, m in dist._LAZY.items() if m == ".collective"}
+    assert lazy_collective == set(collective.__all__)
+    for name, module in dist._LAZY.items():
+        owner = collective if module == ".collective" else parallel
+        assert getattr(dist, name) is getattr(owner, name), name
