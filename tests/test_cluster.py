@@ -11,14 +11,14 @@ import socket
 
 import pytest
 
-from paddlike.launch.cluster import (
+from paddlike.launch.context.node import (
     LocalAddresses,
     match_node,
     match_node_by_rank,
     match_ps_node,
     resolve_ipv4,
 )
-from paddlike.launch.options import UsageError, parse_options
+from paddlike.launch.context.options import UsageError, parse_options
 
 NAMES = {"nodea": "10.0.0.1", "nodeb": "10.0.0.2", "nodec": "10.0.0.3", "alias-a": "10.0.0.1"}
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from paddlike.launch.devices import assign_devices, count_gpus
-from paddlike.launch.options import UsageError
+from paddlike.launch.context.devices import assign_devices, count_gpus
+from paddlike.launch.context.options import UsageError
 
 
 def test_cpu_mode_has_one_worker_by_default():

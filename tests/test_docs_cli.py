@@ -26,7 +26,7 @@ def launcher_help() -> str:
         )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
-    from paddlike.launch.options import _Parser
+    from paddlike.launch.context.options import _Parser
 
     return _Parser.build().format_help()
 
@@ -54,7 +54,7 @@ def test_every_long_option_lists_its_environment_variable():
 
 def test_every_option_row_names_all_its_spellings_and_quotes_its_help_text():
     """The tables are the parser's: a changed help text or a new alias shows up here."""
-    from paddlike.launch.options import _Parser
+    from paddlike.launch.context.options import _Parser
 
     rows = {}
     for line in CLI_DOC.read_text().splitlines():
@@ -71,7 +71,7 @@ def test_every_option_row_names_all_its_spellings_and_quotes_its_help_text():
 
 
 def test_every_help_group_is_a_section_of_the_reference():
-    from paddlike.launch.options import _Parser
+    from paddlike.launch.context.options import _Parser
 
     doc = CLI_DOC.read_text()
     for group in _Parser.build()._action_groups:

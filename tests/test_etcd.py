@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from paddlike.distributed.store import StoreTimeoutError
-from paddlike.launch.etcd import EtcdStore, LeaseLiveness, parse_etcd_master
+from paddlike.launch.peers.etcd import EtcdStore, LeaseLiveness, parse_etcd_master
 from tests.multinode_common import start_launcher, write_worker
 from tests.netns import Node, netns_cluster
 
@@ -226,7 +226,7 @@ def test_a_proxy_in_the_environment_is_not_used_to_reach_etcd(etcd: tuple[str, i
     env.update({name: dead for name in ("http_proxy", "HTTP_PROXY")})
     script = (
         "import sys\n"
-        "from paddlike.launch.etcd import EtcdStore\n"
+        "from paddlike.launch.peers.etcd import EtcdStore\n"
         "s = EtcdStore([(sys.argv[1], int(sys.argv[2]))], job_id='proxy', timeout=3)\n"
         "s.set('k', b'v')\n"
         "assert s.get('k', timeout=3) == b'v'\n"

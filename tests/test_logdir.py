@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from paddlike.launch.logdir import (
+from paddlike.launch.plan.plan import ProcessSpec, Role
+from paddlike.launch.run.logdir import (
     HEADER_PREFIX,
     LogDir,
     LogDirBusy,
@@ -18,7 +19,6 @@ from paddlike.launch.logdir import (
     format_header,
     read_tail_since,
 )
-from paddlike.launch.plan import ProcessSpec, Role
 
 
 def spec(rank: int = 0, *, err: bool = False) -> ProcessSpec:
@@ -56,7 +56,7 @@ def test_second_opener_gets_busy_error_naming_holder_pid_and_host(tmp_path):
 def test_lock_is_held_against_another_process(tmp_path):
     code = textwrap.dedent(
         f"""
-        from paddlike.launch.logdir import LogDir, LogDirBusy
+        from paddlike.launch.run.logdir import LogDir, LogDirBusy
         try:
             LogDir.open({str(tmp_path)!r}, overwrite=False, host="127.0.0.1")
         except LogDirBusy as exc:

@@ -7,10 +7,10 @@ import io
 
 import pytest
 
-from paddlike.launch.jobwatch import CounterLiveness, JobWatch
-from paddlike.launch.multinode import launchers_master
-from paddlike.launch.options import UsageError, parse_options
-from paddlike.launch.progress import ProgressLine
+from paddlike.launch.console.progress import ProgressLine
+from paddlike.launch.context.options import UsageError, parse_options
+from paddlike.launch.peers.watch import CounterLiveness, JobWatch
+from paddlike.launch.run.job import launchers_master
 
 HOSTS = ("10.0.0.1", "10.0.0.2")
 

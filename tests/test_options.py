@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from paddlike.launch.options import LaunchOptions, UsageError, env_name, parse_options
+from paddlike.launch.context.options import LaunchOptions, UsageError, env_name, parse_options
 
 
 def parse(*argv: str, **env: str) -> LaunchOptions:

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paddlike import contract
-from paddlike.launch.devices import DeviceAssignment, assign_devices
-from paddlike.launch.options import parse_options
-from paddlike.launch.plan import (
+from paddlike.launch.context.devices import DeviceAssignment, assign_devices
+from paddlike.launch.context.options import parse_options
+from paddlike.launch.plan.plan import (
     EndpointLayout,
     JobFacts,
     PsLayout,

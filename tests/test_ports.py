@@ -10,14 +10,19 @@ import sys
 import time
 from pathlib import Path
 
-from paddlike.launch.cluster import PsNode
-from paddlike.launch.options import parse_options
-from paddlike.launch.ports import _process_start_time, layout_endpoints, layout_ps, reserve_ports
+from paddlike.launch.context.node import PsNode
+from paddlike.launch.context.options import parse_options
+from paddlike.launch.run.ports import (
+    _process_start_time,
+    layout_endpoints,
+    layout_ps,
+    reserve_ports,
+)
 
 RESERVE = """
 import json, sys
 from pathlib import Path
-from paddlike.launch.ports import reserve_ports
+from paddlike.launch.run.ports import reserve_ports
 sys.stdin.readline()  # start together
 print(json.dumps(reserve_ports(int(sys.argv[2]), registry_dir=Path(sys.argv[1]))), flush=True)
 sys.stdin.readline()  # hold the reservation until told to exit

@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from paddlike.launch.options import UsageError
-from paddlike.launch.plan import Role
-from paddlike.launch.rendezvous import ps_master_port
-from paddlike.launch.supervisor import ServicesStop
+from paddlike.launch.context.options import UsageError
+from paddlike.launch.peers.rendezvous import ps_master_port
+from paddlike.launch.plan.plan import Role
+from paddlike.launch.run.supervisor import ServicesStop
 from tests.netns import Node, netns_cluster
 from tests.test_launch_multinode import clean_env
 from tests.test_supervisor import Run, make_plan

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from paddlike.distributed.store import StoreClient, StoreServer
-from paddlike.launch.rendezvous import (
+from paddlike.launch.peers.rendezvous import (
     FingerprintMismatch,
     NodeEntry,
     Rendezvous,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from paddlike.launch.rounds import RoundEnd, run_rounds
+from paddlike.launch.plan.policy import RoundEnd, run_rounds
 from paddlike.summary import RootCause, read_summary
 
 # Rank 1 fails with exit code 3 in every round before --fail_rounds; the rest succeed.

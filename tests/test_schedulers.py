@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from paddlike.launch.options import UsageError
-from paddlike.launch.schedulers import detect_scheduler, expand_slurm_nodelist
+from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.schedulers import detect_scheduler, expand_slurm_nodelist
 
 
 @pytest.mark.parametrize(

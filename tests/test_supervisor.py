@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from paddlike.launch.console import Console
-from paddlike.launch.logdir import LogDir
-from paddlike.launch.plan import LaunchPlan, ProcessSpec, Role
-from paddlike.launch.supervisor import Supervisor
+from paddlike.launch.console.tee import Console
+from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.run.logdir import LogDir
+from paddlike.launch.run.supervisor import Supervisor
 from paddlike.summary import RootCause, read_summary
 
 WORKERS = Path(__file__).parent / "workers"

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paddlike.launch.options import PROG, LaunchOptions, UsageError, parse_options
-from paddlike.launch.plan import JobFacts, LaunchPlan
+from paddlike.launch.context.options import PROG, LaunchOptions, UsageError, parse_options
+from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,9 @@ def prepare(
     argv: Sequence[str], environ: Mapping[str, str], *, python: str = sys.executable
 ) -> Prepared:
     """Options, node, devices, ports and plan; raises `UsageError` on bad input."""
-    from paddlike.launch import cluster, ports
-    from paddlike.launch.plan import plan_collective, plan_ps
+    from paddlike.launch.context import node as cluster
+    from paddlike.launch.plan.plan import plan_collective, plan_ps
+    from paddlike.launch.run import ports
 
     options = parse_options(argv, environ)
     _check_command_exists(options, environ)
@@ -68,7 +69,7 @@ def prepare(
         plan = plan_ps(options, layout, facts)
         _check_tee(options, plan)
         return Prepared(options, plan, log_dir, ps_node.interface, ps_node.reason, ps_layout=layout)
-    from paddlike.launch.devices import assign_devices, count_gpus
+    from paddlike.launch.context.devices import assign_devices, count_gpus
 
     node = cluster.match_node(options, environ)
     devices = assign_devices(
@@ -113,8 +114,8 @@ def _check_command_exists(options: LaunchOptions, environ: Mapping[str, str]) ->
 
 def _check_tee(options: LaunchOptions, plan: LaunchPlan) -> None:
     """--tee names local trainers by index; an index this node does not have is a typo."""
-    from paddlike.launch.console import parse_tee
-    from paddlike.launch.plan import Role
+    from paddlike.launch.console.tee import parse_tee
+    from paddlike.launch.plan.plan import Role
 
     try:
         chosen = parse_tee(options.tee)
@@ -138,7 +139,7 @@ def _layout(options: LaunchOptions, node, nproc: int, *, reserve: bool):
     Many nodes: --start_port ports, shown by --dry_run only; a real many-node launch
     negotiates them at the rendezvous (`multinode.run_multinode`).
     """
-    from paddlike.launch.ports import layout_endpoints
+    from paddlike.launch.run.ports import layout_endpoints
 
     # torchrun style: the other nodes' addresses come at the rendezvous; --dry_run shows
     # placeholders for them
@@ -150,9 +151,9 @@ def _layout(options: LaunchOptions, node, nproc: int, *, reserve: bool):
 
 def run(prepared: Prepared, environ: Mapping[str, str]) -> int:
     """Lock the log directory, write endpoints.log, print the banner and supervise."""
-    from paddlike.launch.console import format_banner
-    from paddlike.launch.logdir import LogDir, LogDirBusy, LogDirError
-    from paddlike.launch.supervisor import Supervisor
+    from paddlike.launch.console.tee import format_banner
+    from paddlike.launch.run.logdir import LogDir, LogDirBusy, LogDirError
+    from paddlike.launch.run.supervisor import Supervisor
 
     options, plan = prepared.options, prepared.plan
     try:
@@ -173,7 +174,7 @@ def run(prepared: Prepared, environ: Mapping[str, str]) -> int:
             tee=options.tee,
             color=sys.stderr.isatty() and "NO_COLOR" not in environ,
         )
-        from paddlike.launch.rounds import RoundEnd, run_rounds
+        from paddlike.launch.plan.policy import RoundEnd, run_rounds
 
         def one_round(round_: int) -> RoundEnd:
             outcome = supervisor.run(restart_count=round_)
@@ -189,7 +190,7 @@ def _fail(message: str, code: int = 2) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """python -m paddlike.launch [options] training_script [args...]; returns the exit code."""
-    from paddlike.launch.ports import PortError
+    from paddlike.launch.run.ports import PortError
 
     argv = sys.argv[1:] if argv is None else argv
     environ = os.environ
@@ -200,14 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PortError as exc:
         return _fail(str(exc), 1)
     if prepared.options.dry_run:
-        from paddlike.launch.plan import format_plan
+        from paddlike.launch.plan.plan import format_plan
 
         print(format_plan(prepared.plan, prepared.log_dir), flush=True)
         if prepared.multinode and not prepared.options.is_ps:
             print("(many nodes: ports shown from --start_port; a real launch negotiates them)")
         return 0
     if prepared.multinode:
-        from paddlike.launch import multinode
+        from paddlike.launch.run import job as multinode
 
         options = prepared.options
         try:

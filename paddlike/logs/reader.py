@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddlike.launch.logdir import HEADER_PREFIX
+from paddlike.launch.run.logdir import HEADER_PREFIX
 from paddlike.logs.errors import first_error_in_file, last_run_start
 from paddlike.logs.report import TAIL_LINES, read_tail
 from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunSummary
@@ -31,7 +31,7 @@ ENDPOINTS_FILE = "endpoints.log"
 LOG_PREFIXES = {"workerlog": "trainer", "serverlog": "server", "heterlog": "heter"}
 _LOG_NAME = re.compile(r"^(workerlog|serverlog|heterlog)\.(\d+)$")
 _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
-# The facts a paddlike run header carries (paddlike.launch.logdir.format_header).
+# The facts a paddlike run header carries (paddlike.launch.run.logdir.format_header).
 _HEADER_FACTS = re.compile(
     r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
     r"local (?P<local>\d+) restart (?P<restart>\d+):"

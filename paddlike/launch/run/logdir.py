@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from paddlike.launch.plan import ProcessSpec
+from paddlike.launch.plan.plan import ProcessSpec
 
 ENDPOINTS_FILE = "endpoints.log"
 LOCK_FILE = ".paddlike.lock"

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from paddlike import contract
-from paddlike.launch import linux
-from paddlike.launch.console import Console, TeeEcho, TeeSelection, tee_targets
-from paddlike.launch.guardian import Guardian
-from paddlike.launch.logdir import LogDir, WorkerLog, format_header, read_tail_since
-from paddlike.launch.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.console.tee import Console, TeeEcho, TeeSelection, tee_targets
+from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.run import linux
+from paddlike.launch.run.guardian import Guardian
+from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
 from paddlike.summary import ProcessRecord, RootCause, RunSummary, write_summary
 
 TAIL_LINES = 20

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from paddlike.distributed.store import StoreError
-from paddlike.launch.jobwatch import decode_cause
-from paddlike.launch.progress import ProgressLine
-from paddlike.launch.rendezvous import NodeEntry, RendezvousResult
+from paddlike.launch.console.progress import ProgressLine
+from paddlike.launch.peers.rendezvous import NodeEntry, RendezvousResult
+from paddlike.launch.peers.watch import decode_cause
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
-    from paddlike.launch.plan import JobFacts, LaunchPlan
-    from paddlike.launch.session import JobSession
+    from paddlike.launch.peers.session import JobSession
+    from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 
 LAUNCHER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -70,8 +70,8 @@ def launchers_master(options, hosts, scheduler_master: str | None) -> tuple[str,
     PADDLE_MASTER=10.0.0.5:7000, --master_port 7000    -> ("10.0.0.5", 7000)
     PADDLE_MASTER=10.0.0.5:7000, --master 10.0.0.6:7000 -> UsageError (--master)
     """
-    from paddlike.launch.options import DEFAULT_MASTER_PORT, UsageError
-    from paddlike.launch.rendezvous import master_address
+    from paddlike.launch.context.options import DEFAULT_MASTER_PORT, UsageError
+    from paddlike.launch.peers.rendezvous import master_address
 
     given = master_address(options.master, options.master_addr, options.master_port, hosts)
     if not scheduler_master or (options.master and options.master.startswith("etcd://")):
@@ -106,8 +106,8 @@ def launchers_master(options, hosts, scheduler_master: str | None) -> tuple[str,
 def collective_node_job(options, node, devices) -> NodeJob:  # type: ignore[no-untyped-def]
     """Collective mode: ports reserved here and traded at the rendezvous; raises UsageError
     when --master* contradict the scheduler's PADDLE_MASTER."""
-    from paddlike.launch.plan import EndpointLayout, plan_collective
-    from paddlike.launch.rendezvous import fingerprint
+    from paddlike.launch.peers.rendezvous import fingerprint
+    from paddlike.launch.plan.plan import EndpointLayout, plan_collective
 
     hosts, nproc = tuple(node.hosts), devices.nproc
 
@@ -145,8 +145,8 @@ def ps_node_job(options, layout, interface: str, reason: str) -> NodeJob:  # typ
     """Parameter-server lists on several nodes: the node holding the first server hosts the
     launchers' store (unless --master/--master_addr say otherwise); raises UsageError when
     --master_port is a port the lists give to a server or trainer there."""
-    from paddlike.launch.plan import plan_ps
-    from paddlike.launch.rendezvous import master_address, ps_fingerprint, ps_master_port
+    from paddlike.launch.peers.rendezvous import master_address, ps_fingerprint, ps_master_port
+    from paddlike.launch.plan.plan import plan_ps
 
     hosts = tuple(layout.node_hosts)
     master = master_address(options.master, options.master_addr, options.master_port, hosts)
@@ -273,9 +273,9 @@ def run_multinode(options, job: NodeJob, environ, *, python: str | None = None) 
 def _run(options, job: NodeJob, environ, python, progress: ProgressLine, where: _Where) -> int:  # type: ignore[no-untyped-def]
     import sys
 
-    from paddlike.launch.logdir import LogDir, LogDirBusy, LogDirError
-    from paddlike.launch.rendezvous import RendezvousError
-    from paddlike.launch.session import JobSession
+    from paddlike.launch.peers.rendezvous import RendezvousError
+    from paddlike.launch.peers.session import JobSession
+    from paddlike.launch.run.logdir import LogDir, LogDirBusy, LogDirError
 
     python = python or sys.executable
     say = progress.say
@@ -334,13 +334,13 @@ def _rounds(session, options, job: NodeJob, environ, python, logdir, progress) -
     import socket
     import sys
 
-    from paddlike.launch.console import format_banner
+    from paddlike.launch.console.tee import format_banner
     from paddlike.launch.main import new_job_id
-    from paddlike.launch.plan import JobFacts
-    from paddlike.launch.ports import PortError, reserve_ports
-    from paddlike.launch.rendezvous import RendezvousAborted, RendezvousError
-    from paddlike.launch.rounds import RoundEnd, run_rounds
-    from paddlike.launch.supervisor import Supervisor
+    from paddlike.launch.peers.rendezvous import RendezvousAborted, RendezvousError
+    from paddlike.launch.plan.plan import JobFacts
+    from paddlike.launch.plan.policy import RoundEnd, run_rounds
+    from paddlike.launch.run.ports import PortError, reserve_ports
+    from paddlike.launch.run.supervisor import Supervisor
 
     say = progress.say
     hostname = socket.gethostname()

@@ -41,11 +41,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
-from paddlike.launch.rendezvous import KV, node_label, wait_keys
+from paddlike.launch.peers.rendezvous import KV, node_label, wait_keys
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
-    from paddlike.launch.supervisor import ServicesStop
+    from paddlike.launch.run.supervisor import ServicesStop
 
 HEARTBEATS_PER_TIMEOUT = 5
 WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
@@ -190,7 +190,7 @@ class JobWatch:
         Starts a thread that waits for every node's ``trainers-ok`` key on its own
         connection; a lost node or an abort ends the round through `fd` instead.
         """
-        from paddlike.launch.supervisor import ServicesStop
+        from paddlike.launch.run.supervisor import ServicesStop
 
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._services_fds = (read_fd, write_fd)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from paddlike import contract
 
 if TYPE_CHECKING:
-    from paddlike.launch.devices import DeviceAssignment
-    from paddlike.launch.options import LaunchOptions
+    from paddlike.launch.context.devices import DeviceAssignment
+    from paddlike.launch.context.options import LaunchOptions
 
 
 class Role(enum.Enum):

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from paddlike.contract import CUDA_VISIBLE_DEVICES
-from paddlike.launch.options import UsageError
+from paddlike.launch.context.options import UsageError
 
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
 

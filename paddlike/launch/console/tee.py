@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from paddlike.launch.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
 
 TeeSelection = Literal["all"] | frozenset[int]
 PREFIX = "launch:"

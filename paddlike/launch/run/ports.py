@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paddlike.launch.options import UsageError
-from paddlike.launch.plan import EndpointLayout, PsLayout
+from paddlike.launch.context.options import UsageError
+from paddlike.launch.plan.plan import EndpointLayout, PsLayout
 
 if TYPE_CHECKING:
-    from paddlike.launch.cluster import PsNode
-    from paddlike.launch.options import LaunchOptions
+    from paddlike.launch.context.node import PsNode
+    from paddlike.launch.context.options import LaunchOptions
 
 TTL = 60.0
 LOCK_TIMEOUT = 10.0

@@ -2,7 +2,7 @@
 
 A scheduler already knows every node of the job and which one this is; reading
 that saves the user from repeating it in ``--ips`` and ``--node_rank``. The result
-fills the same fields; `paddlike.launch.cluster` checks it against explicit flags
+fills the same fields; `paddlike.launch.context.node` checks it against explicit flags
 and reports contradictions (never a silent rank 0).
 
     variables                                           -> hosts, node index
@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from paddlike.launch.options import UsageError
+from paddlike.launch.context.options import UsageError
 
 
 @dataclass(frozen=True)

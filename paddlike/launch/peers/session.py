@@ -31,20 +31,20 @@ from paddlike.distributed.store import (
     StoreServer,
     StoreTimeoutError,
 )
-from paddlike.launch.jobwatch import (
-    DONE_GRACE,
-    HEARTBEATS_PER_TIMEOUT,
-    JobWatch,
-    encode_cause,
-    tcp_store_watch,
-)
-from paddlike.launch.rendezvous import (
+from paddlike.launch.peers.rendezvous import (
     KV,
     NodeEntry,
     Rendezvous,
     RendezvousResult,
     describe_missing,
     node_label,
+)
+from paddlike.launch.peers.watch import (
+    DONE_GRACE,
+    HEARTBEATS_PER_TIMEOUT,
+    JobWatch,
+    encode_cause,
+    tcp_store_watch,
 )
 from paddlike.summary import RootCause
 
@@ -133,7 +133,7 @@ class JobSession:
         """Node 0 starts the store at `master`; every node connects (retrying to the timeout,
         with a progress line while node 0's store is not up). `waiting` is told what the
         launcher waits for before the session exists (for an interrupt's message)."""
-        from paddlike.launch.rendezvous import RendezvousTimeout, host_store, hosts_store
+        from paddlike.launch.peers.rendezvous import RendezvousTimeout, host_store, hosts_store
 
         server = None
         address = f"{master[0]}:{master[1]}"
@@ -212,13 +212,13 @@ class JobSession:
     ) -> JobSession:
         """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
         (TTL --heartbeat_timeout) and marks itself alive under it."""
-        from paddlike.launch.etcd import (
+        from paddlike.launch.peers.etcd import (
             EtcdStore,
             EtcdUnreachable,
             LeaseLiveness,
             parse_etcd_master,
         )
-        from paddlike.launch.rendezvous import RendezvousError, RendezvousTimeout
+        from paddlike.launch.peers.rendezvous import RendezvousError, RendezvousTimeout
 
         kv = EtcdStore(
             parse_etcd_master(master),
@@ -285,7 +285,7 @@ class JobSession:
     # -- the rounds --
 
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
-        from paddlike.launch.rendezvous import find_rival
+        from paddlike.launch.peers.rendezvous import find_rival
 
         def rival_check(round_: int, missing: list[int]) -> str | None:
             if self.server is None or self.master is None:
@@ -327,7 +327,7 @@ class JobSession:
     def _refused(self, addr: str, reason: str) -> None:
         """The store refused `addr` (a server thread): a job node refused for its token will
         never join, so end the rendezvous now with a verdict naming it."""
-        from paddlike.launch.rendezvous import MISMATCH_PREFIX
+        from paddlike.launch.peers.rendezvous import MISMATCH_PREFIX
 
         rdzv, round_ = self._rdzv, self._round
         if reason != WRONG_TOKEN or rdzv is None or round_ is None:
@@ -372,7 +372,7 @@ class JobSession:
         rdzv, payload = self._rdzv, encode_cause(cause)
         try:
             if rdzv is not None:
-                from paddlike.launch.rendezvous import ABORTED_PREFIX
+                from paddlike.launch.peers.rendezvous import ABORTED_PREFIX
 
                 key, value = f"rdzv/{round_}/complete", ABORTED_PREFIX + payload
                 keys = [key]
@@ -429,7 +429,7 @@ class JobSession:
 
 def token_refused(exc: StoreAuthError, who: str):  # type: ignore[no-untyped-def]
     """The refused side of a token mismatch: a configuration error (exit 2)."""
-    from paddlike.launch.rendezvous import StoreRefused
+    from paddlike.launch.peers.rendezvous import StoreRefused
 
     return StoreRefused(
         f"rendezvous: {exc}; {who} needs the same --job_token (or PADDLIKE_JOB_TOKEN, "

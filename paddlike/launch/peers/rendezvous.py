@@ -23,7 +23,7 @@ the verdict (`Rendezvous.linger`).
 
 The deciding is pure (`check_fingerprints`, `missing_nodes`, `master_address`,
 `rival_message`); `Rendezvous.join` is the shell that talks to the store. The same
-logic runs on an etcd cluster through `paddlike.launch.etcd.EtcdStore`, which has
+logic runs on an etcd cluster through `paddlike.launch.peers.etcd.EtcdStore`, which has
 the same methods.
 """
 
@@ -171,7 +171,7 @@ def ps_master_port(master: tuple[str, int], master_port: int, taken: Sequence[st
     master ("a", 6170), taken ["b:6170"]             -> 6170
     master ("a", 7000) given, taken ["a:7000"]       -> UsageError
     """
-    from paddlike.launch.options import UsageError
+    from paddlike.launch.context.options import UsageError
 
     host, port = master
     used = {int(e.rpartition(":")[2]) for e in taken if e and e.rpartition(":")[0] == host}

@@ -4,7 +4,7 @@ Every node runs the same command, so each launcher must find itself in ``--ips``
 An entry is this node when its address is assigned to a local interface (psutil)
 or can be bound here; ``--host`` or ``POD_IP`` names this node's address directly
 and ``--node_rank`` its index. Schedulers (Slurm, PaddleCloud) may supply the list
-and the index (`paddlike.launch.schedulers`); explicit flags that contradict them
+and the index (`paddlike.launch.context.schedulers`); explicit flags that contradict them
 are errors, never a silent rank 0.
 
 The interface holding the matched address is reported too: workers get it as
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from paddlike.contract import POD_IP
-from paddlike.launch.options import LaunchOptions, UsageError
-from paddlike.launch.schedulers import SchedulerInfo, detect_scheduler
+from paddlike.launch.context.options import LaunchOptions, UsageError
+from paddlike.launch.context.schedulers import SchedulerInfo, detect_scheduler
 
 
 def _is_ipv4(text: str) -> bool:
