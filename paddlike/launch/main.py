@@ -69,16 +69,10 @@ def prepare(
         plan = plan_ps(options, layout, facts)
         _check_tee(options, plan)
         return Prepared(options, plan, log_dir, ps_node.interface, ps_node.reason, ps_layout=layout)
-    from paddlike.launch.context.devices import assign_devices, count_gpus
+    from paddlike.launch.context.devices import node_devices
 
     node = cluster.match_node(options, environ)
-    devices = assign_devices(
-        options.gpus,
-        options.nproc_per_node,
-        environ=environ,
-        gpu_count=count_gpus() if options.gpus is not None else 0,
-        dry_run=options.dry_run,
-    )
+    devices = node_devices(options, environ)
     layout = _layout(options, node, devices.nproc, reserve=reserve)
     facts = JobFacts(job_id, python, log_dir, environ, node.interface)
     plan = plan_collective(options, layout, devices, facts)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from paddlike.contract import CUDA_VISIBLE_DEVICES
-from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options import LaunchOptions, UsageError
 
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
 
@@ -104,3 +104,14 @@ def assign_devices(
         )
     step = len(relative) // nproc
     return DeviceAssignment("gpu", tuple(relative[i * step : (i + 1) * step] for i in range(nproc)))
+
+
+def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAssignment:
+    """This node's devices for its workers: the one call the launcher makes (reads /proc)."""
+    return assign_devices(
+        options.gpus,
+        options.nproc_per_node,
+        environ=environ,
+        gpu_count=count_gpus() if options.gpus is not None else 0,
+        dry_run=options.dry_run,
+    )
