@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from paddlike.distributed.store import StoreTimeoutError
-from paddlike.launch.peers.etcd import EtcdStore, LeaseLiveness, parse_etcd_master
+from paddlike.launch.peers.etcd import EtcdStore, parse_etcd_master
+from paddlike.launch.peers.watch import LeaseLiveness
 from tests.multinode_common import start_launcher, write_worker
 from tests.netns import Node, netns_cluster
 

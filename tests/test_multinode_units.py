@@ -7,10 +7,11 @@ import io
 
 import pytest
 
+from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
+from paddlike.launch.context.master import launchers_master
 from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.peers.watch import CounterLiveness, JobWatch
-from paddlike.launch.run.job import launchers_master
 
 HOSTS = ("10.0.0.1", "10.0.0.2")
 
@@ -84,7 +85,9 @@ def test_the_waiting_line_on_a_terminal_is_rewritten_in_place_and_erased_before_
     line = ProgressLine(out, tty=True)
     line.show("waiting for node 1 (10.0.0.2)", 1, 300)
     line.show("waiting for node 1 (10.0.0.2)", 2, 300)
-    line.say("rendezvous with 2 nodes took 2.10 s")
+    console = Console(err=out)
+    line.attach(console)
+    console.say("rendezvous with 2 nodes took 2.10 s")
     assert out.getvalue() == (
         "\rpaddlike.launch: waiting for node 1 (10.0.0.2) (1 s of 300 s)\x1b[K"
         "\rpaddlike.launch: waiting for node 1 (10.0.0.2) (2 s of 300 s)\x1b[K"

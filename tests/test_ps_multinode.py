@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from paddlike.launch.context.options import UsageError
-from paddlike.launch.peers.rendezvous import ps_master_port
+from paddlike.launch.context.master import ps_master_port
 from paddlike.launch.plan.plan import Role
-from paddlike.launch.run.supervisor import ServicesStop
+from paddlike.launch.peers.watch import ServicesStop
 from tests.netns import Node, netns_cluster
 from tests.test_launch_multinode import clean_env
 from tests.test_supervisor import Run, make_plan

@@ -9,19 +9,18 @@ from collections.abc import Iterator
 import pytest
 
 from paddlike.distributed.store import StoreClient, StoreServer
-from paddlike.launch.peers.rendezvous import (
-    FingerprintMismatch,
-    NodeEntry,
-    Rendezvous,
-    RendezvousError,
-    RendezvousTimeout,
+from paddlike.launch.context.master import master_address
+from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousError, RendezvousTimeout
+from paddlike.launch.peers.protocol import decode_entry, encode_entry
+from paddlike.launch.peers.rendezvous import Rendezvous
+from paddlike.launch.plan.agreement import (
     check_fingerprints,
-    fingerprint,
     first_difference,
-    master_address,
     rival_message,
     same_job,
 )
+from paddlike.launch.plan.nodejob import fingerprint
+from paddlike.launch.plan.world import NodeEntry
 
 HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # text only: no connection is opened to them
 
@@ -29,7 +28,7 @@ HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # text only: no connection is open
 def _fp(**changes: object) -> dict[str, str]:
     args: dict = dict(
         ips=HOSTS,
-        devices_per_node=0,
+        devices_per_node="cpu",
         nproc_per_node=2,
         run_mode="collective",
         job_id="j1",
@@ -88,7 +87,7 @@ def test_an_unset_job_id_is_not_compared() -> None:
 
 def test_node_entries_round_trip_through_bytes() -> None:
     e = _entry(2, ports=(40001, 40002, 40003))
-    assert NodeEntry.decode(e.encode()) == e
+    assert decode_entry(encode_entry(e)) == e
 
 
 # --- against a live store, nodes as threads --------------------------------------------
@@ -149,7 +148,9 @@ def test_a_node_that_never_comes_is_named_by_the_timeout(store: StoreServer) -> 
 
 def test_two_launchers_claiming_one_node_index_are_both_named(store: StoreServer) -> None:
     with StoreClient(*store.address) as kv:
-        Rendezvous(kv, 0, 2, HOSTS, 5).kv.compare_set("rdzv/0/node/0", None, _entry(0).encode())
+        Rendezvous(kv, 0, 2, HOSTS, 5).kv.compare_set(
+            "rdzv/0/node/0", None, encode_entry(_entry(0))
+        )
         twin = NodeEntry(0, HOSTS[0], "elsewhere", 999, (1, 2), _fp())
         with pytest.raises(FingerprintMismatch, match=r"two launchers claim node index 0: node0"):
             Rendezvous(kv, 0, 2, HOSTS, 5).join(twin)

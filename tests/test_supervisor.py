@@ -19,9 +19,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from paddlike.launch.console.tee import Console
+from paddlike.launch.console.output import Console
+from paddlike.launch.console.report import report_failure
 from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.run.job import conclude_round
 from paddlike.launch.run.logdir import LogDir
+from paddlike.launch.run.record import RunRecord
 from paddlike.launch.run.supervisor import Supervisor
 from paddlike.summary import RootCause, read_summary
 
@@ -74,9 +77,15 @@ class Run:
         self.out = io.StringIO()
         self.plan = plan
         self.kill_timeout = kill_timeout
-        self.tee = tee
+        # --tee's text as the options give it to the supervisor
+        self.tee = (
+            "all" if tee == "all" else frozenset(int(i) for i in tee.split(",") if i.isdigit())
+        )
 
-    def __call__(self, **kwargs):
+    def __call__(self, restart_count: int = 0, **kwargs):
+        """Supervise the plan, then conclude the round as a one-node job does (summary,
+        report): the job-wide cause of one node is its own."""
+        console = Console(err=self.err)
         with LogDir.open(self.log, overwrite=False, host="127.0.0.1") as logdir:
             sup = Supervisor(
                 self.plan,
@@ -84,10 +93,19 @@ class Run:
                 base_env=os.environ,
                 kill_timeout=self.kill_timeout,
                 tee=self.tee,
-                console=Console(err=self.err),
+                console=console,
                 tee_out=self.out,
             )
-            return sup.run(**kwargs)
+            record = RunRecord(logdir.path, warn=console.warn)
+            outcome = sup.run(
+                restart_count=restart_count,
+                on_started=lambda records: record.running(self.plan, records, restart_count),
+                **kwargs,
+            )
+            if outcome.root_cause is not None:
+                report_failure(console, outcome.root_cause, logdir.path)
+            conclude_round(console, record, self.plan, outcome, outcome.root_cause, restart_count)
+            return outcome
 
 
 def pids_in(work: Path, n: int) -> list[int]:

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-PREFIX = "paddlike.launch: "
+from paddlike.launch.console.output import PREFIX, Console
+
 EVERY = 5.0  # seconds between repeated lines when the console is not a terminal
 
 
@@ -47,7 +48,7 @@ class ProgressLine:
         self._drawn = False  # a line is on the terminal, not yet ended
 
     def show(self, what: str, elapsed: float, timeout: float) -> None:
-        text = f"{PREFIX}{what} ({elapsed:.0f} s of {timeout:g} s)"
+        text = f"{PREFIX} {what} ({elapsed:.0f} s of {timeout:g} s)"
         now = self.clock()
         try:
             if self.tty:
@@ -71,8 +72,6 @@ class ProgressLine:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
 
-    def say(self, line: str) -> None:
-        """One line of the launcher's own (after erasing the progress line)."""
-        self.clear()
-        with contextlib.suppress(OSError, ValueError):
-            print(f"{PREFIX}{line}", file=self.stream, flush=True)
+    def attach(self, console: Console) -> None:
+        """Erase this line before anything else the console prints."""
+        console.before_output = self.clear

@@ -1,56 +1,31 @@
-"""What the launcher itself prints: the start banner, `--tee` echo, and its last words.
+"""`--tee`: the chosen workers' log files echoed to the launcher's stdout as they grow.
 
-Two streams, two purposes: the `--tee` workers' output goes to stdout (it is the
-job's output, so `launch ... | grep loss` works); the launcher's own lines go to
-stderr, each starting with `launch:`. The failure and success reports come from
-`paddlike.logs.report`, so the launcher and `python -m paddlike.logs` say the same.
+The workers' output is the job's output, so it goes to stdout (`launch ... | grep loss`
+works) and the launcher's own lines go to stderr (`console.output`). The echo is written
+on a thread of its own, so a console that stops reading (`| less`) never stalls the
+launcher's teardown or its signals.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
 
-from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
-
-TeeSelection = Literal["all"] | frozenset[int]
-PREFIX = "launch:"
-
-
-def parse_tee(text: str) -> TeeSelection:
-    """The --tee value: which local workers the console echoes.
-
-    "0" -> {0}   "0,2" -> {0, 2}   "all" -> "all"   "none" or "" -> {}
-    """
-    value = text.strip().lower()
-    if value == "all":
-        return "all"
-    if value in ("none", ""):
-        return frozenset()
-    try:
-        indices = frozenset(int(part) for part in value.split(","))
-    except ValueError:
-        raise ValueError(
-            f"--tee must be 'all', 'none' or a comma-separated list of local worker "
-            f"indices e.g. --tee 0,2; got {text!r}"
-        ) from None
-    if any(i < 0 for i in indices):
-        raise ValueError(f"--tee indices must be >= 0; got {text!r}")
-    return indices
+from paddlike.launch.console.output import PREFIX
+from paddlike.launch.context.options import TeeSelection
+from paddlike.launch.plan.plan import ProcessSpec, Role
 
 
-def tee_targets(selection: TeeSelection | str, specs: Sequence[ProcessSpec]) -> list[ProcessSpec]:
+def tee_targets(selection: TeeSelection, specs: Sequence[ProcessSpec]) -> list[ProcessSpec]:
     """The trainers whose local index is selected (servers are never echoed)."""
-    chosen = parse_tee(selection) if isinstance(selection, str) else selection
     trainers = [s for s in specs if s.role is Role.TRAINER]
-    if chosen == "all":
+    if selection == "all":
         return trainers
-    return [s for s in trainers if s.local_index in chosen]
+    return [s for s in trainers if s.local_index in selection]
 
 
 @dataclass
@@ -218,60 +193,3 @@ def _prefixed(data: bytes, prefix: bytes) -> bytes:
     lines = data.split(b"\n")
     body = b"\n".join(prefix + line for line in lines[:-1])
     return body + b"\n"
-
-
-@dataclass
-class Console:
-    """The launcher's own messages (stderr) and reports."""
-
-    err: TextIO = field(default_factory=lambda: sys.stderr)
-    color: bool = False
-
-    def say(self, message: str) -> None:
-        self._emit(f"{PREFIX} {message}")
-
-    def warn(self, message: str) -> None:
-        label = "\x1b[33mlaunch: warning:\x1b[0m" if self.color else f"{PREFIX} warning:"
-        self._emit(f"{label} {message}")
-
-    def block(self, text: str) -> None:
-        self._emit(text)
-
-    def _emit(self, text: str) -> None:
-        try:
-            self.err.write(text + "\n")
-            self.err.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-
-
-def format_banner(
-    plan: LaunchPlan,
-    log_dir: str | os.PathLike[str],
-    *,
-    interface: str | None = None,
-    why: str | None = None,
-) -> str:
-    """The start banner, a few lines:
-
-    launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: matched --ips)
-    launch: 2 trainers on this node, devices cpu, logs in /abs/log
-    """
-    where = plan.host
-    if interface:
-        where += f" on {interface}"
-    if why:
-        where += f": {why}"
-    counts: dict[Role, int] = {}
-    for spec in plan.processes:
-        counts[spec.role] = counts.get(spec.role, 0) + 1
-    names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter worker"}
-    parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
-    devices = sorted({d for s in plan.processes for d in s.device_ids})
-    device_text = "gpus " + ",".join(devices) if devices else "cpu"
-    return (
-        f"{PREFIX} job {plan.job_id}, {plan.run_mode} mode, node {plan.node_index} of "
-        f"{plan.nnodes} ({where})\n"
-        f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
-        f"logs in {os.fspath(log_dir)}"
-    )

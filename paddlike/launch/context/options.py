@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from paddlike.contract import OPTION_ENV_PREFIX
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import argparse
 
 PROG = "paddlike.launch"
+# --tee's local worker indices, or every trainer of this node
+TeeSelection = Literal["all"] | frozenset[int]
 RUN_MODES = ("collective", "ps", "ps-heter")
 PS_OPTIONS = ("server_num", "worker_num", "servers", "workers")
 HETER_OPTIONS = ("heter_workers", "heter_worker_num", "heter_devices")
@@ -52,8 +54,10 @@ class LaunchOptions:
     # Paddle options
     ips: tuple[str, ...] = ("127.0.0.1",)
     ips_given: bool = False  # --ips came from the user (flag or env), not the default
-    gpus: tuple[str, ...] | None = None  # None: CPU mode
-    nproc_per_node: int | None = None  # None: one per GPU, or 1 on CPU
+    gpus: tuple[str, ...] | None = None  # None: the visible GPUs (or CPU workers when none)
+    cpu_only: bool = False  # --devices cpu: CPU workers even where GPUs are visible
+    nproc_per_node: int | None = None  # None: one per visible GPU, or 1 on CPU
+    nproc_per_node_kind: str | None = None  # torchrun's words: "gpu" | "cpu" | "auto"
     run_mode: str = "collective"  # collective | ps (inferred from PS options)
     host: str | None = None
     start_port: int = DEFAULT_START_PORT
@@ -90,6 +94,15 @@ class LaunchOptions:
     @property
     def is_ps(self) -> bool:
         return self.run_mode in ("ps", "ps-heter")
+
+    @property
+    def tee_indices(self) -> TeeSelection:
+        """--tee as local worker indices: "0" -> {0}, "0,2" -> {0, 2}, "all", "none" -> {}."""
+        if self.tee == "all":
+            return "all"
+        if self.tee == "none":
+            return frozenset()
+        return frozenset(int(t) for t in self.tee.split(","))
 
 
 # --- value checkers: str -> value, or a message saying what was expected ------------
@@ -156,10 +169,26 @@ def _name_list(text: str) -> tuple[str, ...]:
     return items
 
 
-def _gpu_list(text: str) -> tuple[str, ...]:
+NPROC_KINDS = ("gpu", "cpu", "auto")
+
+
+def _nproc(text: str) -> int | str:
+    """A positive count, or torchrun's gpu | cpu | auto."""
+    word = text.strip().lower()
+    if word in NPROC_KINDS:
+        return word
+    try:
+        return _positive_int(text)
+    except _Bad:
+        raise _Bad("expected a positive integer") from None  # + _HINTS' words
+
+
+def _gpu_list(text: str) -> tuple[str, ...] | str:
+    if text.strip().lower() == "cpu":
+        return "cpu"
     items = tuple(t.strip() for t in text.split(","))
     if not text.strip() or any(not t.isdigit() for t in items):
-        raise _Bad("expected a comma-separated list of GPU ids, e.g. 0,1")
+        raise _Bad("expected a comma-separated list of GPU ids, e.g. 0,1, or cpu")
     if len(set(items)) != len(items):
         raise _Bad("expected each GPU id once")
     return tuple(str(int(t)) for t in items)
@@ -295,10 +324,15 @@ class _Parser:
             "--devices",
             "--selected_gpus",
             dest="gpus",
-            help="GPU ids for this node's workers, e.g. 0,1 (relative to CUDA_VISIBLE_DEVICES' "
-            "entries when set); without it, CPU workers",
+            help="physical GPU ids for this node's workers, e.g. 0,1 (entries of "
+            "CUDA_VISIBLE_DEVICES when set), or cpu; default: every visible GPU, or CPU workers "
+            "when none is visible",
         )
-        g.add_argument("--nproc_per_node", help="workers per node (default: one per GPU, or 1)")
+        g.add_argument(
+            "--nproc_per_node",
+            help="workers per node: a number (the GPUs split into that many slices), or gpu, "
+            "cpu, auto as in torchrun (default: one per visible GPU, or 1)",
+        )
         g.add_argument("--run_mode", help="collective (default) or ps")
         g.add_argument("--host", help="this node's address, when it cannot be matched (or POD_IP)")
         g.add_argument("--start_port", help="first port on multi-node jobs (default 6070)")
@@ -375,7 +409,7 @@ class _Parser:
 _CHECKS = {
     "ips": _name_list,
     "gpus": _gpu_list,
-    "nproc_per_node": _positive_int,
+    "nproc_per_node": _nproc,
     "run_mode": _run_mode,
     "host": _text,
     "start_port": _port,
@@ -401,6 +435,8 @@ _CHECKS = {
     "tee": _tee,
     "kill_timeout": _non_negative_float,
 }
+# What else a value may be, said after the value given.
+_HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
 _FLAGS = ("module", "no_python", "log_overwrite", "redirect_stdout_and_stderr", "dry_run")
 
 
@@ -454,7 +490,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         try:
             raw[dest] = check(value)
         except _Bad as bad:
-            raise UsageError(f"{source}: {bad}, got {value!r}", f"--{dest}") from None
+            hint = _HINTS.get(dest, "")
+            raise UsageError(f"{source}: {bad}, got {value!r}{hint}", f"--{dest}") from None
         given.add(dest)
     for dest in _FLAGS:
         value = getattr(ns, dest)
@@ -477,6 +514,11 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
                 "--job_token_file",
             )
         raw["job_token"] = raw.pop("job_token_file")
+    if raw.get("gpus") == "cpu":
+        raw["cpu_only"] = True
+        del raw["gpus"]
+    if isinstance(raw.get("nproc_per_node"), str):
+        raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
     raw["ips_given"] = "ips" in given
     raw["run_mode"] = _infer_run_mode(raw, given)
     options = LaunchOptions(
@@ -516,10 +558,10 @@ def _check_combinations(o: LaunchOptions) -> None:
             raise UsageError(
                 f"--gpus: parameter-server mode runs on CPUs, got {','.join(o.gpus)!r}", "--gpus"
             )
-        if o.nproc_per_node is not None:
+        if o.nproc_per_node is not None or o.nproc_per_node_kind is not None:
             raise UsageError(
                 f"--nproc_per_node: not used in parameter-server mode (use --worker_num), "
-                f"got '{o.nproc_per_node}'",
+                f"got '{o.nproc_per_node or o.nproc_per_node_kind}'",
                 "--nproc_per_node",
             )
         if o.servers is not None and o.server_num is not None and o.server_num != len(o.servers):
@@ -550,9 +592,25 @@ def _check_combinations(o: LaunchOptions) -> None:
             raise UsageError(
                 f"--node_rank: {o.node_rank} is out of range for {nnodes} node(s)", "--node_rank"
             )
+    _check_device_words(o)
     if o.gpus is not None and o.nproc_per_node is not None and len(o.gpus) % o.nproc_per_node:
         raise UsageError(
             f"--nproc_per_node: {o.nproc_per_node} does not divide the {len(o.gpus)} GPUs of "
             f"--gpus {','.join(o.gpus)}",
+            "--nproc_per_node",
+        )
+
+
+def _check_device_words(o: LaunchOptions) -> None:
+    """--devices cpu and --nproc_per_node gpu|cpu|auto against the other device options."""
+    kind = o.nproc_per_node_kind
+    if kind == "cpu" and o.gpus is not None:
+        raise UsageError(
+            f"--nproc_per_node: 'cpu' contradicts --gpus {','.join(o.gpus)}; drop one of them",
+            "--nproc_per_node",
+        )
+    if kind == "gpu" and o.cpu_only:
+        raise UsageError(
+            "--nproc_per_node: 'gpu' contradicts --devices cpu; drop one of them",
             "--nproc_per_node",
         )

@@ -28,8 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 
@@ -318,24 +317,3 @@ class EtcdStore:
             lease, self.lease = self.lease, None
             with contextlib.suppress(StoreError):  # else it expires by itself after its TTL
                 self._call("lease/revoke", {"ID": str(lease)})
-
-
-@dataclass
-class LeaseLiveness:
-    """etcd heartbeats: `beat` renews this node's lease; a node whose ``alive/<j>`` key
-    (attached to its lease) is gone has lost its lease, so it is dead or cut off."""
-
-    kv: EtcdStore
-    node_index: int
-    nnodes: int
-    clock: Callable[[], float] = time.monotonic
-
-    def beat(self) -> None:
-        self.kv.keepalive()
-
-    def silent(self, now: float) -> list[int]:
-        return [
-            j
-            for j in range(self.nnodes)
-            if j != self.node_index and self.kv.try_get(f"alive/{j}") is None
-        ]

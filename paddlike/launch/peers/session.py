@@ -1,6 +1,6 @@
-"""A many-node launcher's link to the other nodes for the whole job (`JobSession`).
+"""A many-node launcher's link to the other nodes for the whole job (`StorePeers`).
 
-The session hosts the launchers' store on node 0 (or talks to etcd), joins each
+It hosts the launchers' store on node 0 (or talks to etcd), joins each
 round's rendezvous and hands out each round's `JobWatch`. It also knows what the
 launcher is waiting for at any moment (`waiting_for`), so that an interrupt can say
 so, and how to tell the other nodes that this launcher stops (`publish_stop`):
@@ -31,39 +31,38 @@ from paddlike.distributed.store import (
     StoreServer,
     StoreTimeoutError,
 )
-from paddlike.launch.peers.rendezvous import (
+from paddlike.launch.peers import protocol as p
+from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout, StoreRefused
+from paddlike.launch.peers.kv import (
+    CONNECT_CHUNK,
     KV,
-    NodeEntry,
-    Rendezvous,
-    RendezvousResult,
-    describe_missing,
-    node_label,
+    Progress,
+    connect_with_progress,
+    host_store,
+    is_store_host,
 )
+from paddlike.launch.peers.rendezvous import Rendezvous, find_rival
 from paddlike.launch.peers.watch import (
     DONE_GRACE,
     HEARTBEATS_PER_TIMEOUT,
     JobWatch,
-    encode_cause,
+    LeaseLiveness,
     tcp_store_watch,
 )
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing, node_label
 from paddlike.summary import RootCause
 
-CONNECT_CHUNK = 1.0  # seconds per connection attempt to node 0's store, between progress lines
 
-# progress(what, elapsed, timeout): one status line while waiting (`progress.ProgressLine`)
-Progress = Callable[[str, float, float], None]
+class StorePeers:
+    """A many-node launcher's link to the others for the whole job (see `peers.Peers`).
 
-
-class JobSession:
-    """A multi-node launcher's link to the others for the whole job.
-
-    session = JobSession.open_tcp(...)  (or open_etcd)
+    peers = StorePeers.open_tcp(...)  (or open_etcd)
     for round_ in range(max_restarts + 1):
-        result = session.rendezvous(round_, entry)    # all nodes' ports, same everywhere
-        watch = session.watch(round_)                 # fd/poll/publish for the supervisor
+        result = peers.rendezvous(round_, entry)    # all nodes' ports, same everywhere
+        watch = peers.watch(round_, log_dir, ...)   # fd/poll/publish for the supervisor
         ... supervisor.run(extra_fds={watch.fd: watch.poll}, on_failure=watch.publish)
-        cause = session.finish(watch, ok)             # job-wide: None = all nodes fine
-    session.close()                                   # node 0 waits for the others first
+        cause = peers.finish(watch, ok)             # job-wide: None = all nodes fine
+    peers.close()                                   # node 0 waits for the others first
     """
 
     def __init__(
@@ -129,17 +128,15 @@ class JobSession:
         heartbeat_timeout: float,
         progress: Progress,
         waiting: Callable[[str], None] = lambda what: None,
-    ) -> JobSession:
+    ) -> StorePeers:
         """Node 0 starts the store at `master`; every node connects (retrying to the timeout,
         with a progress line while node 0's store is not up). `waiting` is told what the
         launcher waits for before the session exists (for an interrupt's message)."""
-        from paddlike.launch.peers.rendezvous import RendezvousTimeout, host_store, hosts_store
-
         server = None
         address = f"{master[0]}:{master[1]}"
         # torchrun style on one machine: every node's address is the master's; only node 0
         # hosts the store then
-        if hosts_store(master[0], hosts, node_index) and (all(hosts) or node_index == 0):
+        if is_store_host(master[0], hosts, node_index) and (all(hosts) or node_index == 0):
             # torchrun style: the other nodes' addresses are unknown until they publish them,
             # so any peer may connect (a --job_token still keeps strangers out)
             allowed = hosts if all(hosts) else None
@@ -148,7 +145,7 @@ class JobSession:
         what = f"waiting for {store_host} ({address}) to host the launchers' store"
         waiting(what)
         try:
-            kv = _connect_with_progress(
+            kv = connect_with_progress(
                 master, token, rdzv_timeout, heartbeat_timeout, what, progress
             )
         except StoreTimeoutError as exc:
@@ -209,16 +206,10 @@ class JobSession:
         heartbeat_timeout: float,
         progress: Progress,
         waiting: Callable[[str], None] = lambda what: None,
-    ) -> JobSession:
+    ) -> StorePeers:
         """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
         (TTL --heartbeat_timeout) and marks itself alive under it."""
-        from paddlike.launch.peers.etcd import (
-            EtcdStore,
-            EtcdUnreachable,
-            LeaseLiveness,
-            parse_etcd_master,
-        )
-        from paddlike.launch.peers.rendezvous import RendezvousError, RendezvousTimeout
+        from paddlike.launch.peers.etcd import EtcdStore, EtcdUnreachable, parse_etcd_master
 
         kv = EtcdStore(
             parse_etcd_master(master),
@@ -235,7 +226,7 @@ class JobSession:
                 try:
                     if kv.lease is None:
                         kv.grant_lease(heartbeat_timeout)
-                    kv.set(f"alive/{node_index}", str(os.getpid()))
+                    kv.set(p.alive_key(node_index), str(os.getpid()))
                     break
                 except EtcdUnreachable as exc:
                     if time.monotonic() + delay > deadline:
@@ -284,9 +275,11 @@ class JobSession:
 
     # -- the rounds --
 
-    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
-        from paddlike.launch.peers.rendezvous import find_rival
+    @property
+    def address(self) -> str:
+        return self.kv.address
 
+    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
         def rival_check(round_: int, missing: list[int]) -> str | None:
             if self.server is None or self.master is None:
                 return None  # only a store's host can have a rival
@@ -327,8 +320,6 @@ class JobSession:
     def _refused(self, addr: str, reason: str) -> None:
         """The store refused `addr` (a server thread): a job node refused for its token will
         never join, so end the rendezvous now with a verdict naming it."""
-        from paddlike.launch.peers.rendezvous import MISMATCH_PREFIX
-
         rdzv, round_ = self._rdzv, self._round
         if reason != WRONG_TOKEN or rdzv is None or round_ is None:
             return
@@ -344,13 +335,16 @@ class JobSession:
             "--job_token (or PADDLIKE_JOB_TOKEN, --job_token_file)"
         )
         assert self.server is not None
-        self.server.compare_set(f"rdzv/{round_}/complete", None, MISMATCH_PREFIX + message.encode())
+        self.server.compare_set(p.complete_key(round_), None, p.MISMATCH_PREFIX + message.encode())
 
-    def watch(self, round_: int, log_dir: str | None = None) -> JobWatch:
+    def watch(self, round_: int, log_dir: str, *, services: bool) -> JobWatch:
+        """This round's watch: started, with its `ServicesStop` when `services` (PS on
+        several nodes: the servers stop when every trainer of the job is done)."""
         for old in self._watches:
             old.stop()
         w = self._make_watch(round_, self.hosts)
         w.log_dir = log_dir
+        w.services = w.services_stop() if services else None
         w.start()
         self._watches.append(w)
         self._round = round_
@@ -369,32 +363,30 @@ class JobSession:
         round_ = self._round
         if round_ is None:
             return False
-        rdzv, payload = self._rdzv, encode_cause(cause)
+        rdzv, payload = self._rdzv, p.encode_cause(cause)
         try:
             if rdzv is not None:
-                from paddlike.launch.peers.rendezvous import ABORTED_PREFIX
-
-                key, value = f"rdzv/{round_}/complete", ABORTED_PREFIX + payload
+                key, value = p.complete_key(round_), p.ABORTED_PREFIX + payload
                 keys = [key]
                 if rdzv.ticket is not None:  # read the verdict: node 0 need not wait for us
-                    keys.append(f"rdzv/{round_}/left/{rdzv.ticket}")
+                    keys.append(p.left_key(round_, rdzv.ticket))
             else:
-                key, value = f"job/{round_}/abort", payload
-                keys = [key, f"job/{round_}/end/{self.node_index}"]
-                keys.append(f"job/{round_}/done/{self.node_index}")
+                key, value = p.abort_key(round_), payload
+                keys = [key, p.end_key(round_, self.node_index)]
+                keys.append(p.done_key(round_, self.node_index))
             # Count the arrivals before publishing: once our "left" key is there, node 0
             # may read the verdict, see everyone gone and close its store at once.
-            arrived = f"rdzv/{round_}/arrived"
+            arrived = p.arrived_key(round_)
             if self.server is not None:  # node 0: straight into its own table
                 count = self.server.peek(arrived)
                 for k in keys:
-                    self.server.compare_set(k, None, value if k == key else b"stopped")
+                    self.server.compare_set(k, None, value if k == key else p.STOPPED)
             else:
                 kv = self._connect()
                 try:
                     count = kv.try_get(arrived)
                     for k in keys:
-                        kv.compare_set(k, None, value if k == key else b"stopped")
+                        kv.compare_set(k, None, value if k == key else p.STOPPED)
                 finally:
                     kv.close()
         except StoreError:
@@ -429,43 +421,7 @@ class JobSession:
 
 def token_refused(exc: StoreAuthError, who: str):  # type: ignore[no-untyped-def]
     """The refused side of a token mismatch: a configuration error (exit 2)."""
-    from paddlike.launch.peers.rendezvous import StoreRefused
-
     return StoreRefused(
         f"rendezvous: {exc}; {who} needs the same --job_token (or PADDLIKE_JOB_TOKEN, "
         "--job_token_file) as node 0"
     )
-
-
-def _connect_with_progress(
-    master: tuple[str, int],
-    token: bytes | None,
-    timeout: float,
-    heartbeat_timeout: float,
-    what: str,
-    progress: Progress,
-) -> StoreClient:
-    """Connect to node 0's store, retrying until `timeout`; after each second without it,
-    a progress line ("waiting for node 0 (...) to host the launchers' store (3 s of 300 s)")."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            kv = StoreClient(
-                *master,
-                timeout=max(0.01, min(CONNECT_CHUNK, left)),
-                token=token,
-                reconnect_timeout=heartbeat_timeout,
-                io_timeout=heartbeat_timeout,
-            )
-        except StoreTimeoutError as exc:
-            if time.monotonic() >= deadline:
-                raise StoreTimeoutError(
-                    f"no answer at {master[0]}:{master[1]} within {timeout:g} s "
-                    f"(last attempt: {exc})"
-                ) from exc
-            progress(what, time.monotonic() - started, timeout)
-            continue
-        kv.timeout = timeout  # the default deadline of its waiting calls
-        return kv

@@ -32,34 +32,47 @@ nodes, TCP store or etcd) makes one JobWatch per round.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
-from paddlike.launch.peers.rendezvous import KV, node_label, wait_keys
+from paddlike.launch.peers import protocol as p
+from paddlike.launch.peers.kv import KV, wait_keys
+from paddlike.launch.plan.policy import (
+    JobCause,
+    as_seen_from,
+    lost_contact_cause,
+    lost_node_cause,
+)
+from paddlike.launch.plan.world import node_label
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
-    from paddlike.launch.run.supervisor import ServicesStop
+    from paddlike.launch.peers.etcd import EtcdStore
 
 HEARTBEATS_PER_TIMEOUT = 5
 WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
 
 
-def encode_cause(cause: RootCause) -> bytes:
-    return json.dumps(asdict(cause), sort_keys=True).encode()
+@dataclass(frozen=True)
+class ServicesStop:
+    """An outside say in when this node's servers stop (PS on several nodes).
 
+    Without one, the supervisor asks the servers to stop once this node's trainers all
+    exited 0. With one, it calls `local_trainers_done()` once at that moment (at once
+    when this node runs no trainer) and stops the servers only when `fd` is readable and
+    `stop_now()` (which consumes the readiness) returns True: when every trainer of the
+    whole job has exited 0, servers elsewhere may still be serving trainers until then.
+    """
 
-def decode_cause(raw: bytes) -> RootCause:
-    d = json.loads(raw)
-    known = set(RootCause.__dataclass_fields__)
-    return RootCause(**{k: v for k, v in d.items() if k in known})
+    fd: int
+    local_trainers_done: Callable[[], None]
+    stop_now: Callable[[], bool]
 
 
 class Liveness(Protocol):
@@ -84,20 +97,40 @@ class CounterLiveness:
     _seen: dict[int, tuple[bytes | None, float]] = field(default_factory=dict)
 
     def beat(self) -> None:
-        self.kv.add(f"hb/{self.node_index}", 1)
+        self.kv.add(p.heartbeat_key(self.node_index), 1)
 
     def silent(self, now: float) -> list[int]:
         lost = []
         for j in range(self.nnodes):
             if j == self.node_index:
                 continue
-            value = self.kv.try_get(f"hb/{j}")
+            value = self.kv.try_get(p.heartbeat_key(j))
             old = self._seen.get(j)
             if old is None or old[0] != value:
                 self._seen[j] = (value, now)
             elif now - old[1] > self.timeout:
                 lost.append(j)
         return lost
+
+
+@dataclass
+class LeaseLiveness:
+    """etcd heartbeats: `beat` renews this node's lease; a node whose ``alive/<j>`` key
+    (attached to its lease) is gone has lost its lease, so it is dead or cut off."""
+
+    kv: EtcdStore
+    node_index: int
+    nnodes: int
+
+    def beat(self) -> None:
+        self.kv.keepalive()
+
+    def silent(self, now: float) -> list[int]:
+        return [
+            j
+            for j in range(self.nnodes)
+            if j != self.node_index and self.kv.try_get(p.alive_key(j)) is None
+        ]
 
 
 class JobWatch:
@@ -117,8 +150,10 @@ class JobWatch:
         monitor: bool,
         heartbeat_kv: KV | None = None,
         clock: Callable[[], float] = time.monotonic,
+        warn: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.kv = kv
+        self.warn = warn  # the console's warning line
         self.heartbeat_kv = heartbeat_kv or kv  # the heartbeat thread's own connection
         self._connect = connect
         self.liveness = liveness
@@ -129,13 +164,13 @@ class JobWatch:
         self.heartbeat_timeout = heartbeat_timeout
         self.monitor = monitor
         self.clock = clock
-        self.abort_key = f"job/{round_}/abort"
+        self.abort_key = p.abort_key(round_)
         self.log_dir: str | None = None  # this node's log directory, for published causes
+        self.services: ServicesStop | None = None  # set by the peers for PS on several nodes
         self._read_fd, self._write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._cause: RootCause | None = None  # the job-wide root cause, once known
-        self._published_ours = False
+        self._cause = JobCause()  # the job-wide root cause, once known (under the lock)
         self._lost_contact: RootCause | None = None
         self._threads: list[threading.Thread] = []
         self._services_fds: tuple[int, ...] = ()
@@ -159,13 +194,13 @@ class JobWatch:
         return self._read_fd
 
     def end_key(self, node: int) -> str:
-        return f"job/{self.round}/end/{node}"
+        return p.end_key(self.round, node)
 
     def done_key(self, node: int) -> str:
-        return f"job/{self.round}/done/{node}"
+        return p.done_key(self.round, node)
 
     def trainers_ok_key(self, node: int) -> str:
-        return f"job/{self.round}/trainers-ok/{node}"
+        return p.trainers_ok_key(self.round, node)
 
     def start(self) -> JobWatch:
         for target, name in ((self._watch, "abort-watch"), (self._heartbeat, "heartbeat")):
@@ -190,8 +225,6 @@ class JobWatch:
         Starts a thread that waits for every node's ``trainers-ok`` key on its own
         connection; a lost node or an abort ends the round through `fd` instead.
         """
-        from paddlike.launch.run.supervisor import ServicesStop
-
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._services_fds = (read_fd, write_fd)
         t = threading.Thread(
@@ -205,7 +238,7 @@ class JobWatch:
         try:
             self.kv.set(self.trainers_ok_key(self.node_index), b"1")
         except StoreError as exc:  # the heartbeat thread decides whether the store is gone
-            _say(f"warning: could not tell the other nodes that its trainers are done: {exc}")
+            self.warn(f"could not tell the other nodes that its trainers are done: {exc}")
 
     def _services_ready(self) -> bool:
         try:
@@ -249,38 +282,29 @@ class JobWatch:
             # the other nodes cannot join a relative name to our log directory
             cause = replace(cause, log_file=os.path.join(self.log_dir, cause.log_file))
         try:
-            winner = decode_cause(self.kv.compare_set(self.abort_key, None, encode_cause(cause)))
+            raw = self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))
+            winner = p.decode_cause(raw)
         except StoreError:
             winner = cause  # the store is gone: our cause is the best we know
         with self._lock:
-            if self._cause is None:
-                self._cause = winner
-            self._published_ours = True
+            self._cause.published(winner)
 
     def poll(self) -> RootCause | None:
         """`extra_fds` callback: the cause that ends the job, unless it is our own."""
         with contextlib.suppress(OSError):
             os.read(self._read_fd, 4096)
         with self._lock:
-            if self._published_ours or self._cause is None:
-                return None
-            cause = self._cause
-        if cause.log_file and cause.node_index not in (None, self.node_index):
-            # The failure report names the log file: say that it is on the other node's host
-            # (an absolute path is printed as it is, not joined to our log directory).
-            where = node_label(cause.node_index, self.hosts)
-            cause = replace(cause, log_file=f"{cause.log_file} on {where}")
-        return cause
+            cause = self._cause.to_act_on()
+        return None if cause is None else as_seen_from(cause, self.node_index, self.hosts)
 
     @property
     def root_cause(self) -> RootCause | None:
         with self._lock:
-            return self._cause
+            return self._cause.cause
 
     def _found(self, cause: RootCause) -> None:
         with self._lock:
-            if self._cause is None:
-                self._cause = cause
+            self._cause.learned(cause)
             if self._fds_open:
                 with contextlib.suppress(OSError):
                     os.write(self._write_fd, b"!")
@@ -308,31 +332,20 @@ class JobWatch:
                         kv.close()
                         kv = self._connect()
                     continue
-                self._found(decode_cause(raw))
+                self._found(p.decode_cause(raw))
                 return
         finally:
             kv.close()
 
     def _contact_cause(self, detail: str) -> RootCause:
-        me = node_label(self.node_index, self.hosts)
-        if self.on_etcd:
-            endpoints = self.kv.address.removeprefix("etcd://")
-            reason = (
-                f"{me} lost contact with etcd at {endpoints} (--master) for "
-                f"{self.heartbeat_timeout:g} s (--heartbeat_timeout): the etcd endpoint stopped "
-                f"answering or the network to it failed ({detail})"
-            )
-        else:
-            reason = (
-                f"{me} lost contact with {self.store_host_label}, which hosts the job's store "
-                f"at {self.kv.address}, for {self.heartbeat_timeout:g} s (--heartbeat_timeout): "
-                f"its launcher died or the network to it failed ({detail})"
-            )
-        return RootCause(
-            reason=reason,
-            host=self.hosts[self.node_index] if self.node_index < len(self.hosts) else "",
-            node_index=self.node_index,
-            time=time.time(),
+        return lost_contact_cause(
+            self.node_index,
+            self.hosts,
+            self.kv.address,
+            self.store_host_label,
+            self.heartbeat_timeout,
+            detail,
+            time.time(),
         )
 
     def _heartbeat(self) -> None:
@@ -356,21 +369,12 @@ class JobWatch:
             self._stop.wait(interval)  # a period, not a wait for an event
 
     def _lost_node(self, j: int) -> None:
-        cause = RootCause(
-            reason=(
-                f"{node_label(j, self.hosts)} stopped sending heartbeats for "
-                f"{self.heartbeat_timeout:g} s (--heartbeat_timeout): its launcher died or "
-                "the network to it failed"
-            ),
-            host=self.hosts[j] if j < len(self.hosts) else "",
-            node_index=j,
-            time=time.time(),
-        )
+        cause = lost_node_cause(j, self.hosts, self.heartbeat_timeout, time.time())
         kv = self.heartbeat_kv
-        raw = kv.compare_set(self.abort_key, None, encode_cause(cause))
-        kv.compare_set(self.end_key(j), None, b"lost")
-        kv.compare_set(self.done_key(j), None, b"lost")
-        self._found(decode_cause(raw))
+        raw = kv.compare_set(self.abort_key, None, p.encode_cause(cause))
+        kv.compare_set(self.end_key(j), None, p.END_LOST)
+        kv.compare_set(self.done_key(j), None, p.END_LOST)
+        self._found(p.decode_cause(raw))
 
     # -- the end of the round --
 
@@ -383,18 +387,18 @@ class JobWatch:
         if self._lost_contact is not None:
             return self._lost_contact  # nobody to report to
         try:
-            self.kv.set(self.end_key(self.node_index), b"ok" if ok else b"failed")
+            self.kv.set(self.end_key(self.node_index), p.END_OK if ok else p.END_FAILED)
             keys = [self.end_key(j) for j in range(self.nnodes)]
             while True:
                 if self._lost_contact is not None:
                     return self._lost_contact
                 try:
-                    self._wait_all(keys, WATCH_CHUNK)
+                    wait_keys(self.kv, keys, WATCH_CHUNK)
                     break
                 except StoreTimeoutError:
                     continue
             raw = self.kv.try_get(self.abort_key)
-            cause = decode_cause(raw) if raw is not None else None
+            cause = p.decode_cause(raw) if raw is not None else None
         except StoreError as exc:
             cause = self.root_cause or self._contact_cause(str(exc))
         # Node 0 keeps its store up until every node has said it read the outcome (and the
@@ -403,19 +407,10 @@ class JobWatch:
         try:
             self.kv.set(self.done_key(self.node_index), b"1")
         except StoreError as exc:
-            _say(f"warning: could not tell node 0 that this node read the job's outcome: {exc}")
+            self.warn(f"could not tell node 0 that this node read the job's outcome: {exc}")
         with self._lock:
-            if cause is not None:
-                self._cause = cause
+            self._cause.settled(cause)
         return cause
-
-    def _wait_all(self, keys: list[str], timeout: float) -> None:
-        wait = getattr(self.kv, "wait", None)
-        if wait is not None:
-            wait(keys, timeout=timeout)
-            return
-        for k in keys:
-            self.kv.get(k, timeout=timeout)
 
     def wait_done(self, timeout: float = DONE_GRACE) -> None:
         """Node 0, before closing its store: let every node read the outcome first."""
@@ -468,9 +463,3 @@ def tcp_store_watch(
         monitor=node_index == 0,
         heartbeat_kv=hb_kv,
     )
-
-
-def _say(line: str) -> None:
-    import sys
-
-    print(f"paddlike.launch: {line}", file=sys.stderr, flush=True)

@@ -1,8 +1,7 @@
-"""Restart rounds (--max_restarts N): run the job; after a worker failure, run it again.
+"""The decisions of a job, pure and tested as tables: how a process's exit counts, which
+cause is the job's, what exit code a cause gives, and whether another round follows.
 
-One loop for the one-node path (main.run) and the many-node path (multinode), so both
-restart alike. A round is whatever the caller runs; the loop only decides, from the
-round's job-wide root cause, whether another round follows:
+Restart rounds (--max_restarts N), decided from the round's job-wide root cause:
 
 | the round ended with                      | next                                  |
 | ----------------------------------------- | ------------------------------------- |
@@ -16,11 +15,199 @@ Every node of a job sees the same root cause, so every node decides the same way
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
+from paddlike.launch.plan.world import node_label
 from paddlike.summary import RootCause
+
+# --- a process's exit --------------------------------------------------------------------
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+def signal_number(name: str) -> int:
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        return 0
+
+
+def how_ended(code: int) -> str:
+    """Popen's form (negative: killed by that signal) in words."""
+    return f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
+
+
+@dataclass(frozen=True)
+class ExitVerdict:
+    """What one process's exit means: its status, and a failure reason when the exit is a
+    root cause of the round (None: not a failure, or one that came after the teardown began)."""
+
+    status: str  # "ok" | "failed" | "killed"
+    failure: str | None = None
+
+
+def exit_verdict(
+    label: str,
+    code: int,
+    *,
+    stop_sent: bool,
+    kill_sent: bool,
+    stopping_services: bool,
+    tearing_down: bool,
+) -> ExitVerdict:
+    """How an exit counts. `code` in Popen's form; `stop_sent`/`kill_sent`: the launcher
+    sent SIGTERM/SIGKILL to this process; `stopping_services`: the servers were asked to
+    stop because the trainers are done; `tearing_down`: the job is already ending.
+
+    | asked to stop | phase            | exit                 | status | root cause |
+    | ------------- | ---------------- | -------------------- | ------ | ---------- |
+    | no            | any              | 0                    | ok     | no         |
+    | no            | running          | != 0                 | failed | yes        |
+    | no            | teardown         | != 0                 | failed | no         |
+    | SIGTERM       | stopping servers | 0, SIGTERM, 143      | ok     | no         |
+    | SIGTERM       | stopping servers | anything else        | failed | yes        |
+    | SIGTERM/KILL  | teardown         | anything             | killed | no         |
+    """
+    if stop_sent:
+        if stopping_services and not kill_sent:
+            if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+                return ExitVerdict("ok")
+            how = signal_name(-code) if code < 0 else f"code {code}"
+            return ExitVerdict("failed", f"{label} exited with {how} after being asked to stop")
+        return ExitVerdict("killed")
+    if code == 0:
+        return ExitVerdict("ok")
+    if tearing_down:
+        return ExitVerdict("failed")
+    return ExitVerdict("failed", f"{label} {how_ended(code)}")
+
+
+def cause_exit_code(cause: RootCause) -> int:
+    """What a launcher exits with for a root cause, on every node: the failed process's
+    own code, 128+N for death by (or a launcher's receipt of) signal N, else 1."""
+    if cause.exit_code:
+        return cause.exit_code
+    if cause.signal:
+        with contextlib.suppress(KeyError):
+            return 128 + int(signal.Signals[cause.signal])
+    return 1
+
+
+# --- the job-wide root cause ---------------------------------------------------------------
+
+
+@dataclass
+class JobCause:
+    """The job's root cause as one node learns it. The store keeps the first cause written
+    (create-only), so every node ends up with the same one; this object applies the rules
+    around it:
+
+    | event                                     | effect                                   |
+    | ----------------------------------------- | ---------------------------------------- |
+    | `published(winner)` after our own failure | winner known; we are ending anyway, so   |
+    |                                           | `to_act_on` stays None                    |
+    | `learned(cause)` (another node's, a lost  | known if nothing was known yet; the      |
+    | node, lost contact)                       | supervisor tears down for it             |
+    | `settled(cause)` at the round's end       | the store's final word replaces ours     |
+    """
+
+    cause: RootCause | None = None
+    ours_published: bool = False
+
+    def published(self, winner: RootCause) -> None:
+        if self.cause is None:
+            self.cause = winner
+        self.ours_published = True
+
+    def learned(self, cause: RootCause) -> None:
+        if self.cause is None:
+            self.cause = cause
+
+    def settled(self, cause: RootCause | None) -> None:
+        if cause is not None:
+            self.cause = cause
+
+    def to_act_on(self) -> RootCause | None:
+        """A cause that must end this node's round: known, and not our own."""
+        if self.ours_published:
+            return None
+        return self.cause
+
+
+def as_seen_from(cause: RootCause, node_index: int, hosts: Sequence[str]) -> RootCause:
+    """The failure report names the log file: say that it is on the other node's host
+    (an absolute path is printed as it is, not joined to our log directory)."""
+    if cause.log_file and cause.node_index not in (None, node_index):
+        where = node_label(cause.node_index, hosts)
+        return replace(cause, log_file=f"{cause.log_file} on {where}")
+    return cause
+
+
+def lost_node_cause(node: int, hosts: Sequence[str], timeout: float, now: float) -> RootCause:
+    return RootCause(
+        reason=(
+            f"{node_label(node, hosts)} stopped sending heartbeats for {timeout:g} s "
+            "(--heartbeat_timeout): its launcher died or the network to it failed"
+        ),
+        host=hosts[node] if node < len(hosts) else "",
+        node_index=node,
+        time=now,
+    )
+
+
+def lost_contact_cause(
+    node: int,
+    hosts: Sequence[str],
+    store: str,
+    store_host: str,
+    timeout: float,
+    detail: str,
+    now: float,
+) -> RootCause:
+    """This node cannot reach the store: `store` is its address (etcd://... or host:port),
+    `store_host` who hosts it ("node 0 (10.0.0.1)")."""
+    me = node_label(node, hosts)
+    if store.startswith("etcd://"):
+        endpoints = store.removeprefix("etcd://")
+        reason = (
+            f"{me} lost contact with etcd at {endpoints} (--master) for {timeout:g} s "
+            "(--heartbeat_timeout): the etcd endpoint stopped answering or the network to it "
+            f"failed ({detail})"
+        )
+    else:
+        reason = (
+            f"{me} lost contact with {store_host}, which hosts the job's store at {store}, for "
+            f"{timeout:g} s (--heartbeat_timeout): its launcher died or the network to it "
+            f"failed ({detail})"
+        )
+    return RootCause(
+        reason=reason, host=hosts[node] if node < len(hosts) else "", node_index=node, time=now
+    )
+
+
+def launcher_signal_cause(
+    host: str, node_index: int, name: str, what: str, now: float
+) -> RootCause:
+    """A launcher received SIGINT/SIGTERM/SIGHUP; `what` it was doing ("" while supervising)."""
+    while_ = f" while {what}" if what else ""
+    return RootCause(
+        reason=f"launcher on {host} received {name}{while_}",
+        host=host,
+        node_index=node_index,
+        signal=name,
+        time=now,
+    )
+
+
+# --- rounds ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -36,14 +223,8 @@ def restartable(cause: RootCause) -> bool:
     return cause.role is not None
 
 
-def _say(line: str) -> None:
-    print(f"paddlike.launch: {line}", file=sys.stderr, flush=True)
-
-
 def run_rounds(
-    max_restarts: int,
-    run_round: Callable[[int], RoundEnd],
-    say: Callable[[str], None] = _say,
+    max_restarts: int, run_round: Callable[[int], RoundEnd], say: Callable[[str], None]
 ) -> int:
     """Call `run_round(0)`, then `run_round(1)`, ... until one succeeds, ends for a reason a
     restart cannot fix, or `max_restarts` restarts are used up; return the exit code."""

@@ -20,17 +20,8 @@ import fcntl
 import os
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from paddlike.launch.context.options import UsageError
-from paddlike.launch.plan.plan import EndpointLayout, PsLayout
-
-if TYPE_CHECKING:
-    from paddlike.launch.context.node import PsNode
-    from paddlike.launch.context.options import LaunchOptions
 
 TTL = 60.0
 LOCK_TIMEOUT = 10.0
@@ -171,79 +162,3 @@ def free_ports(n: int, host: str = "") -> tuple[int, ...]:
         if port not in ports:
             ports.append(port)
     return tuple(ports)
-
-
-def layout_endpoints(
-    hosts: Sequence[str], node_index: int, nproc: int, *, start_port: int, reserve: bool = True
-) -> EndpointLayout:
-    """Ports of every node's trainers and of the workers' master store.
-
-    This is the seam the rendezvous replaces. Single node: free ports, reserved here.
-    Many nodes: every node uses --start_port.. for its trainers and node 0 the next
-    port for the master store, because nothing is known yet about other hosts' ports.
-    """
-    if len(hosts) == 1:
-        ports = reserve_ports(nproc + 1) if reserve else free_ports(nproc + 1)
-        return EndpointLayout(tuple(hosts), 0, (ports[:nproc],), master_port=ports[nproc])
-    if start_port + nproc > 65535:
-        raise UsageError(
-            f"--start_port: {start_port} leaves no room for {nproc + 1} ports", "--start_port"
-        )
-    per_node = tuple(range(start_port, start_port + nproc))
-    return EndpointLayout(
-        tuple(hosts), node_index, tuple(per_node for _ in hosts), master_port=start_port + nproc
-    )
-
-
-def layout_ps(options: LaunchOptions, node: PsNode, *, reserve: bool = True) -> PsLayout:
-    """Server and trainer endpoints in PS mode.
-
-    Counts (--server_num/--worker_num): everything on this node, on free ports.
-    Lists: servers' ports as given; a trainer listed without a port gets the first
-    port from --start_port not already listed on its host (the same on every node),
-    and so does Paddle fleet's gloo endpoint on server 0's host.
-    """
-    if node.servers is None or node.trainers is None:
-        n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
-        n = n_servers + n_trainers + 1  # + Paddle fleet's gloo endpoint
-        ports = reserve_ports(n) if reserve else free_ports(n)
-        eps = tuple(f"{node.host}:{p}" for p in ports)
-        return PsLayout(
-            eps[:n_servers],
-            eps[n_servers : n - 1],
-            node.host,
-            0,
-            1,
-            (node.host,),
-            gloo_endpoint=eps[-1],
-        )
-    used: dict[str, set[int]] = {}
-    for host, port in (*node.servers, *node.trainers):
-        if port is not None:
-            used.setdefault(host, set()).add(port)
-
-    def next_port(host: str) -> int:
-        port = options.start_port
-        while port in used.get(host, ()):
-            port += 1
-        if port > 65535:
-            raise UsageError(
-                f"--start_port: {options.start_port} leaves no free port", "--start_port"
-            )
-        used.setdefault(host, set()).add(port)
-        return port
-
-    trainers = [f"{h}:{p if p is not None else next_port(h)}" for h, p in node.trainers]
-    servers = tuple(f"{h}:{p}" for h, p in node.servers)
-    gloo_host = node.servers[0][0]
-    gloo_endpoint = f"{gloo_host}:{next_port(gloo_host)}"
-    hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers)))
-    return PsLayout(
-        servers,
-        tuple(trainers),
-        node.host,
-        hosts.index(node.host),
-        len(hosts),
-        hosts,
-        gloo_endpoint=gloo_endpoint,
-    )

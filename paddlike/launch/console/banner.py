@@ -1,0 +1,40 @@
+"""The start banner: which job, which node and why, what runs here, where the logs are."""
+
+from __future__ import annotations
+
+import os
+
+from paddlike.launch.console.output import PREFIX
+from paddlike.launch.plan.plan import LaunchPlan, Role
+
+
+def format_banner(
+    plan: LaunchPlan,
+    log_dir: str | os.PathLike[str],
+    *,
+    interface: str | None = None,
+    why: str | None = None,
+) -> str:
+    """A few lines:
+
+    paddlike.launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: matched --ips)
+    paddlike.launch: 2 trainers on this node, devices cpu, logs in /abs/log
+    """
+    where = plan.host
+    if interface:
+        where += f" on {interface}"
+    if why:
+        where += f": {why}"
+    counts: dict[Role, int] = {}
+    for spec in plan.processes:
+        counts[spec.role] = counts.get(spec.role, 0) + 1
+    names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter worker"}
+    parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
+    devices = sorted({d for s in plan.processes for d in s.device_ids})
+    device_text = "gpus " + ",".join(devices) if devices else "cpu"
+    return (
+        f"{PREFIX} job {plan.job_id}, {plan.run_mode} mode, node {plan.node_index} of "
+        f"{plan.nnodes} ({where})\n"
+        f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
+        f"logs in {os.fspath(log_dir)}"
+    )

@@ -1,0 +1,52 @@
+"""The launcher's last words for a round: the root-cause report, or "OK" — only once the
+job-wide outcome is known, so that "OK" is never printed while another node failed.
+
+The text comes from `paddlike.logs.report` (stdlib only), so that the launcher and
+`python -m paddlike.logs` print the same report from the same code.
+"""
+
+from __future__ import annotations
+
+import os
+
+from paddlike.launch.console.output import Console
+from paddlike.summary import RootCause
+
+TAIL_LINES = 20
+
+
+def report_failure(console: Console, cause: RootCause, log_dir: str | os.PathLike[str]) -> None:
+    from paddlike.logs import report
+
+    console.block(report.format_root_cause(cause, color=console.color, log_dir=log_dir))
+
+
+def report_remote_failure(console: Console, cause: RootCause) -> None:
+    """This node's workers succeeded, another node's failed."""
+    where = f" (host {cause.host}, log {cause.log_file})" if cause.log_file else ""
+    console.say(f"the job failed on another node: {cause.reason}{where}")
+    for line in cause.tail[-TAIL_LINES:]:
+        console.say(f"  | {line}")
+
+
+def report_success(
+    console: Console,
+    *,
+    trainers: int,
+    duration: float,
+    nnodes: int,
+    log_dir: str | os.PathLike[str],
+    restarts: int,
+) -> None:
+    from paddlike.logs import report
+
+    console.block(
+        report.format_success(
+            trainers,
+            duration,
+            color=console.color,
+            nnodes=nnodes,
+            log_dir=log_dir,
+            restarts=restarts,
+        )
+    )

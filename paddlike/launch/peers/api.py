@@ -1,0 +1,47 @@
+"""What the job pipeline needs from the other nodes, one interface for one node and many:
+`LocalPeers` (a job whose set of peers is itself) and `StorePeers` (node 0's store or etcd).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from paddlike.launch.peers.watch import ServicesStop
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+from paddlike.summary import RootCause
+
+
+class RoundWatch(Protocol):
+    """One round's link to the job while the supervisor runs it."""
+
+    fd: int | None  # readable when `poll` may have a cause that ends the round; None: never
+    services: ServicesStop | None  # who says when the servers stop; None: this node's trainers
+
+    def poll(self) -> RootCause | None:
+        """A cause from elsewhere (another node's failure, a lost node) that ends the round."""
+
+    def publish(self, cause: RootCause) -> None:
+        """This node's root cause (the supervisor's `on_failure`)."""
+
+
+class Peers(Protocol):
+    """The other nodes of the job, for the whole job."""
+
+    address: str  # where they meet, for messages ("" on one node)
+    waiting_for: str  # what the launcher waits for now, for the line a signal prints
+
+    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult: ...
+
+    def watch(self, round_: int, log_dir: str, *, services: bool) -> RoundWatch: ...
+
+    def finish(self, watch: RoundWatch, ok: bool) -> RootCause | None:
+        """This node's round is over (`ok`: its processes succeeded); wait for the others
+        and return the job-wide root cause, None when the round succeeded everywhere."""
+
+    def publish_stop(self, cause: RootCause) -> bool:
+        """A signal stopped this launcher outside a round: tell the others; False when
+        there was no one to tell."""
+
+    def wait_readers(self) -> None: ...
+
+    def close(self, linger: bool = True) -> None: ...

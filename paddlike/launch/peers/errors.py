@@ -1,0 +1,37 @@
+"""Why the launchers could not start a round together; `exit_code` is what every launcher
+exits with (2: the configuration is wrong somewhere, 1: a node or the store is missing)."""
+
+from __future__ import annotations
+
+
+class RendezvousError(RuntimeError):
+    exit_code = 1
+
+
+class FingerprintMismatch(RendezvousError):
+    """The nodes disagree (options, node index, token): every node exits 2."""
+
+    exit_code = 2
+
+
+class RendezvousTimeout(RendezvousError):
+    exit_code = 1
+
+
+class StoreRefused(RendezvousError):
+    """Node 0's store refused this launcher (wrong or missing job token): configuration."""
+
+    exit_code = 2
+
+
+class StoreHostError(RendezvousError):
+    """This node cannot host the launchers' store (the address or port is unusable)."""
+
+
+class RendezvousAborted(RendezvousError):
+    """A launcher stopped during the rendezvous (a signal); `cause` is its encoded RootCause
+    (`protocol.decode_cause`), which every node then reports."""
+
+    def __init__(self, cause: bytes) -> None:
+        super().__init__("rendezvous: another launcher stopped")
+        self.cause = cause

@@ -1,0 +1,106 @@
+"""The key-value store the launchers share, behind one interface (`KV`): node 0's
+`StoreServer` through `StoreClient`, or etcd through `peers.etcd.EtcdStore`.
+
+Also the one way to wait for several keys under one deadline (`wait_keys`) and the
+one way to start node 0's store (`host_store`).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from paddlike.distributed.store import StoreClient, StoreServer, StoreTimeoutError
+from paddlike.launch.peers.errors import StoreHostError
+
+CONNECT_CHUNK = 1.0  # seconds per connection attempt to node 0's store, between progress lines
+
+# progress(what, elapsed, timeout): one status line while waiting (`console.progress`)
+Progress = Callable[[str, float, float], None]
+
+
+class KV(Protocol):
+    """The key-value operations the rendezvous and the round's watch need."""
+
+    address: str
+
+    def set(self, key: str, value: bytes | str) -> None: ...
+    def get(self, key: str, timeout: float | None = None) -> bytes: ...
+    def try_get(self, key: str) -> bytes | None: ...
+    def add(self, key: str, amount: int = 1) -> int: ...
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes: ...
+    def close(self) -> None: ...
+
+
+def wait_keys(kv: KV, keys: Sequence[str], timeout: float) -> None:
+    """Until every key exists; StoreTimeoutError once `timeout` seconds passed, counted
+    once for all keys. One `wait` call where the backend has it, else one waiting `get`
+    per key under the same deadline."""
+    wait = getattr(kv, "wait", None)
+    if wait is not None:
+        wait(list(keys), timeout=timeout)
+        return
+    deadline = time.monotonic() + timeout
+    for k in keys:
+        kv.get(k, timeout=max(0.001, deadline - time.monotonic()))
+
+
+def is_store_host(master_host: str, hosts: Sequence[str], node_index: int) -> bool:
+    """Whether this node hosts the launchers' store: the node whose address the master
+    names (by default the first --ips entry, so node 0)."""
+    try:
+        addr = socket.gethostbyname(master_host)
+    except OSError as exc:
+        raise StoreHostError(
+            f"--master_addr: {master_host!r} does not resolve ({exc}); give an IP address"
+        ) from exc
+    return addr == hosts[node_index]
+
+
+def host_store(
+    host: str, port: int, *, allowed_hosts: Sequence[str] | None, token: bytes | None
+) -> StoreServer:
+    """Start node 0's store for the launchers; a taken port is a user error naming it."""
+    try:
+        return StoreServer(host, port, allowed_hosts=allowed_hosts, token=token).start()
+    except OSError as exc:
+        raise StoreHostError(
+            f"--master_port: cannot host the launchers' store at {host}:{port}: "
+            f"{exc.strerror or exc}; another job's store may hold it, pick another port"
+        ) from exc
+
+
+def connect_with_progress(
+    master: tuple[str, int],
+    token: bytes | None,
+    timeout: float,
+    heartbeat_timeout: float,
+    what: str,
+    progress: Progress,
+) -> StoreClient:
+    """Connect to node 0's store, retrying until `timeout`; after each second without it,
+    a progress line ("waiting for node 0 (...) to host the launchers' store (3 s of 300 s)")."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            kv = StoreClient(
+                *master,
+                timeout=max(0.01, min(CONNECT_CHUNK, left)),
+                token=token,
+                reconnect_timeout=heartbeat_timeout,
+                io_timeout=heartbeat_timeout,
+            )
+        except StoreTimeoutError as exc:
+            if time.monotonic() >= deadline:
+                raise StoreTimeoutError(
+                    f"no answer at {master[0]}:{master[1]} within {timeout:g} s "
+                    f"(last attempt: {exc})"
+                ) from exc
+            progress(what, time.monotonic() - started, timeout)
+            continue
+        kv.timeout = timeout  # the default deadline of its waiting calls
+        return kv

@@ -1,0 +1,48 @@
+"""The peers of a one-node job: itself. The rendezvous is immediate, nothing is watched,
+and the job-wide root cause is this node's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paddlike.launch.peers.watch import ServicesStop
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+from paddlike.summary import RootCause
+
+
+@dataclass
+class LocalWatch:
+    fd: int | None = None
+    services: ServicesStop | None = None
+    cause: RootCause | None = None
+
+    def poll(self) -> RootCause | None:
+        return None
+
+    def publish(self, cause: RootCause) -> None:
+        if self.cause is None:
+            self.cause = cause
+
+
+class LocalPeers:
+    address = ""
+    waiting_for = "starting"
+
+    def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
+        return RendezvousResult(round_, (entry,), entry.job_id, 0.0)
+
+    def watch(self, round_: int, log_dir: str, *, services: bool) -> LocalWatch:
+        self.waiting_for = f"running round {round_}"
+        return LocalWatch()
+
+    def finish(self, watch: LocalWatch, ok: bool) -> RootCause | None:
+        return None if ok else watch.cause
+
+    def publish_stop(self, cause: RootCause) -> bool:
+        return False
+
+    def wait_readers(self) -> None:
+        pass
+
+    def close(self, linger: bool = True) -> None:
+        pass

@@ -1,0 +1,134 @@
+"""The launchers' protocol: every key and every payload they exchange, in one place.
+
+The launchers of a many-node job talk only through a key-value store (node 0's
+`StoreServer` or etcd). These are all the keys, per round ``r`` and node ``i``:
+
+| key                         | written by                   | value                          |
+| --------------------------- | ---------------------------- | ------------------------------ |
+| ``rdzv/<r>/node/<i>``       | node i, create-only          | its `NodeEntry` (JSON)         |
+| ``rdzv/<r>/arrived``        | every launcher, add          | arrival count (tickets)        |
+| ``rdzv/<r>/count``          | every launcher, add          | entries published              |
+| ``rdzv/<r>/complete``       | the last arrival or a        | ``ok``, ``failed:``/           |
+|                             | failing node, create-only    | ``mismatch:`` + message,       |
+|                             |                              | ``aborted:`` + a cause         |
+| ``rdzv/<r>/left/<ticket>``  | every launcher               | it read the verdict            |
+| ``job/<r>/abort``           | first failure, create-only   | the job's root cause           |
+| ``job/<r>/end/<i>``         | node i (or its monitor)      | ``ok``/``failed``/``lost``     |
+| ``job/<r>/done/<i>``        | node i (or its monitor)      | it read the outcome            |
+| ``job/<r>/trainers-ok/<i>`` | node i (PS)                  | its trainers all exited 0      |
+| ``hb/<i>``                  | node i, add                  | heartbeat counter (TCP store)  |
+| ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from paddlike.launch.plan.world import NodeEntry
+from paddlike.summary import RootCause
+
+# --- keys ------------------------------------------------------------------------------
+
+
+def rdzv_key(round_: int, *parts: object) -> str:
+    """``rdzv/<round>/<parts...>``: the rendezvous of one round."""
+    return "/".join(["rdzv", str(round_), *map(str, parts)])
+
+
+def node_key(round_: int, node: int) -> str:
+    return rdzv_key(round_, "node", node)
+
+
+def arrived_key(round_: int) -> str:
+    return rdzv_key(round_, "arrived")
+
+
+def count_key(round_: int) -> str:
+    return rdzv_key(round_, "count")
+
+
+def complete_key(round_: int) -> str:
+    return rdzv_key(round_, "complete")
+
+
+def left_key(round_: int, ticket: int) -> str:
+    return rdzv_key(round_, "left", ticket)
+
+
+def abort_key(round_: int) -> str:
+    return f"job/{round_}/abort"
+
+
+def end_key(round_: int, node: int) -> str:
+    return f"job/{round_}/end/{node}"
+
+
+def done_key(round_: int, node: int) -> str:
+    return f"job/{round_}/done/{node}"
+
+
+def trainers_ok_key(round_: int, node: int) -> str:
+    return f"job/{round_}/trainers-ok/{node}"
+
+
+def heartbeat_key(node: int) -> str:
+    return f"hb/{node}"
+
+
+def alive_key(node: int) -> str:
+    return f"alive/{node}"
+
+
+# --- the rendezvous verdict (the value of ``complete``) ------------------------------------
+
+COMPLETE_OK = b"ok"
+FAILED_PREFIX = b"failed:"  # then the message of the node whose deadline passed first
+MISMATCH_PREFIX = b"mismatch:"  # then the message; every node exits 2
+ABORTED_PREFIX = b"aborted:"  # then an encoded RootCause: a launcher stopped (a signal)
+
+END_OK = b"ok"
+END_FAILED = b"failed"
+END_LOST = b"lost"
+STOPPED = b"stopped"  # end/done of a launcher that stopped on a signal
+
+
+# --- payloads --------------------------------------------------------------------------
+
+
+def encode_cause(cause: RootCause) -> bytes:
+    return json.dumps(asdict(cause), sort_keys=True).encode()
+
+
+def decode_cause(raw: bytes) -> RootCause:
+    """Fields this version does not know (a newer launcher's) are dropped."""
+    d = json.loads(raw)
+    known = set(RootCause.__dataclass_fields__)
+    return RootCause(**{k: v for k, v in d.items() if k in known})
+
+
+def encode_entry(entry: NodeEntry) -> bytes:
+    d = {
+        "index": entry.index,
+        "host": entry.host,
+        "hostname": entry.hostname,
+        "pid": entry.pid,
+        "ports": list(entry.ports),
+        "fingerprint": dict(entry.fingerprint),
+        "job_id": entry.job_id,
+    }
+    # not sorted: the fingerprint's field order is the order mismatches are reported in
+    return json.dumps(d).encode()
+
+
+def decode_entry(raw: bytes) -> NodeEntry:
+    d = json.loads(raw)
+    return NodeEntry(
+        index=int(d["index"]),
+        host=str(d["host"]),
+        hostname=str(d["hostname"]),
+        pid=int(d["pid"]),
+        ports=tuple(int(p) for p in d["ports"]),
+        fingerprint={str(k): str(v) for k, v in d["fingerprint"].items()},
+        job_id=str(d.get("job_id", "")),
+    )

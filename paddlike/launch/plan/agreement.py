@@ -1,0 +1,100 @@
+"""Whether the nodes at a rendezvous agree: pure functions over their entries.
+
+Every node runs these on the same entries and so reaches the same verdict; the
+rendezvous (`peers.rendezvous`) only carries the entries and the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from paddlike.launch.plan.world import NodeEntry
+
+
+def who(entry: NodeEntry) -> str:
+    """A launcher named so that two on one machine (or in namespaces) are told apart."""
+    if entry.hostname and entry.hostname != entry.host:
+        return f"{entry.hostname} ({entry.host}, pid {entry.pid})"
+    return f"{entry.host} (pid {entry.pid})"
+
+
+def check_fingerprints(entries: Sequence[NodeEntry]) -> str | None:
+    """None when all nodes agree; else one message naming the odd node and the field.
+
+    The odd node is the one outside the majority value of the first differing field
+    (ties go to node 0's value), so with two nodes node 1 is named.
+    """
+    if not entries:
+        return None
+    fields = list(entries[0].fingerprint)
+    for e in entries[1:]:
+        fields += [f for f in e.fingerprint if f not in fields]
+    for f in fields:
+        values = [e.fingerprint.get(f, "<unset>") for e in entries]
+        if len(set(values)) == 1:
+            continue
+        counts = {v: values.count(v) for v in values}
+        best = max(counts.values())
+        majority = values[0] if counts[values[0]] == best else max(counts, key=counts.__getitem__)
+        odd = [e for e, v in zip(entries, values, strict=True) if v != majority]
+        ref = next(e for e, v in zip(entries, values, strict=True) if v == majority)
+        first = odd[0]
+        others = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
+        return (
+            f"rendezvous: {first.label}{others} disagrees on {f}: it has "
+            f"{first.fingerprint.get(f, '<unset>')!r}, {ref.label} has {majority!r}; "
+            "run the same command on every node"
+        )
+    return None
+
+
+def claim_message(first: NodeEntry, second: NodeEntry) -> str:
+    """Two launchers published an entry for the same node index."""
+    return (
+        f"rendezvous: two launchers claim node index {second.index}: "
+        f"{who(first)} and {who(second)}; check --ips (same order on every node) / "
+        "--host / --node_rank on those nodes"
+    )
+
+
+def missing_nodes(nnodes: int, present: Sequence[int]) -> list[int]:
+    return [i for i in range(nnodes) if i not in set(present)]
+
+
+def job_id_in_force(entries: Sequence[NodeEntry]) -> str:
+    """The common --job_id, or else node 0's generated one."""
+    return entries[0].fingerprint.get("job_id") or entries[0].job_id
+
+
+def first_difference(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
+    """The first fingerprint field (in `a`'s order, then `b`'s) where the two differ."""
+    for f in [*a, *(f for f in b if f not in a)]:
+        if a.get(f, "<unset>") != b.get(f, "<unset>"):
+            return f
+    return None
+
+
+def same_job(a: NodeEntry, b: NodeEntry) -> bool:
+    """Whether two node-0 entries look like one job started with --ips in two orders:
+    the same set of nodes and the same script."""
+    fa, fb = a.fingerprint, b.fingerprint
+
+    def nodes(fp: Mapping[str, str]) -> list[str]:
+        return sorted(fp.get("ips", fp.get("nodes", "")).split(","))
+
+    return nodes(fa) == nodes(fb) and fa.get("training script") == fb.get("training script")
+
+
+def rival_message(mine: NodeEntry, theirs: NodeEntry, address: str) -> str:
+    """Two launchers each hosting a rendezvous of their own: say where, and why.
+
+    The usual cause is --ips in another order: each node then finds itself first.
+    """
+    f = first_difference(theirs.fingerprint, mine.fingerprint) or "ips"
+    name = theirs.hostname or theirs.host
+    return (
+        f"rendezvous: the launcher on {name} ({theirs.host}) disagrees on {f}: it has "
+        f"{theirs.fingerprint.get(f, '<unset>')!r}, {mine.hostname or mine.host} ({mine.host}) "
+        f"has {mine.fingerprint.get(f, '<unset>')!r}; so both believe they are node 0 and each "
+        f"hosts its own rendezvous (the other at {address}); run the same command on every node"
+    )

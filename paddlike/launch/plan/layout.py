@@ -1,0 +1,94 @@
+"""Ports arithmetic: where every process of the job listens, from ports already chosen.
+
+Pure. The ports themselves come from the shell (`run.ports` reserves free ones on this
+node) or from the rendezvous (every node's published ports); this module only arranges
+them, in one place for one node and many, for the real launch and for --dry_run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paddlike.launch.context.node import PsNode
+from paddlike.launch.context.options import LaunchOptions, UsageError
+from paddlike.launch.plan.plan import EndpointLayout, PsLayout
+from paddlike.launch.plan.world import RendezvousResult
+
+
+def collective_ports_needed(nproc: int) -> int:
+    """Ports a node reserves in collective mode: one per trainer, and the workers' store
+    (used on node 0 only, reserved everywhere so that every entry has the same shape)."""
+    return nproc + 1
+
+
+def collective_layout(world: RendezvousResult, node_index: int, nproc: int) -> EndpointLayout:
+    """Endpoints from every node's published ports: trainers first, then the store port.
+
+    node 0 ports (40001, 40002, 40003), node 1 (50001, 50002, 50003), nproc 2
+      -> trainers 0:40001 0:40002 1:50001 1:50002, workers' store on node 0 at 40003
+    """
+    return EndpointLayout(
+        world.hosts,
+        node_index,
+        tuple(n.ports[:nproc] for n in world.nodes),
+        master_port=world.nodes[0].ports[nproc],
+    )
+
+
+def start_port_ports(start_port: int, nproc: int) -> tuple[int, ...]:
+    """--dry_run on many nodes shows ports from --start_port (a real launch negotiates them)."""
+    needed = collective_ports_needed(nproc)
+    if start_port + needed - 1 > 65535:
+        raise UsageError(
+            f"--start_port: {start_port} leaves no room for {needed} ports", "--start_port"
+        )
+    return tuple(range(start_port, start_port + needed))
+
+
+def ps_counts_layout(host: str, n_servers: int, n_trainers: int, ports: Sequence[int]) -> PsLayout:
+    """--server_num/--worker_num: everything on this node; `ports` holds one per server,
+    one per trainer and Paddle fleet's gloo endpoint (`ps_counts_ports_needed`)."""
+    eps = tuple(f"{host}:{p}" for p in ports)
+    n = n_servers + n_trainers
+    return PsLayout(eps[:n_servers], eps[n_servers:n], host, 0, 1, (host,), gloo_endpoint=eps[n])
+
+
+def ps_counts_ports_needed(options: LaunchOptions) -> int:
+    return (options.server_num or 1) + (options.worker_num or 1) + 1
+
+
+def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
+    """--servers/--workers: servers' ports as given; a trainer listed without a port gets
+    the first port from --start_port not already listed on its host (the same on every
+    node), and so does Paddle fleet's gloo endpoint on server 0's host."""
+    assert node.servers is not None and node.trainers is not None
+    used: dict[str, set[int]] = {}
+    for host, port in (*node.servers, *node.trainers):
+        if port is not None:
+            used.setdefault(host, set()).add(port)
+
+    def next_port(host: str) -> int:
+        port = options.start_port
+        while port in used.get(host, ()):
+            port += 1
+        if port > 65535:
+            raise UsageError(
+                f"--start_port: {options.start_port} leaves no free port", "--start_port"
+            )
+        used.setdefault(host, set()).add(port)
+        return port
+
+    trainers = [f"{h}:{p if p is not None else next_port(h)}" for h, p in node.trainers]
+    servers = tuple(f"{h}:{p}" for h, p in node.servers)
+    gloo_host = node.servers[0][0]
+    gloo_endpoint = f"{gloo_host}:{next_port(gloo_host)}"
+    hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers)))
+    return PsLayout(
+        servers,
+        tuple(trainers),
+        node.host,
+        hosts.index(node.host),
+        len(hosts),
+        hosts,
+        gloo_endpoint=gloo_endpoint,
+    )

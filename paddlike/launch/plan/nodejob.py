@@ -1,0 +1,215 @@
+"""This node's share of the job: what it publishes at each rendezvous and how it plans
+from the agreed world. One shape for one node and many, collective and PS.
+
+    options + node match + devices -> NodeJob
+    NodeJob + RendezvousResult + JobFacts -> LaunchPlan     (each round)
+
+Pure: the ports a node reserves and the rendezvous that trades them are the shell's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from paddlike import __version__
+from paddlike.launch.context.devices import DeviceAssignment
+from paddlike.launch.context.master import launchers_master, master_address, ps_master_port
+from paddlike.launch.context.node import NodeMatch
+from paddlike.launch.context.options import LaunchOptions
+from paddlike.launch.plan.layout import collective_layout, collective_ports_needed
+from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective, plan_ps
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+
+
+def new_job_id(
+    clock: Callable[[], float] = time.time, tail: Callable[[], str] = lambda: os.urandom(2).hex()
+) -> str:
+    """job-YYYYmmdd-HHMMSS-xxxx: sortable by start time, unique by its random tail."""
+    return time.strftime("job-%Y%m%d-%H%M%S-", time.localtime(clock())) + tail()
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """This node's part of the job, as the rounds need it (collective or PS).
+
+    `reserve`: how many ports this node reserves and publishes at each rendezvous
+    (collective: one per trainer and the workers' store; PS: none, its ports are given,
+    derived from --start_port identically on every node, or reserved once on one node).
+    `plan` builds the round's plan from the rendezvous result (every node's ports, the
+    job id in force). `servers_wait_for_job`: PS on several nodes; the servers stop when
+    every trainer of the job is done, not when this node's are.
+    """
+
+    hosts: tuple[str, ...]  # every node's address, in node order ("" = found at the rendezvous)
+    index: int
+    interface: str
+    reason: str  # how this node was matched, for the banner
+    master: tuple[str, int] | None  # the launchers' TCP store; None on one node
+    fingerprint: dict[str, str]
+    reserve: int
+    plan: Callable[[RendezvousResult, JobFacts], LaunchPlan]
+    servers_wait_for_job: bool = False
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def host(self) -> str:
+        return self.hosts[self.index]
+
+    def entry(self, ports: Sequence[int], *, hostname: str, pid: int, job_id: str) -> NodeEntry:
+        """What this node publishes at a rendezvous."""
+        return NodeEntry(
+            self.index, self.host, hostname, pid, tuple(ports), self.fingerprint, job_id=job_id
+        )
+
+    def preview_world(
+        self, ports_of: Callable[[int], Sequence[int]], job_id: str
+    ) -> RendezvousResult:
+        """A world as a rendezvous would give it, for --dry_run and the checks made before
+        anything starts: `ports_of(node)` gives each node's ports; unknown addresses
+        (torchrun style) show as "<node i>"."""
+        nodes = tuple(
+            NodeEntry(i, h or f"<node {i}>", "", 0, tuple(ports_of(i)), self.fingerprint, job_id)
+            for i, h in enumerate(self.hosts)
+        )
+        return RendezvousResult(0, nodes, job_id, 0.0)
+
+
+def fingerprint(
+    *,
+    ips: Sequence[str],
+    devices_per_node: str,
+    nproc_per_node: int,
+    run_mode: str,
+    job_id: str | None,
+    script: str,
+    script_args: Sequence[str],
+    version: str = __version__,
+) -> dict[str, str]:
+    """The configuration every node must share. Field order is the order of the report.
+
+    An unset job id is left out: each node would generate its own; node 0's is adopted.
+    """
+    fp = {
+        "ips": ",".join(ips),
+        "devices per node": devices_per_node,
+        "nproc_per_node": str(nproc_per_node),
+        "run_mode": run_mode,
+        "paddlike version": version,
+        "training script": script,
+        "script arguments": json.dumps(list(script_args)),
+    }
+    if job_id:
+        fp["job_id"] = job_id
+    return fp
+
+
+def ps_fingerprint(
+    *,
+    servers: Sequence[str],
+    trainers: Sequence[str],
+    nodes: Sequence[str],
+    run_mode: str,
+    job_id: str | None,
+    script: str,
+    script_args: Sequence[str],
+    version: str = __version__,
+) -> dict[str, str]:
+    """`fingerprint` for parameter-server lists: the resolved server and trainer endpoints
+    stand in for --ips and the device counts; "nodes" (the node order they imply) is last,
+    as it can only differ when a list does."""
+    fp = {
+        "servers": ",".join(servers),
+        "workers": ",".join(trainers),
+        "run_mode": run_mode,
+        "paddlike version": version,
+        "training script": script,
+        "script arguments": json.dumps(list(script_args)),
+    }
+    if job_id:
+        fp["job_id"] = job_id
+    fp["nodes"] = ",".join(nodes)
+    return fp
+
+
+def devices_per_node(devices: DeviceAssignment) -> str:
+    """The fingerprint's device field: a GPU node and a CPU node cannot be in one job."""
+    if devices.kind == "cpu":
+        return "cpu"
+    return str(sum(len(d) for d in devices.per_worker))
+
+
+def collective_node_job(
+    options: LaunchOptions, node: NodeMatch, devices: DeviceAssignment
+) -> NodeJob:
+    """Collective mode: ports reserved here and traded at the rendezvous; raises UsageError
+    when --master* contradict the scheduler's PADDLE_MASTER."""
+    hosts, nproc = tuple(node.hosts), devices.nproc
+
+    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        return plan_collective(
+            options, collective_layout(result, node.node_index, nproc), devices, facts
+        )
+
+    many = len(hosts) > 1
+    return NodeJob(
+        hosts=hosts,
+        index=node.node_index,
+        interface=node.interface,
+        reason=node.reason,
+        master=launchers_master(options, hosts, node.scheduler_master) if many else None,
+        fingerprint=fingerprint(
+            # torchrun style: every node knows only the count until the rendezvous
+            ips=(f"{len(hosts)} nodes, found at the rendezvous",) if node.discovered else hosts,
+            devices_per_node=devices_per_node(devices),
+            nproc_per_node=nproc,
+            run_mode=options.run_mode,
+            job_id=options.job_id,
+            script=options.training_script,
+            script_args=options.training_script_args,
+        ),
+        reserve=collective_ports_needed(nproc),
+        plan=plan,
+    )
+
+
+def ps_node_job(options: LaunchOptions, layout: PsLayout, interface: str, reason: str) -> NodeJob:
+    """Parameter-server mode: the ports are in `layout` already. On several nodes the node
+    holding the first server hosts the launchers' store (unless --master/--master_addr say
+    otherwise); raises UsageError when --master_port is a port the lists give to a server
+    or trainer there."""
+    hosts = tuple(layout.node_hosts)
+    master = None
+    if len(hosts) > 1:
+        given = master_address(options.master, options.master_addr, options.master_port, hosts)
+        taken = (*layout.servers, *layout.trainers, layout.gloo_endpoint)
+        master = (given[0], ps_master_port(given, options.master_port, taken))
+
+    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        return plan_ps(options, layout, facts)
+
+    return NodeJob(
+        hosts=hosts,
+        index=layout.node_index,
+        interface=interface,
+        reason=reason,
+        master=master,
+        fingerprint=ps_fingerprint(
+            servers=layout.servers,
+            trainers=layout.trainers,
+            nodes=hosts,
+            run_mode=options.run_mode,
+            job_id=options.job_id,
+            script=options.training_script,
+            script_args=options.training_script_args,
+        ),
+        reserve=0,
+        plan=plan,
+        servers_wait_for_job=len(hosts) > 1,
+    )

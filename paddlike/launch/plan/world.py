@@ -1,0 +1,58 @@
+"""A round's world as the rendezvous agreed it: every node's entry, in node order.
+
+Data only; the launchers' protocol (`peers.protocol`) encodes it, the rendezvous
+(`peers.rendezvous`) produces it, and the node job (`plan.nodejob`) plans from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """What one node publishes at the rendezvous."""
+
+    index: int
+    host: str  # the node's matched address; its endpoints use it
+    hostname: str
+    pid: int
+    ports: tuple[int, ...]
+    fingerprint: Mapping[str, str]
+    job_id: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.hostname and self.hostname != self.host:
+            return f"node {self.index} ({self.hostname}, {self.host})"
+        return f"node {self.index} ({self.host})"
+
+
+@dataclass(frozen=True)
+class RendezvousResult:
+    """All nodes' entries, in node order; identical on every node."""
+
+    round: int
+    nodes: tuple[NodeEntry, ...]
+    job_id: str  # the job id in force: the common one, or node 0's generated one
+    elapsed: float
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(n.host for n in self.nodes)
+
+    @property
+    def ports(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(n.ports for n in self.nodes)
+
+
+def node_label(index: int, hosts: Sequence[str]) -> str:
+    """Like "node 1 (10.0.0.2)"; "node 1" while its address is unknown (torchrun style)."""
+    if index < len(hosts) and hosts[index]:
+        return f"node {index} ({hosts[index]})"
+    return f"node {index}"
+
+
+def describe_missing(missing: Sequence[int], hosts: Sequence[str]) -> str:
+    return ", ".join(node_label(i, hosts) for i in missing)
