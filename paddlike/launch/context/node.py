@@ -131,6 +131,15 @@ def _resolve_or_none(name: str, resolve: Callable[[str], str]) -> str | None:
         return None
 
 
+def _resolve_for(option: str, name: str, resolve: Callable[[str], str]) -> str:
+    """`resolve(name)`, or the UsageError naming the option the name came from."""
+    try:
+        return resolve(name)
+    except (OSError, UnicodeError) as err:
+        why = getattr(err, "strerror", None) or str(err)
+        raise UsageError(f"{option}: {name!r} does not resolve ({why})", option) from None
+
+
 def _resolve_all(
     entries: Sequence[str], option: str, resolve: Callable[[str], str]
 ) -> tuple[str, ...]:
@@ -143,13 +152,7 @@ def _resolve_all(
                 option,
             )
         seen[e] = i
-    hosts = []
-    for e in entries:
-        try:
-            hosts.append(resolve(e))
-        except (OSError, UnicodeError) as err:
-            why = getattr(err, "strerror", None) or str(err)
-            raise UsageError(f"{option}: {e!r} does not resolve ({why})", option) from None
+    hosts = [_resolve_for(option, e, resolve) for e in entries]
     by_addr: dict[str, str] = {}
     for e, h in zip(entries, hosts, strict=True):
         if h in by_addr:
@@ -238,13 +241,7 @@ def match_node(
     if host is not None and hint_only and _resolve_or_none(host, resolve) not in hosts:
         host = None
     if host is not None:
-        try:
-            addr = resolve(host)
-        except (OSError, UnicodeError) as err:
-            why = getattr(err, "strerror", None) or str(err)
-            raise UsageError(
-                f"{host_option}: {host!r} does not resolve ({why})", host_option
-            ) from None
+        addr = _resolve_for(host_option, host, resolve)
         if addr not in hosts:
             raise UsageError(
                 f"{host_option}: {host!r} is not one of {option} {','.join(entries)!r}",
@@ -336,11 +333,7 @@ def match_node_by_rank(
         )
     rank = options.node_rank
     host, port, option = _meeting_host(options)
-    try:
-        master_ip = resolve(host)
-    except (OSError, UnicodeError) as err:
-        why = getattr(err, "strerror", None) or str(err)
-        raise UsageError(f"{option}: {host!r} does not resolve ({why})", option) from None
+    master_ip = _resolve_for(option, host, resolve)
     local = local if local is not None else LocalAddresses.scan()
     etcd = bool(options.master and options.master.startswith("etcd://"))
     given = options.host if options.host is not None else environ.get(POD_IP) or None
@@ -353,13 +346,7 @@ def match_node_by_rank(
             "--node_rank",
         )
     if given is not None:
-        try:
-            addr = resolve(given)
-        except (OSError, UnicodeError) as err:
-            why = getattr(err, "strerror", None) or str(err)
-            raise UsageError(
-                f"{given_option}: {given!r} does not resolve ({why})", given_option
-            ) from None
+        addr = _resolve_for(given_option, given, resolve)
         if rank == 0 and not etcd and addr != master_ip:
             raise UsageError(
                 f"{given_option}: {given!r} ({addr}) is not {option} {host} ({master_ip}), "
@@ -431,13 +418,7 @@ def match_ps_node(
         for entry in entries:
             name, port = _split_entry(entry)
             if name not in resolved:
-                try:
-                    resolved[name] = resolve(name)
-                except (OSError, UnicodeError) as err:
-                    why = getattr(err, "strerror", None) or str(err)
-                    raise UsageError(
-                        f"{option}: {name!r} does not resolve ({why})", option
-                    ) from None
+                resolved[name] = _resolve_for(option, name, resolve)
             parsed[option].append((resolved[name], port))
     servers = tuple((h, p) for h, p in parsed["--servers"] if p is not None)
     if len(set(servers)) != len(servers):
@@ -454,13 +435,7 @@ def match_ps_node(
         if host not in all_hosts:  # POD_IP is only a hint (see match_node)
             host_opt = host = None
     if host_opt is not None and host is None:
-        try:
-            host = resolve(host_opt)
-        except (OSError, UnicodeError) as err:
-            why = getattr(err, "strerror", None) or str(err)
-            raise UsageError(
-                f"{host_option}: {host_opt!r} does not resolve ({why})", host_option
-            ) from None
+        host = _resolve_for(host_option, host_opt, resolve)
     mine = match_local_entries(all_hosts, local=local, host=host)
     if mine is None:
         seen = (

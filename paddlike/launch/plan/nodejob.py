@@ -14,15 +14,18 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from paddlike import __version__
 from paddlike.launch.context.devices import DeviceAssignment
 from paddlike.launch.context.master import launchers_master, master_address, ps_master_port
-from paddlike.launch.context.node import NodeMatch
 from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.plan.layout import collective_layout, collective_ports_needed
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective, plan_ps
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+
+if TYPE_CHECKING:
+    from paddlike.launch.context.node import NodeMatch
 
 
 def new_job_id(

@@ -12,9 +12,11 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from paddlike.launch.plan.plan import ProcessSpec
-from paddlike.launch.run.logdir import WorkerLog
+if TYPE_CHECKING:
+    from paddlike.launch.plan.plan import ProcessSpec
+    from paddlike.launch.run.logdir import WorkerLog
 
 
 def start(
