@@ -1,0 +1,208 @@
+"""The launchers' rendezvous and round watch over an in-memory store, with injected clocks:
+what every node concludes, from what the others published. No processes, no sleeps."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from fakes import MemoryKV, StepClock
+
+from paddlike.launch.peers import protocol as p
+from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousTimeout
+from paddlike.launch.peers.local import LocalPeers
+from paddlike.launch.peers.rendezvous import Rendezvous
+from paddlike.launch.peers.watch import CounterLiveness, JobWatch
+from paddlike.launch.plan.nodejob import fingerprint
+from paddlike.launch.plan.world import NodeEntry
+from paddlike.summary import RootCause
+
+HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # text only: nothing connects anywhere
+
+
+def _fp(**changes: object) -> dict[str, str]:
+    args: dict = dict(
+        ips=HOSTS,
+        devices_per_node="cpu",
+        nproc_per_node=2,
+        run_mode="collective",
+        job_id=None,
+        script="train.py",
+        script_args=[],
+    )
+    args.update(changes)
+    return fingerprint(**args)
+
+
+def _entry(i: int, **fp: object) -> NodeEntry:
+    return NodeEntry(i, HOSTS[i], f"node{i}", 100 + i, (4000 + i, 5000 + i), _fp(**fp), f"gen{i}")
+
+
+def _join_all(kv: MemoryKV, entries: list[NodeEntry], timeout: float = 5.0) -> list:
+    """Every node joins in its own thread (they block until the last one arrives)."""
+    results: list = [None] * len(entries)
+
+    def join(i: int) -> None:
+        rdzv = Rendezvous(kv, entries[i].index, len(entries), HOSTS, timeout)
+        try:
+            results[i] = rdzv.join(entries[i])
+        except Exception as exc:  # the verdict is the result
+            results[i] = exc
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(len(entries))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    return results
+
+
+def test_every_node_gets_every_nodes_ports_and_node_0s_job_id():
+    results = _join_all(MemoryKV(), [_entry(i) for i in range(3)])
+    assert all(r.ports == ((4000, 5000), (4001, 5001), (4002, 5002)) for r in results)
+    assert {r.job_id for r in results} == {"gen0"}  # node 0's generated id is adopted
+
+
+def test_a_disagreeing_node_fails_every_node_with_the_same_message():
+    results = _join_all(MemoryKV(), [_entry(0), _entry(1, nproc_per_node=4), _entry(2)])
+    assert all(isinstance(r, FingerprintMismatch) for r in results)
+    assert len({str(r) for r in results}) == 1
+    assert "node 1 (node1, 10.0.0.2) disagrees on nproc_per_node: it has '4'" in str(results[0])
+
+
+def test_a_missing_node_is_named_by_the_deadline_of_the_injected_clock():
+    kv = MemoryKV(patience=0)
+    rdzv = Rendezvous(kv, 0, 2, HOSTS[:2], timeout=300, clock=StepClock(step=50.0))
+    with pytest.raises(RendezvousTimeout, match=r"node 1 \(10.0.0.2\) never joined"):
+        rdzv.join(_entry(0))
+    # the verdict stays in the store: a node arriving late reads the same failure
+    assert kv.try_get(p.complete_key(0)).startswith(p.FAILED_PREFIX)
+
+
+def test_a_waiting_node_shows_who_is_missing_once_a_second():
+    seen: list[str] = []
+    rdzv = Rendezvous(
+        MemoryKV(patience=0),
+        0,
+        3,
+        HOSTS,
+        timeout=10,
+        clock=StepClock(step=0.6),
+        progress=lambda what, elapsed, timeout: seen.append(what),
+    )
+    with pytest.raises(RendezvousTimeout):
+        rdzv.join(_entry(0))
+    assert seen and all(
+        s == "rendezvous at 10.0.0.1:6170: waiting for node 1 (10.0.0.2), node 2 (10.0.0.3)"
+        for s in seen
+    )
+
+
+def test_two_launchers_claiming_one_node_index_are_both_named():
+    kv = MemoryKV()
+    kv.set(p.node_key(0, 0), p.encode_entry(_entry(0)))
+    twin = NodeEntry(0, HOSTS[0], "elsewhere", 999, (1, 2), _fp())
+    with pytest.raises(FingerprintMismatch, match="two launchers claim node index 0: node0"):
+        Rendezvous(kv, 0, 2, HOSTS, 5).join(twin)
+    assert kv.try_get(p.complete_key(0)).startswith(p.MISMATCH_PREFIX)
+
+
+def test_the_protocols_keys_are_the_ones_the_launchers_write():
+    kv = MemoryKV()
+    _join_all(kv, [_entry(0), _entry(1)])
+    assert kv.keys() == [
+        "rdzv/0/arrived",
+        "rdzv/0/complete",
+        "rdzv/0/count",
+        "rdzv/0/left/1",
+        "rdzv/0/left/2",
+        "rdzv/0/node/0",
+        "rdzv/0/node/1",
+    ]
+
+
+def _watch(kv: MemoryKV, node: int, clock: StepClock | None = None) -> JobWatch:
+    clock = clock or StepClock()
+    return JobWatch(
+        connect=lambda: kv,
+        kv=kv,
+        liveness=CounterLiveness(kv, node, 2, 10.0, clock=clock),
+        node_index=node,
+        nnodes=2,
+        hosts=HOSTS[:2],
+        round_=0,
+        heartbeat_timeout=10.0,
+        monitor=node == 0,
+        clock=clock,
+    )
+
+
+def _failure(node: int) -> RootCause:
+    return RootCause(reason=f"trainer on node {node} failed", node_index=node, role="trainer",
+                     exit_code=3, log_file="workerlog.0")  # fmt: skip
+
+
+def test_the_first_failure_published_is_every_nodes_root_cause():
+    kv = MemoryKV()
+    w0, w1 = _watch(kv, 0), _watch(kv, 1)
+    w0.log_dir, w1.log_dir = "/logs/a", "/logs/b"
+    try:
+        w1.publish(_failure(1))
+        w0.publish(_failure(0))  # too late: node 1's was first
+        assert w0.root_cause.node_index == 1 == w1.root_cause.node_index
+        assert w0.root_cause.log_file == "/logs/b/workerlog.0"  # absolute: another host
+        assert w1.poll() is None  # its own supervisor is ending the round already
+    finally:
+        w0.stop()
+        w1.stop()
+
+
+def test_a_node_silent_past_the_heartbeat_timeout_is_lost_and_ends_the_round():
+    kv, clock = MemoryKV(), StepClock()
+    watch = _watch(kv, 0, clock)
+    try:
+        assert watch.liveness.silent(clock()) == []  # first sighting of node 1's counter
+        kv.add(p.heartbeat_key(1))
+        clock.advance(9.0)
+        assert watch.liveness.silent(clock()) == []  # it beat: seen anew
+        clock.advance(11.0)
+        assert watch.liveness.silent(clock()) == [1]
+        watch._lost_node(1)
+        cause = watch.poll()
+        assert "node 1 (10.0.0.2) stopped sending heartbeats for 10 s" in cause.reason
+        # nobody waits for a lost node's end of round
+        assert kv.try_get(p.end_key(0, 1)) == p.END_LOST
+    finally:
+        watch.stop()
+
+
+@pytest.mark.parametrize(
+    ("node_1_failed", "expected"), [(False, None), (True, "trainer on node 1 failed")]
+)
+def test_the_round_ends_with_the_jobs_cause_once_every_node_reported_its_end(
+    node_1_failed, expected
+):
+    kv = MemoryKV()
+    w0, w1 = _watch(kv, 0), _watch(kv, 1)
+    try:
+        if node_1_failed:
+            w1.publish(_failure(1))
+        kv.set(p.end_key(0, 1), p.END_FAILED if node_1_failed else p.END_OK)
+        cause = w0.finish(True)
+        assert (cause.reason if cause else None) == expected
+        assert kv.try_get(p.done_key(0, 0)) == b"1"  # node 0 read the outcome
+    finally:
+        w0.stop()
+        w1.stop()
+
+
+def test_a_one_node_jobs_peers_are_itself():
+    peers = LocalPeers()
+    entry = _entry(0)
+    world = peers.rendezvous(0, entry)
+    assert world.nodes == (entry,) and world.job_id == "gen0"
+    watch = peers.watch(0, "/logs", services=True)
+    assert watch.fd is None and watch.services is None
+    watch.publish(_failure(0))
+    assert peers.finish(watch, ok=False).node_index == 0
+    assert peers.finish(peers.watch(1, "/logs", services=False), ok=True) is None

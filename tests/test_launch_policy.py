@@ -1,0 +1,170 @@
+"""The job's decisions, as tables: how an exit counts, which exit code a cause gives, which
+cause is the job's, and whether another round follows. No processes, no store, no clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlike.launch.plan.policy import (
+    JobCause,
+    RoundEnd,
+    as_seen_from,
+    cause_exit_code,
+    exit_verdict,
+    launcher_signal_cause,
+    lost_contact_cause,
+    lost_node_cause,
+    run_rounds,
+)
+from paddlike.summary import RootCause
+
+HOSTS = ["10.0.0.1", "10.0.0.2"]  # text only
+
+
+@pytest.mark.parametrize(
+    ("code", "stop_sent", "kill_sent", "stopping", "tearing", "status", "failure"),
+    [
+        (0, False, False, False, False, "ok", None),
+        (3, False, False, False, False, "failed", "trainer rank 1 exited with code 3"),
+        (-9, False, False, False, False, "failed", "trainer rank 1 was killed by SIGKILL"),
+        (3, False, False, False, True, "failed", None),  # after the teardown began
+        (0, True, False, True, False, "ok", None),  # a server asked to stop
+        (-15, True, False, True, False, "ok", None),
+        (143, True, False, True, False, "ok", None),
+        (1, True, False, True, False, "failed", "trainer rank 1 exited with code 1 after"),
+        (-11, True, False, True, False, "failed", "trainer rank 1 exited with SIGSEGV after"),
+        (-9, True, True, True, False, "killed", None),  # ignored SIGTERM, got SIGKILL
+        (-15, True, False, False, True, "killed", None),  # stopped by the teardown
+        (0, True, False, False, True, "killed", None),
+    ],
+)
+def test_an_exit_counts_by_who_asked_for_it_and_when(
+    code, stop_sent, kill_sent, stopping, tearing, status, failure
+):
+    verdict = exit_verdict(
+        "trainer rank 1",
+        code,
+        stop_sent=stop_sent,
+        kill_sent=kill_sent,
+        stopping_services=stopping,
+        tearing_down=tearing,
+    )
+    assert verdict.status == status
+    if failure is None:
+        assert verdict.failure is None
+    else:
+        assert verdict.failure is not None and verdict.failure.startswith(failure)
+
+
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [
+        (RootCause(reason="x", exit_code=3), 3),
+        (RootCause(reason="x", signal="SIGKILL"), 137),
+        (RootCause(reason="x", signal="SIGTERM"), 143),  # a launcher that got SIGTERM
+        (RootCause(reason="x", signal="SIGINT"), 130),
+        (RootCause(reason="x", signal="SIGHUP"), 129),
+        (RootCause(reason="x", signal="SIGBOGUS"), 1),
+        (RootCause(reason="node 1 stopped sending heartbeats"), 1),
+    ],
+)
+def test_a_cause_gives_the_same_exit_code_on_every_node(cause, code):
+    assert cause_exit_code(cause) == code
+
+
+def _cause(node: int, reason: str = "trainer rank 0 exited with code 3") -> RootCause:
+    return RootCause(reason=reason, node_index=node, role="trainer", exit_code=3)
+
+
+def test_the_first_cause_written_is_the_jobs_and_our_own_is_not_acted_on_again():
+    book = JobCause()
+    ours, winner = _cause(1), _cause(0)
+    book.published(winner)  # we failed, but node 0's cause was in the store first
+    assert book.cause == winner
+    assert book.to_act_on() is None  # our own supervisor is tearing down already
+    book.learned(_cause(2))
+    assert book.cause == winner
+    book.settled(None)  # the store said nothing new
+    assert book.cause == winner and ours != winner
+
+
+def test_a_cause_learned_from_elsewhere_ends_the_round():
+    book = JobCause()
+    assert book.to_act_on() is None
+    book.learned(lost_node_cause(1, HOSTS, 10.0, now=5.0))
+    assert book.to_act_on() is not None
+    assert "node 1 (10.0.0.2) stopped sending heartbeats for 10 s" in book.to_act_on().reason
+
+
+def test_the_end_of_the_round_settles_on_the_stores_cause():
+    book = JobCause()
+    book.learned(_cause(1, "ours, guessed while the store was away"))
+    book.settled(_cause(0))
+    assert book.cause.node_index == 0
+
+
+def test_another_nodes_log_file_is_named_with_its_node():
+    cause = RootCause(reason="x", node_index=1, log_file="/home/u/log/workerlog.0")
+    seen = as_seen_from(cause, 0, HOSTS)
+    assert seen.log_file == "/home/u/log/workerlog.0 on node 1 (10.0.0.2)"
+    assert as_seen_from(cause, 1, HOSTS).log_file == "/home/u/log/workerlog.0"
+
+
+@pytest.mark.parametrize(
+    ("store", "says", "never"),
+    [
+        ("etcd://10.0.0.9:2379", "lost contact with etcd at 10.0.0.9:2379 (--master)", "died"),
+        ("10.0.0.1:6170", "lost contact with node 0 (10.0.0.1), which hosts the job's", "etcd"),
+    ],
+)
+def test_losing_the_store_names_what_stopped_answering(store, says, never):
+    cause = lost_contact_cause(1, HOSTS, store, "node 0 (10.0.0.1)", 10.0, "timed out", now=1.0)
+    assert says in cause.reason and never not in cause.reason
+    assert cause.node_index == 1 and cause.role is None  # not restartable
+
+
+def test_a_launcher_signal_names_the_host_and_what_it_was_doing():
+    cause = launcher_signal_cause("10.0.0.2", 1, "SIGTERM", "waiting for node 0", now=1.0)
+    assert cause.reason == "launcher on 10.0.0.2 received SIGTERM while waiting for node 0"
+    assert cause_exit_code(cause) == 143
+
+
+def _rounds(ends: list[RoundEnd], max_restarts: int) -> tuple[int, list[int], list[str]]:
+    ran: list[int] = []
+    said: list[str] = []
+
+    def one(round_: int) -> RoundEnd:
+        ran.append(round_)
+        return ends[round_]
+
+    return run_rounds(max_restarts, one, said.append), ran, said
+
+
+FAILED = RoundEnd(3, _cause(0))
+OK = RoundEnd(0, None)
+SIGNALLED = RoundEnd(143, RootCause(reason="launcher on a received SIGTERM", signal="SIGTERM"))
+LOST = RoundEnd(1, RootCause(reason="node 1 stopped sending heartbeats"))
+
+
+@pytest.mark.parametrize(
+    ("ends", "max_restarts", "code", "ran"),
+    [
+        ([OK], 0, 0, [0]),
+        ([FAILED], 0, 3, [0]),
+        ([FAILED, OK], 1, 0, [0, 1]),
+        ([FAILED, FAILED, FAILED], 2, 3, [0, 1, 2]),
+        ([SIGNALLED], 3, 143, [0]),  # a restart cannot fix what the user asked for
+        ([LOST], 3, 1, [0]),
+        ([FAILED, LOST], 3, 1, [0, 1]),
+    ],
+)
+def test_rounds_follow_while_a_process_failed_and_restarts_remain(ends, max_restarts, code, ran):
+    got_code, got_ran, said = _rounds(ends, max_restarts)
+    assert (got_code, got_ran) == (code, ran)
+    restarts = [s for s in said if s.startswith("restart ")]
+    assert len(restarts) == len(ran) - 1
+
+
+def test_giving_up_names_the_last_root_cause():
+    _, _, said = _rounds([FAILED, FAILED], 1)
+    assert said[-1] == "giving up after 1 restart(s); last root cause: " + FAILED.cause.reason
