@@ -1,4 +1,4 @@
-"""Acceptance audit of issue 4 (collective runtime) through the real launcher: corners the
+"""The collective runtime's edge cases, through the real launcher: corners the
 other tests leave out — a barrier a rank leaves, wrongly sized all_gather slots, destroy then
 init again, 64 MiB arrays, and the same bits run after run. Worker scripts are written
 into the test's directory."""

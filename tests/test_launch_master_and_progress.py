@@ -1,5 +1,5 @@
-"""Many-node pieces without a cluster: where the launchers meet (PADDLE_MASTER), the
-waiting line, what a node says when it loses etcd."""
+"""Where the launchers meet (a scheduler's PADDLE_MASTER against the options), and the
+line a launcher shows while it waits for the other nodes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
 from paddlike.launch.context.master import launchers_master
 from paddlike.launch.context.options import UsageError, parse_options
-from paddlike.launch.peers.watch import CounterLiveness, JobWatch
 
 HOSTS = ("10.0.0.1", "10.0.0.2")
 
@@ -94,47 +93,3 @@ def test_the_waiting_line_on_a_terminal_is_rewritten_in_place_and_erased_before_
         "\r\x1b[K"
         "paddlike.launch: rendezvous with 2 nodes took 2.10 s\n"
     )
-
-
-class _FakeKV:
-    """Just enough of a KV for a JobWatch that is never started."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-
-@pytest.mark.parametrize(
-    ("address", "says", "never"),
-    [
-        (
-            "etcd://10.0.0.9:2379,10.0.0.10:2379",
-            "lost contact with etcd at 10.0.0.9:2379,10.0.0.10:2379 (--master) for 10 s "
-            "(--heartbeat_timeout): the etcd endpoint stopped answering",
-            "launcher died",
-        ),
-        (
-            "10.0.0.1:6170",
-            "lost contact with node 0 (10.0.0.1), which hosts the job's store at 10.0.0.1:6170",
-            "etcd",
-        ),
-    ],
-)
-def test_a_node_that_loses_the_store_names_what_stopped_answering(address, says, never):
-    kv = _FakeKV(address)
-    watch = JobWatch(
-        connect=lambda: kv,  # type: ignore[arg-type,return-value]
-        kv=kv,  # type: ignore[arg-type]
-        liveness=CounterLiveness(kv, 1, 2, 10.0),  # type: ignore[arg-type]
-        node_index=1,
-        nnodes=2,
-        hosts=HOSTS,
-        round_=0,
-        heartbeat_timeout=10.0,
-        monitor=False,
-    )
-    try:
-        reason = watch._contact_cause("timed out").reason
-    finally:
-        watch.stop()
-    assert says in reason
-    assert never not in reason

@@ -1,4 +1,5 @@
-"""Acceptance audit (issue 2, supervision): corners a user hits that had no test yet.
+"""Teardown as a user meets it: a SIGKILLed launcher leaves no grandchild behind, and a
+console that stops reading never stalls the teardown or the launcher's signals.
 
 Each test runs the real launcher (`python -m paddlike.launch`) with small worker
 scripts written into tmp_path, and cleans up every process it started by pid,

@@ -1,17 +1,20 @@
 """Two nodes (network namespaces nodea / nodeb): each launcher finds its own index.
 
 `--ips nodea,nodeb --nproc_per_node 2` runs in both; the workers on nodea see ranks
-0-1, those on nodeb ranks 2-3, and all four the same endpoint list.
+0-1, those on nodeb ranks 2-3, and all four the same endpoint list. A scheduler's
+variables (PaddleCloud's PADDLE_MASTER) say where the launchers meet.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
 
+from tests.multinode_common import LAUNCH, write_worker
 from tests.netns import netns_cluster
 
 pytestmark = pytest.mark.netns
@@ -139,3 +142,34 @@ def test_ps_lists_place_each_role_on_the_node_whose_address_it_names(tmp_path):
     endpoints = (a / "endpoints.log").read_text()
     assert endpoints == (b / "endpoints.log").read_text()
     assert endpoints.endswith("PADDLE_PSERVERS_IP_PORT_LIST: \n198.18.0.1:7000\n198.18.0.2:7000")
+
+
+def test_paddlecloud_launchers_meet_at_the_schedulers_paddle_master(tmp_path):
+    script = write_worker(tmp_path)
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        hosts = ",".join(n.addr for n in cluster.nodes)
+        master = f"{cluster.nodes[0].addr}:7321"
+        procs = []
+        for index, node in enumerate(cluster.nodes):
+            env = {
+                **os.environ,
+                "PADDLE_TRAINERS": hosts,
+                "POD_IP": node.addr,
+                "PADDLE_TRAINER_ID": str(index),
+                "PADDLE_NNODES": "2",
+                "PADDLE_MASTER": master,
+            }
+            argv = [*LAUNCH, "--log_dir", str(tmp_path / f"log{index}"), "--rdzv_timeout", "20"]
+            procs.append(
+                node.popen(
+                    [*argv, str(script)],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+        outputs = [p.communicate(timeout=40)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    for out in outputs:
+        assert f"rendezvous with 2 nodes at {master}" in out, out

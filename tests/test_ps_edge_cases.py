@@ -1,4 +1,4 @@
-"""Acceptance audit of issue 5 (PS mode) through the real launcher: `assign` by worker 0,
+"""Parameter-server edge cases, through the real launcher: `assign` by worker 0,
 trainers that end without stop_worker(), a declaration mismatch, and a failing server's own
 exit code. Worker scripts are written into the test's directory."""
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from paddlike.launch.context.options import UsageError
 from paddlike.launch.context.master import ps_master_port
-from paddlike.launch.plan.plan import Role
+from paddlike.launch.context.options import UsageError
 from paddlike.launch.peers.watch import ServicesStop
+from paddlike.launch.plan.plan import Role
 from tests.netns import Node, netns_cluster
-from tests.test_launch_multinode import clean_env
+from tests.test_many_nodes_start import clean_env
 from tests.test_supervisor import Run, make_plan
 
 # Paddle's usual server port, which is also the default --master_port: the launchers' store

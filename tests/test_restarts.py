@@ -1,7 +1,7 @@
 """--max_restarts on one node: a failed round is followed by a new one, up to N times.
 
-(The many-node restart round is in test_multinode_failure.py; the decision table is
-tested here on `run_rounds` directly with plain functions as rounds.)
+(The many-node restart round is in test_many_nodes_failures.py; the decision table is
+in test_launch_policy.py.)
 """
 
 from __future__ import annotations
@@ -10,15 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from paddlike.launch.plan.policy import RoundEnd, run_rounds
-from paddlike.summary import RootCause, read_summary
+from paddlike.summary import read_summary
 
 # Rank 1 fails with exit code 3 in every round before --fail_rounds; the rest succeed.
 WORKER = """
-import os, sys
+import os, sys, time
 rank, restart = int(os.environ["PADDLE_TRAINER_ID"]), int(os.environ["PADDLIKE_RESTART_COUNT"])
 print("RANK", rank, "RESTART", restart, flush=True)
+open(f"{sys.argv[2]}/printed.{rank}.{restart}", "w").close()
 if rank == 1 and restart < int(sys.argv[1]):
+    # fail only once rank 0 has printed this round (else its line may never be written)
+    end = time.monotonic() + 30
+    while not os.path.exists(f"{sys.argv[2]}/printed.0.{restart}") and time.monotonic() < end:
+        time.sleep(0.01)
     sys.exit(3)
 """
 
@@ -28,7 +32,7 @@ def _launch(tmp_path: Path, max_restarts: int, fail_rounds: int) -> subprocess.C
     script.write_text(WORKER)
     cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2"]
     cmd += ["--log_dir", str(tmp_path / "log"), "--max_restarts", str(max_restarts)]
-    cmd += [str(script), str(fail_rounds)]
+    cmd += [str(script), str(fail_rounds), str(tmp_path)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
@@ -64,31 +68,3 @@ def test_without_max_restarts_a_failure_ends_the_job_after_one_round(tmp_path: P
     assert "paddlike.launch: restart" not in done.stderr
     assert "giving up" not in done.stderr
     assert _restarts_seen(tmp_path / "log" / "workerlog.1") == ["0"]
-
-
-def _worker_failed() -> RootCause:
-    return RootCause(reason="trainer rank 1 exited with code 3", role="trainer", rank=1)
-
-
-def test_rounds_stop_at_the_first_success() -> None:
-    ends = [RoundEnd(3, _worker_failed()), RoundEnd(0, None), RoundEnd(9, _worker_failed())]
-    said: list[str] = []
-    assert run_rounds(5, lambda r: ends[r], said.append) == 0
-    assert said == ["restart 1 of 5 after: trainer rank 1 exited with code 3"]
-
-
-def test_a_signal_to_the_launcher_is_not_restarted() -> None:
-    interrupted = RootCause(reason="launcher on 127.0.0.1 received SIGINT", signal="SIGINT")
-    rounds: list[int] = []
-
-    def one(r: int) -> RoundEnd:
-        rounds.append(r)
-        return RoundEnd(130, interrupted)
-
-    assert run_rounds(3, one, lambda line: None) == 130
-    assert rounds == [0]
-
-
-def test_a_lost_node_is_not_restarted() -> None:
-    lost = RootCause(reason="node 1 (10.0.0.2) stopped sending heartbeats", node_index=1)
-    assert run_rounds(3, lambda r: RoundEnd(1, lost), lambda line: None) == 1
