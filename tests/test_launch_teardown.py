@@ -206,3 +206,40 @@ def test_a_launcher_started_from_a_worker_uses_its_own_default_log_dir(tmp_path)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "inner ran" in (inner_dir / "log" / "workerlog.0").read_text()
+
+
+@pytest.mark.netns
+def test_a_sigkilled_many_node_launcher_leaves_no_grandchild_behind(tmp_path):
+    """Node 0's launcher runs the store's and the watch's threads while its workers run;
+    its guardian, forked before any of them, still kills the workers' children."""
+    from tests.netns import netns_cluster
+
+    script = _write(tmp_path, "gc.py", GRANDCHILD_WORKER)
+    work = tmp_path / "work"  # rank r writes pid.r and grandchild.r; node i runs rank i
+    work.mkdir()
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        ips = ",".join(n.addr for n in cluster.nodes)
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            cmd = [sys.executable, "-m", "paddlike.launch", "--ips", ips, "--nproc_per_node", "1"]
+            cmd += ["--log_dir", str(tmp_path / f"log{i}"), "--tee", "none"]
+            cmd += ["--heartbeat_timeout", "2", str(script), str(work)]
+            procs.append(node.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        try:
+            for i in range(2):
+                _wait_for([work / f"pid.{i}", work / f"grandchild.{i}"], procs[i])
+            grandchild = int((work / "grandchild.0").read_text())
+            procs[0].kill()
+            procs[0].wait(timeout=DEADLINE)
+            survivors = _alive([grandchild], 5.0)
+            assert not survivors, (
+                f"node 0's grandchild outlived its SIGKILLed launcher: {survivors}"
+            )
+            # node 1 notices the lost node and ends its own job
+            assert procs[1].wait(timeout=DEADLINE) != 0
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            _kill_pids_in(work, "grandchild.*", "pid.*")
