@@ -18,7 +18,7 @@ PADDLE ?= paddlepaddle>=3,<4
 PADDLE_VENV ?= .venv-paddle
 PADDLE_STAMP := $(PADDLE_VENV)/.installed
 
-.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env
+.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env test-gpu
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,29 @@ lint: $(STAMP)
 test: $(STAMP) torch-env etcd paddle-env
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+# The tests marked gpu (NCCL through CuPy on this machine's NVIDIA GPU, a launch on it).
+# Where $(PYTHON) already imports CuPy with NCCL (a GPU image without registry access) they
+# run with it and the source tree on PYTHONPATH; otherwise the `gpu` extra (GPU_EXTRA=gpu-cuda13
+# for CUDA 13) and the test tools are installed into $(GPU_VENV) first. Without a GPU they skip.
+GPU_EXTRA ?= gpu
+GPU_VENV ?= .venv-gpu
+GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py
+test-gpu:
+	@if $(PYTHON) -c "import cupy, cupy.cuda.nccl" 2>/dev/null; then py="$(PYTHON)"; \
+	else \
+	  $(PYTHON) -m venv $(GPU_VENV) && $(GPU_VENV)/bin/python -m pip install -q --upgrade pip && \
+	  $(GPU_VENV)/bin/python -m pip install -q -e '.[$(GPU_EXTRA),test]' || exit 1; \
+	  py="$(GPU_VENV)/bin/python"; \
+	fi; \
+	PYTHONPATH="$(CURDIR)" $$py -c "import sys, cupy; from cupy.cuda import nccl, runtime as r; \
+	  p = r.getDeviceProperties(0) if r.getDeviceCount() else {}; \
+	  print('test-gpu:', sys.executable, 'python', sys.version.split()[0], '| CuPy', cupy.__version__, \
+	        '| CUDA runtime', r.runtimeGetVersion(), 'driver', r.driverGetVersion(), '| NCCL', \
+	        nccl.get_version(), '|', r.getDeviceCount(), 'GPU(s):', \
+	        (lambda n: n.decode() if isinstance(n, bytes) else n)(p.get('name', '-')))" \
+	  || echo "test-gpu: CuPy could not read the GPU (no GPU here?); the GPU tests will skip"; \
+	PYTHONPATH="$(CURDIR)" $$py -m pytest -p no:cacheprovider -m gpu -v $(GPU_TESTS)
 
 demo: $(STAMP)
 	rm -rf demo_log

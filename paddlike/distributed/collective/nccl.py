@@ -2,9 +2,11 @@
 
 One NCCL communicator per group. Rank 0 of the group makes the unique id and shares it
 through the store (with the group's deadline); then every rank announces in the store that
-it is alive and about to build the communicator, and waits for all the others there (a
-rank that died is named at the deadline instead of hanging everyone inside NCCL's
-constructor); the constructor itself runs on a helper thread under the same deadline.
+it is alive and about to build the communicator, and which GPU it uses, and waits for all
+the others there (a rank that died is named at the deadline instead of hanging everyone
+inside NCCL's constructor; two ranks on one GPU, which NCCL refuses with "Duplicate GPU
+detected" or worse, are named with the device before any communicator is built); the
+constructor itself runs on a helper thread under the same deadline.
 The worker's device (FLAGS_selected_gpus) is made current first. Counts are in elements,
 buffers are `arr.data.ptr`.
 
@@ -45,8 +47,10 @@ __all__ = [
     "available",
     "await_peers",
     "build_with_deadline",
+    "claim_gpu",
     "decode_unique_id",
     "encode_unique_id",
+    "refuse_shared_gpu",
 ]
 
 T = TypeVar("T")
@@ -147,6 +151,79 @@ def await_peers(
         ) from None
 
 
+def gpu_identity(device_id: int) -> bytes:
+    """This process's GPU `device_id` as "key<TAB>description": the key is the same in every
+    process using that GPU (its UUID, or the machine's boot id and the PCI bus id)."""
+    import socket
+
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    pci = ""
+    with contextlib.suppress(Exception):
+        pci = str(runtime.deviceGetPCIBusId(device_id))
+    uuid = ""
+    with contextlib.suppress(Exception):
+        raw = runtime.getDeviceProperties(device_id).get("uuid") or ""
+        if isinstance(raw, bytes):  # all zeros: no UUID known
+            raw = raw.hex() if raw.strip(b"\0") else ""
+        uuid = str(raw)
+    if uuid:
+        key = "uuid:" + uuid
+    else:
+        boot = ""
+        with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        key = f"pci:{boot or socket.gethostname()}/{pci}"
+    where = f" (PCI {pci})" if pci else ""
+    return f"{key}\tGPU {device_id}{where} on {socket.gethostname()}".encode()
+
+
+def claim_gpu(
+    store: Any, prefix: str, rank: int, global_ranks: Sequence[int], identity: bytes
+) -> None:
+    """Claim this rank's GPU in the store, before the setup barrier (`await_peers`).
+
+    NCCL cannot put two ranks of one communicator on one device: depending on its version
+    it fails with "Duplicate GPU detected" or hangs. A rank that finds its GPU claimed by
+    another rank of the group leaves the reason under ``<prefix>/nccl-shared`` before it
+    announces itself, so after the barrier every rank finds it (`refuse_shared_gpu`).
+    One store request per rank, whatever the group's size.
+    """
+    key, _, description = identity.decode(errors="replace").partition("\t")
+    owner = store.compare_set(f"{prefix}/nccl-gpu/{key}", None, str(rank))
+    if owner == str(rank).encode():
+        return
+    a, b = sorted((global_ranks[int(owner)], global_ranks[rank]))
+    group = prefix.rsplit("/", 1)[-1]
+    reason = (
+        f"init: ranks {a} and {b} of group {group} both use {description}; NCCL cannot put "
+        f"two ranks of one communicator on one GPU. Give each rank its own GPU: use the device "
+        f"in FLAGS_selected_gpus (paddlike.distributed.ParallelEnv().device_id) and start one "
+        f"worker per GPU (python -m paddlike.launch does by default), or use backend='cpu'"
+    )
+    store.compare_set(f"{prefix}/nccl-shared", None, reason)
+
+
+def refuse_shared_gpu(
+    store: Any, prefix: str, rank: int, global_ranks: Sequence[int], deadline: float
+) -> None:
+    """After the setup barrier: raise CollectiveError if two ranks claimed one GPU.
+
+    Every rank raises the same error, before any communicator exists. A last barrier
+    comes first: rank 0 closes its store as it raises, and a peer still asking would then
+    see a store failure instead of the reason (it waits at most 5 s for ranks that are gone).
+    """
+    reason = store.try_get(f"{prefix}/nccl-shared")
+    if reason is None:
+        return
+    keys = [f"{prefix}/nccl-read/{k}" for k in range(len(global_ranks))]
+    with contextlib.suppress(StoreError):
+        store.set(keys[rank], b"1")
+        store.wait(keys, timeout=max(0.001, min(5.0, deadline - time.monotonic())))
+    raise CollectiveError(reason.decode(errors="replace"))
+
+
 def build_with_deadline(
     build: Callable[[], T], deadline: float, what: str, discard: Callable[[T], None]
 ) -> T:
@@ -212,14 +289,17 @@ class NcclCommunicator(Communicator):
                 f"within {timeout:g} s: {exc}"
             ) from None
         uid = decode_unique_id(raw)
+        group = prefix.rsplit("/", 1)[-1]
+        claim_gpu(store, prefix, rank, self.global_ranks, gpu_identity(device_id))
         await_peers(store, prefix, rank, self.global_ranks, deadline)
+        refuse_shared_gpu(store, prefix, rank, self.global_ranks, deadline)
 
         def build() -> Any:
             self.device.use()  # the current device is per thread
             return nccl.NcclCommunicator(self.size, uid, rank)
 
         self.comm = build_with_deadline(
-            build, deadline, f"init: NCCL communicator of group {prefix.rsplit('/', 1)[-1]}",
+            build, deadline, f"init: NCCL communicator of group {group}",
             lambda comm: comm.abort(),
         )  # fmt: skip
         self.transport = "nccl"

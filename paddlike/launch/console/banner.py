@@ -19,6 +19,7 @@ def format_banner(
 
     paddlike.launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: matched --ips)
     paddlike.launch: 2 trainers on this node, devices cpu, logs in /abs/log
+    paddlike.launch: devices: no NVIDIA GPU found (...): CPU workers
     """
     where = plan.host
     if interface:
@@ -37,4 +38,5 @@ def format_banner(
         f"{plan.nnodes} ({where})\n"
         f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
         f"logs in {os.fspath(log_dir)}"
+        + (f"\n{PREFIX} devices: {plan.devices_why}" if plan.devices_why else "")
     )

@@ -141,13 +141,6 @@ def ps_fingerprint(
     return fp
 
 
-def devices_per_node(devices: DeviceAssignment) -> str:
-    """The fingerprint's device field: a GPU node and a CPU node cannot be in one job."""
-    if devices.kind == "cpu":
-        return "cpu"
-    return str(sum(len(d) for d in devices.per_worker))
-
-
 def collective_node_job(
     options: LaunchOptions, node: NodeMatch, devices: DeviceAssignment
 ) -> NodeJob:
@@ -170,7 +163,7 @@ def collective_node_job(
         fingerprint=fingerprint(
             # torchrun style: every node knows only the count until the rendezvous
             ips=(f"{len(hosts)} nodes, found at the rendezvous",) if node.discovered else hosts,
-            devices_per_node=devices_per_node(devices),
+            devices_per_node=devices.per_node,
             nproc_per_node=nproc,
             run_mode=options.run_mode,
             job_id=options.job_id,

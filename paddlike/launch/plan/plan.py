@@ -44,6 +44,7 @@ class ProcessSpec:
     argv: tuple[str, ...]  # the full command line
     log_name: str  # e.g. "workerlog.0"; with --redirect_stdout_and_stderr, the stdout file
     err_log_name: str | None = None  # the stderr file with --redirect_stdout_and_stderr
+    physical_devices: tuple[str, ...] = ()  # the same GPUs by physical id (or UUID); () on CPU
 
     @property
     def label(self) -> str:
@@ -63,6 +64,7 @@ class LaunchPlan:
     trainer_endpoints: tuple[str, ...]  # all nodes', in rank order
     server_endpoints: tuple[str, ...] = ()  # PS mode
     master: str = ""  # host:port of the workers' runtime store (PADDLE_MASTER)
+    devices_why: str = ""  # which devices this node's workers got and why (.describe())
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,12 @@ def plan_collective(
 
     Other nodes are assumed to have the same device layout (every node runs the same
     command; the rendezvous checks that) for PADDLE_WORLD_DEVICE_IDS.
+
+    On GPUs every worker's device variables agree: FLAGS_selected_gpus ==
+    PADDLE_LOCAL_DEVICE_IDS == its entry of PADDLE_WORLD_DEVICE_IDS (":"-joined), numbered
+    as the worker's CUDA runtime numbers them, and PADDLE_DISTRI_BACKEND=nccl. With one
+    worker per visible GPU (the default) a worker's GPU is also its LOCAL_RANK, so
+    torchrun-style scripts that pick ``cuda:LOCAL_RANK`` get the same device.
     """
     node = layout.node_index
     nproc = devices.nproc
@@ -275,6 +283,7 @@ def plan_collective(
                 argv=argv,
                 log_name=log,
                 err_log_name=err,
+                physical_devices=devices.physical[local] if devices.physical else (),
             )
         )
     return LaunchPlan(
@@ -286,6 +295,7 @@ def plan_collective(
         processes=tuple(processes),
         trainer_endpoints=endpoints,
         master=f"{master_host}:{master_port}",
+        devices_why=devices.describe(),
     )
 
 
@@ -374,6 +384,17 @@ def _shown(name: str, value: str) -> str:
     return "<hidden>" if name == contract.JOB_TOKEN else value
 
 
+def _device_text(p: ProcessSpec) -> str:
+    """``gpu 1 (physical 3)``: the id the worker uses, and the GPU it is, when they differ."""
+    if not p.device_ids:
+        return "cpu"
+    seen = ",".join(p.device_ids)
+    physical = ",".join(p.physical_devices)
+    if physical and physical != seen:
+        return f"gpu {seen} (physical {physical})"
+    return f"gpu {seen}"
+
+
 def format_plan(plan: LaunchPlan, log_dir: str) -> str:
     """The --dry_run text: every process, its command and environment, in a fixed order."""
     import shlex
@@ -388,6 +409,8 @@ def format_plan(plan: LaunchPlan, log_dir: str) -> str:
         lines.append("server endpoints: " + ",".join(plan.server_endpoints))
     if plan.master:
         lines.append(f"master (PADDLE_MASTER): {plan.master}")
+    if plan.devices_why:
+        lines.append(f"devices: {plan.devices_why}")
     for p in plan.processes:
         logs = f"{log_dir}/{p.log_name}" + (
             f", {log_dir}/{p.err_log_name}" if p.err_log_name else ""
@@ -395,7 +418,7 @@ def format_plan(plan: LaunchPlan, log_dir: str) -> str:
         lines += [
             "",
             f"[{p.label}] local index {p.local_index}, "
-            f"device {','.join(p.device_ids) or 'cpu'}, endpoint {p.endpoint}, log {logs}",
+            f"device {_device_text(p)}, endpoint {p.endpoint}, log {logs}",
             f"  command: {shlex.join(p.argv)}",
             "  env:",
             *(f"    {k}={_shown(k, v)}" for k, v in sorted(p.env.items())),
