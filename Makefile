@@ -66,7 +66,7 @@ test: $(STAMP) torch-env etcd paddle-env
 # for CUDA 13) and the test tools are installed into $(GPU_VENV) first. Without a GPU they skip.
 GPU_EXTRA ?= gpu
 GPU_VENV ?= .venv-gpu
-GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py
+GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py tests/test_global_view_launch.py
 test-gpu:
 	@if $(PYTHON) -c "import cupy, cupy.cuda.nccl" 2>/dev/null; then py="$(PYTHON)"; \
 	else \
@@ -97,6 +97,7 @@ bench: $(STAMP) torch-env
 	$(PY) bench/collectives.py
 	$(PY) bench/ps.py
 	$(PY) bench/rendezvous.py
+	$(PY) bench/global_view.py
 
 log-samples: $(STAMP)
 	$(PY) log_samples/regenerate.py
