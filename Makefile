@@ -85,7 +85,7 @@ test-gpu:
 
 demo: $(STAMP)
 	rm -rf demo_log
-	$(PY) -m paddlike.launch --nproc_per_node 2 --log_dir demo_log examples/hello_allreduce.py
+	$(PY) -m paddlike.launch --devices cpu --nproc_per_node 2 --log_dir demo_log examples/hello_allreduce.py
 	@echo; echo "== the log directory the job wrote: demo_log/"; ls -l demo_log
 	@echo; echo "== demo_log/endpoints.log"; cat demo_log/endpoints.log; echo
 	@echo; echo "== python -m paddlike.logs demo_log"; $(PY) -m paddlike.logs demo_log

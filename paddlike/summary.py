@@ -42,75 +42,232 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 SUMMARY_FILE = "summary.json"
 SCHEMA_VERSION = 1
 
 
-@dataclass
-class ProcessRecord:
-    role: str
-    rank: int
-    local_index: int
-    host: str
-    log_file: str
-    endpoint: str = ""
-    pid: int | None = None
-    start_time: float | None = None
-    end_time: float | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    status: str = "running"
-    restarts: int = 0
+class _Record:
+    """Plain mutable records with value equality, a repr and JSON-type conversion.
+
+    Not dataclasses on purpose: importing `dataclasses` and creating a class with it
+    cost the launcher more time than the rest of its start-up (see bench/launch.py).
+    `FIELDS` is the order of the JSON keys.
+    """
+
+    __slots__ = ()
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self.FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS)
+        return f"{type(self).__name__}({args})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON types only (nested records become dicts, lists are copied)."""
+        return {f: _plain(getattr(self, f)) for f in self.FIELDS}
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with `changes` applied (the original is left as it is)."""
+        unknown = set(changes) - set(self.FIELDS)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.replace: unknown field(s) {sorted(unknown)}; "
+                f"expected some of {list(self.FIELDS)}"
+            )
+        return type(self)(**{f: changes.get(f, getattr(self, f)) for f in self.FIELDS})
 
 
-@dataclass
-class RootCause:
-    reason: str
-    host: str = ""
-    node_index: int | None = None
-    role: str | None = None
-    rank: int | None = None
-    local_index: int | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    log_file: str | None = None
-    tail: list[str] = field(default_factory=list)
-    time: float | None = None  # Unix time of the failure
-    duration: float | None = None  # how long the failed process ran, seconds
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
-@dataclass
-class RunSummary:
-    job_id: str
-    mode: str
-    node_index: int
-    nnodes: int
-    host: str
-    hostname: str
-    log_dir: str
-    start_time: float
-    status: str = "running"
-    exit_code: int | None = None
-    end_time: float | None = None
-    restarts: int = 0
-    processes: list[ProcessRecord] = field(default_factory=list)
-    root_cause: RootCause | None = None
-    schema: int = SCHEMA_VERSION
+class ProcessRecord(_Record):
+    FIELDS = (
+        "role",
+        "rank",
+        "local_index",
+        "host",
+        "log_file",
+        "endpoint",
+        "pid",
+        "start_time",
+        "end_time",
+        "exit_code",
+        "signal",
+        "status",
+        "restarts",
+    )
+    __slots__ = FIELDS
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        local_index: int,
+        host: str,
+        log_file: str,
+        endpoint: str = "",
+        pid: int | None = None,
+        start_time: float | None = None,
+        end_time: float | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        status: str = "running",
+        restarts: int = 0,
+    ) -> None:
+        self.role = role
+        self.rank = rank
+        self.local_index = local_index
+        self.host = host
+        self.log_file = log_file
+        self.endpoint = endpoint
+        self.pid = pid
+        self.start_time = start_time
+        self.end_time = end_time
+        self.exit_code = exit_code
+        self.signal = signal
+        self.status = status
+        self.restarts = restarts
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunSummary:
+    def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
+        return cls(**data)
+
+
+class RootCause(_Record):
+    FIELDS = (
+        "reason",
+        "host",
+        "node_index",
+        "role",
+        "rank",
+        "local_index",
+        "exit_code",
+        "signal",
+        "log_file",
+        "tail",
+        "time",
+        "duration",
+    )
+    __slots__ = FIELDS
+
+    def __init__(
+        self,
+        reason: str,
+        host: str = "",
+        node_index: int | None = None,
+        role: str | None = None,
+        rank: int | None = None,
+        local_index: int | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        log_file: str | None = None,
+        tail: list[str] | None = None,
+        time: float | None = None,  # Unix time of the failure
+        duration: float | None = None,  # how long the failed process ran, seconds
+    ) -> None:
+        self.reason = reason
+        self.host = host
+        self.node_index = node_index
+        self.role = role
+        self.rank = rank
+        self.local_index = local_index
+        self.exit_code = exit_code
+        self.signal = signal
+        self.log_file = log_file
+        self.tail = [] if tail is None else tail
+        self.time = time
+        self.duration = duration
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RootCause:
+        return cls(**data)
+
+
+class RunSummary(_Record):
+    FIELDS = (
+        "job_id",
+        "mode",
+        "node_index",
+        "nnodes",
+        "host",
+        "hostname",
+        "log_dir",
+        "start_time",
+        "status",
+        "exit_code",
+        "end_time",
+        "restarts",
+        "processes",
+        "root_cause",
+        "schema",
+    )
+    __slots__ = FIELDS
+
+    def __init__(
+        self,
+        job_id: str,
+        mode: str,
+        node_index: int,
+        nnodes: int,
+        host: str,
+        hostname: str,
+        log_dir: str,
+        start_time: float,
+        status: str = "running",
+        exit_code: int | None = None,
+        end_time: float | None = None,
+        restarts: int = 0,
+        processes: list[ProcessRecord] | None = None,
+        root_cause: RootCause | None = None,
+        schema: int = SCHEMA_VERSION,
+    ) -> None:
+        self.job_id = job_id
+        self.mode = mode
+        self.node_index = node_index
+        self.nnodes = nnodes
+        self.host = host
+        self.hostname = hostname
+        self.log_dir = log_dir
+        self.start_time = start_time
+        self.status = status
+        self.exit_code = exit_code
+        self.end_time = end_time
+        self.restarts = restarts
+        self.processes = [] if processes is None else processes
+        self.root_cause = root_cause
+        self.schema = schema
+
+    def to_json(self) -> dict[str, Any]:
+        return self.to_dict()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
         fields = dict(data)
         fields["processes"] = [ProcessRecord(**p) for p in data.get("processes", [])]
         cause = data.get("root_cause")
         fields["root_cause"] = RootCause(**cause) if cause else None
         return cls(**fields)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSummary:
+        return cls.from_dict(data)
 
 
 def write_summary(log_dir: str | os.PathLike[str], summary: RunSummary) -> Path:

@@ -10,14 +10,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from paddlike.launch.context.node import PsNode
-from paddlike.launch.context.options import parse_options
-from paddlike.launch.run.ports import (
-    _process_start_time,
-    layout_endpoints,
-    layout_ps,
-    reserve_ports,
+from paddlike.launch.context.options import UsageError, parse_options
+from paddlike.launch.plan.layout import (
+    collective_layout,
+    ps_counts_layout,
+    ps_lists_layout,
+    start_port_ports,
 )
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+from paddlike.launch.run.ports import _process_start_time, free_ports, reserve_ports
 
 RESERVE = """
 import json, sys
@@ -128,18 +132,29 @@ def test_two_launchers_at_once_get_disjoint_endpoints(tmp_path):
     assert not masters & set(trainers)
 
 
-def test_many_nodes_take_ports_from_start_port_and_the_master_the_next_one():
-    layout = layout_endpoints(("10.0.0.1", "10.0.0.2"), 1, 2, start_port=6070)
+def _world(hosts: tuple[str, ...], ports: tuple[int, ...]) -> RendezvousResult:
+    nodes = tuple(NodeEntry(i, h, "", 0, ports, {}) for i, h in enumerate(hosts))
+    return RendezvousResult(0, nodes, "j", 0.0)
+
+
+def test_many_nodes_dry_run_shows_ports_from_start_port_and_the_master_the_next_one():
+    world = _world(("10.0.0.1", "10.0.0.2"), start_port_ports(6070, 2))
+    layout = collective_layout(world, 1, 2)
     assert layout.trainer_endpoints() == (
         "10.0.0.1:6070", "10.0.0.1:6071", "10.0.0.2:6070", "10.0.0.2:6071",
     )  # fmt: skip
     assert layout.master == "10.0.0.1:6072"
 
 
-def test_one_node_gets_reserved_free_ports_for_trainers_and_master():
-    layout = layout_endpoints(("127.0.0.1",), 0, 3, start_port=6070)
-    ports = [*layout.ports[0], layout.master_port]
-    assert len(set(ports)) == 4
+def test_a_start_port_without_room_for_every_port_is_a_usage_error():
+    with pytest.raises(UsageError, match="--start_port: 65534 leaves no room for 3 ports"):
+        start_port_ports(65534, 2)
+
+
+def test_one_node_reserves_distinct_ports_for_trainers_and_the_workers_store(tmp_path):
+    ports = reserve_ports(4, registry_dir=tmp_path)
+    layout = collective_layout(_world(("127.0.0.1",), ports), 0, 3)
+    assert len({*layout.ports[0], layout.master_port}) == 4
 
 
 def test_ps_workers_without_ports_skip_the_ports_listed_on_their_host():
@@ -152,13 +167,12 @@ def test_ps_workers_without_ports_skip_the_ports_listed_on_their_host():
         servers=(("10.0.0.1", 6070), ("10.0.0.2", 7000)),
         trainers=(("10.0.0.1", None), ("10.0.0.1", 6072), ("10.0.0.1", None)),
     )  # fmt: skip
-    layout = layout_ps(options, node)
+    layout = ps_lists_layout(options, node)
     assert layout.trainers == ("10.0.0.1:6071", "10.0.0.1:6072", "10.0.0.1:6073")
     assert (layout.node_index, layout.nnodes) == (0, 2)
 
 
 def test_ps_counts_put_everything_on_this_node_on_free_ports():
-    options = parse_options(["--server_num", "2", "--worker_num", "3", "t.py"], {})
-    layout = layout_ps(options, PsNode(host="127.0.0.1", interface="lo", reason=""))
+    layout = ps_counts_layout("127.0.0.1", 2, 3, free_ports(6))
     assert len(layout.servers) == 2 and len(layout.trainers) == 3
     assert len(set(layout.servers + layout.trainers)) == 5

@@ -20,7 +20,7 @@ import pytest
 
 from paddlike.launch.context.master import ps_master_port
 from paddlike.launch.context.options import UsageError
-from paddlike.launch.peers.watch import ServicesStop
+from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.plan.plan import Role
 from tests.netns import Node, netns_cluster
 from tests.test_many_nodes_start import clean_env

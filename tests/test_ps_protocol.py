@@ -15,7 +15,7 @@ import zmq
 from ps_workers.cluster import WORKERS, base_env, free_ports, kill, start_server
 
 from paddlike.distributed import ps
-from paddlike.distributed.ps import wire
+from paddlike.distributed.ps import auth, wire
 from paddlike.distributed.ps.client import Client
 from paddlike.distributed.ps.wire import Message, Op, Status
 
@@ -26,8 +26,10 @@ class Served:
         self.ctx = zmq.Context()
 
     def dealer(self) -> zmq.Socket:
+        """A raw socket with the job's credentials, as any peer the server serves has."""
         s = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
+        auth.secure_client(s, auth.Policy.from_env(self.env))
         s.connect(f"tcp://{self.endpoint}")
         return s
 
@@ -67,6 +69,8 @@ def test_malformed_and_unknown_requests_get_error_replies_and_the_server_keeps_s
     sock = served.dealer()
     hello = frames(Message(Op.HELLO, arg0=1, arg1=1))
     bad_magic = [b"XXXX" + hello[0][4:], *hello[1:]]
+    huge = ps.TableSpec("huge", "dense", (1 << 33,), ps.SGD().config(), ps.Constant().config(),
+                        "async")  # fmt: skip
     cases = {
         "a message has at least 3 frames": [hello[0]],
         "header frame has 7 bytes": [b"garbage", b"", b""],
@@ -82,6 +86,14 @@ def test_malformed_and_unknown_requests_get_error_replies_and_the_server_keeps_s
         ],
         "no table 'nope'": frames(Message(Op.PULL_DENSE, text="nope")),
         "bad table declaration": frames(Message(Op.DECLARE, text="{not json")),
+        "beyond the limit of 17179869184": [
+            hello[0][:7] + b"\x01" + hello[0][8:],  # one array, declared 2**62 x 4 floats
+            b"",
+            wire.ARRAY.pack(1, 2, 1 << 62, 4),
+        ],
+        "this server's shard would hold 8589934592 elements, beyond the limit": frames(
+            Message(Op.DECLARE, text=huge.to_json())
+        ),
     }
     for expected, raw in cases.items():
         rep = served.ask(sock, raw)

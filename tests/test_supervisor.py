@@ -278,8 +278,8 @@ def test_local_failure_is_published_before_teardown(tmp_path):
 def test_command_that_cannot_start_fails_the_job_with_127(tmp_path):
     plan = make_plan([], 1)
     spec = plan.processes[0]
-    broken = ProcessSpec(**{**spec.__dict__, "argv": (str(tmp_path / "no-such-program"),)})
-    run = Run(tmp_path, LaunchPlan(**{**plan.__dict__, "processes": (broken,)}))
+    broken = spec._replace(argv=(str(tmp_path / "no-such-program"),))
+    run = Run(tmp_path, plan._replace(processes=(broken,)))
     outcome = run()
     assert outcome.exit_code == 127
     assert "could not start trainer rank 0" in run.err.getvalue()

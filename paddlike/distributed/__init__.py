@@ -1,9 +1,9 @@
 """What training scripts import: `import paddlike.distributed as dist`.
 
 The environment API (get_rank, ...) is imported eagerly and needs only the standard
-library. Everything else (collectives, DataParallel, which need numpy) loads on first
-use, because the launcher imports `paddlike.distributed.store` and must not pull numpy
-in with it.
+library. Everything else (collectives, DataParallel, which need numpy; `heartbeat`)
+loads on first use, because the launcher imports `paddlike.distributed.store` and must
+not pull numpy in with it (nor pay for what it does not use).
 """
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# `config` is OneFlow's flow.config of the node-list form (env.machine, env.ctrl_port);
+# spawn is imported eagerly, not lazily: `spawn` is also the name of its module, and a
+# lazily loaded module would shadow the function once imported. Both are stdlib only.
+from . import config
 from .env import (
     ParallelEnv,
     get_local_rank,
@@ -18,6 +22,15 @@ from .env import (
     get_node_size,
     get_rank,
     get_world_size,
+)
+from .spawn import (
+    MultiprocessContext,
+    ProcessExitedException,
+    ProcessRaisedException,
+    SpawnContext,
+    SpawnError,
+    spawn,
+    start_processes,
 )
 
 # fmt: off
@@ -63,6 +76,15 @@ _LAZY = {
         ".parallel",
     ),
 }
+# The global view (placement, SBP, global arrays); kept apart from _LAZY, which lists
+# exactly the collective and parallel API.
+_LAZY_GLOBAL_VIEW = dict.fromkeys(
+    ["placement", "sbp", "global_array", "to_global", "ones", "zeros", "full", "arange", "randn"],
+    ".global_view",
+)
+# The progress heartbeat (stdlib only); after the first use `dist.heartbeat` is a plain
+# module attribute, so the per-step call pays no lookup.
+_LAZY_PROGRESS = {"heartbeat": ".progress"}
 # fmt: on
 
 __all__ = [
@@ -72,12 +94,22 @@ __all__ = [
     "get_node_size",
     "get_rank",
     "get_world_size",
+    "heartbeat",
+    "MultiprocessContext",
+    "ProcessExitedException",
+    "ProcessRaisedException",
+    "SpawnContext",
+    "SpawnError",
+    "config",
+    "spawn",
+    "start_processes",
     *sorted(_LAZY),
+    *sorted(_LAZY_GLOBAL_VIEW),
 ]
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _LAZY.get(name) or _LAZY_GLOBAL_VIEW.get(name) or _LAZY_PROGRESS.get(name)
     if module is None:
         raise AttributeError(f"module 'paddlike.distributed' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
@@ -86,4 +118,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_GLOBAL_VIEW) | set(_LAZY_PROGRESS))

@@ -14,13 +14,19 @@ from dataclasses import dataclass
 
 from paddlike import contract as C
 
+# OneFlow's node list in the script (`dist.env.machine(...)` reads as `flow.env.machine`);
+# kept in `nodelist` with the rest of the node-list form (stdlib only).
+from .nodelist import ctrl_port, machine
+
 __all__ = [
     "ParallelEnv",
+    "ctrl_port",
     "get_local_rank",
     "get_local_world_size",
     "get_node_size",
     "get_rank",
     "get_world_size",
+    "machine",
     "master_address",
 ]
 

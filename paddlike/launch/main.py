@@ -11,15 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
+from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import PROG, LaunchOptions, UsageError, parse_options
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.plan import LaunchPlan
 
 
-@dataclass(frozen=True)
-class Described:
+class Described(NamedTuple):
     """What `describe` decided: the options, this node's share of the job, and a preview of
     its plan (the real one is made each round from the rendezvous; the preview shows
     placeholders for ports and addresses it cannot know yet)."""

@@ -2,7 +2,8 @@
 
 Exit status: 0 when the directory was read (whatever the job's outcome), 2 when a
 directory is missing, empty or unreadable, or an option names no process, 130 on
-Ctrl-C during --follow.
+Ctrl-C during --follow. --stacks exits 2 when there is nothing to take stacks of (no
+summary.json, or no running trainer and no progress files).
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every log as it grows, lines prefixed [role rank]; stops when the job ends",
     )
     parser.add_argument("--json", action="store_true", help="the same facts as JSON")
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="take the Python stack of every running trainer of this node's job (py-spy), "
+        "write DIR/stacks/<time>/rank.N.txt and summary.txt, and print where the ranks are, "
+        "the odd one out first",
+    )
     return parser
 
 
@@ -87,7 +95,7 @@ def job_to_json(job: JobView) -> dict[str, Any]:
         )
     return {
         "status": job.status,
-        "root_cause": asdict(job.root_cause) if job.root_cause else None,
+        "root_cause": job.root_cause.to_dict() if job.root_cause else None,
         "nodes": nodes,
     }
 
@@ -126,6 +134,8 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
         print(f"paddlike.logs: --tail {args.tail}: must be 0 or more lines", file=sys.stderr)
         return 2
     color = use_color(out)
+    if args.stacks:
+        return _stacks(dirs, args.json, out)
     try:
         if args.follow:
             return _follow(dirs, args, out, color)
@@ -152,6 +162,34 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
         out.write(json.dumps(job_to_json(job), indent=2) + "\n")
     else:
         out.write(format_job(job, color=color) + "\n")
+    return 0
+
+
+def _stacks(dirs: list[str], as_json: bool, out: TextIO) -> int:
+    """--stacks: collect, write and print for the job's node directories on this machine."""
+    from paddlike.logs.stacks import dump_job, stacks_to_json
+
+    try:
+        found = node_dirs(dirs)
+    except LogDirError as e:
+        print(f"paddlike.logs: --stacks: {e}", file=sys.stderr)
+        return 2
+    dump = dump_job(found)
+    if isinstance(dump, str):
+        print(f"paddlike.logs: --stacks: {dump}", file=sys.stderr)
+        return 2
+    if as_json:
+        data = {"paths": [str(p) for p in dump.paths], "summary": dump.lines}
+        data["stacks"] = stacks_to_json(dump.stacks)
+        out.write(json.dumps(data, indent=2) + "\n")
+        return 0
+    out.write("\n".join(dump.lines) + "\n")
+    for path in dump.paths:
+        if dump.stacks:
+            ranks = sum(1 for p in path.glob("rank.*.txt"))
+            out.write(f"stacks of {ranks} ranks in {path}\n")
+        else:
+            out.write(f"progress and flight records in {path}\n")
     return 0
 
 

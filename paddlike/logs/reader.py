@@ -295,7 +295,7 @@ def _load_summary(log_dir: Path, notes: list[str]) -> RunSummary | None:
         data = json.loads(text)
         if data.get("schema", 1) > 1:
             notes.append(f"{SUMMARY_FILE} has schema {data['schema']}; this reader knows 1")
-        known = set(RunSummary.__dataclass_fields__)
+        known = set(RunSummary.FIELDS)
         return RunSummary.from_json({k: v for k, v in data.items() if k in known})
     except (ValueError, TypeError, AttributeError) as e:
         notes.append(f"{SUMMARY_FILE} is not a valid summary ({e}): facts inferred from the logs")

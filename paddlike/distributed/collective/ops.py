@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import flight
 from .checks import as_rank, check_array, check_list, check_same
 from .errors import CollectiveError
 from .group import Group, runtime
@@ -60,13 +61,24 @@ def _peer(g: Group, rank: Any, what: str, arg: str) -> int:
     return k
 
 
-def _run(g: Group, what: str, fn: Callable[[float], None], sync_op: bool) -> Task | None:
+def _run(
+    g: Group,
+    what: str,
+    fn: Callable[[float], None],
+    sync_op: bool,
+    tensor: Any = None,
+    peer: int = -1,
+) -> Task | None:
+    """Every operation passes here: the one place that orders, records and runs them.
+    `tensor` and `peer` (a global rank) only describe the operation in the flight record."""
     comm = g.require_member(what)
     assert g.queue is not None
     context = comm.caller_context()  # e.g. the caller's CUDA stream, for the queue thread
+    record = flight.begin(what, g.id, tensor, peer)  # in issue order, like the ranks' order
 
     def call() -> None:
         if g.broken is not None:
+            flight.end(record, False)
             raise CollectiveError(
                 f"{what}: group {g.id} cannot be used after an earlier failure ({g.broken})"
             )
@@ -74,12 +86,14 @@ def _run(g: Group, what: str, fn: Callable[[float], None], sync_op: bool) -> Tas
             with context:
                 fn(time.monotonic() + g.timeout)
         except BaseException as exc:
+            flight.end(record, False)
             # The ranks are now out of step: close the connections so that peers blocked on
             # this rank fail at once (they see it leave) instead of at their deadline.
             g.broken = exc
             with contextlib.suppress(Exception):
                 comm.close()
             raise
+        flight.end(record, True)
 
     task = g.queue.run(call, what, sync_op)
     return None if sync_op else task
@@ -93,7 +107,7 @@ def all_reduce(
     rop = as_reduce_op(op)
     check_array(tensor, "all_reduce", "tensor")
     check_op_dtype(rop, tensor.dtype, "all_reduce")
-    return _run(g, "all_reduce", lambda d: g.comm.all_reduce(tensor, rop, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "all_reduce", lambda d: g.comm.all_reduce(tensor, rop, d), sync_op, tensor)  # type: ignore[union-attr]
 
 
 def reduce(
@@ -109,7 +123,7 @@ def reduce(
     check_array(tensor, "reduce", "tensor")
     check_op_dtype(rop, tensor.dtype, "reduce")
     root = _peer(g, dst, "reduce", "dst")
-    return _run(g, "reduce", lambda d: g.comm.reduce(tensor, root, rop, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "reduce", lambda d: g.comm.reduce(tensor, root, rop, d), sync_op, tensor, dst)  # type: ignore[union-attr]
 
 
 def broadcast(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = True):
@@ -117,7 +131,7 @@ def broadcast(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bo
     g = _group(group, "broadcast")
     check_array(tensor, "broadcast", "tensor")
     root = _peer(g, src, "broadcast", "src")
-    return _run(g, "broadcast", lambda d: g.comm.broadcast(tensor, root, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "broadcast", lambda d: g.comm.broadcast(tensor, root, d), sync_op, tensor, src)  # type: ignore[union-attr]
 
 
 def _fill(outs: Any, like: Any, n: int, what: str, arg: str) -> list[Any]:
@@ -152,7 +166,7 @@ def all_gather(
             f"all_gather: tensor_list[{g.rank}] (this rank's slot) has shape "
             f"{tuple(outs[g.rank].shape)}, but tensor has shape {tuple(tensor.shape)}"
         )
-    return _run(g, "all_gather", lambda d: g.comm.all_gather(outs, tensor, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "all_gather", lambda d: g.comm.all_gather(outs, tensor, d), sync_op, tensor)  # type: ignore[union-attr]
 
 
 def gather(
@@ -173,7 +187,7 @@ def gather(
         outs = _fill(gather_list, tensor, g.nranks, "gather", "gather_list")
         for i, o in enumerate(outs):
             check_same(o, tensor, "gather", f"gather_list[{i}]")
-    return _run(g, "gather", lambda d: g.comm.gather(tensor, outs, root, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "gather", lambda d: g.comm.gather(tensor, outs, root, d), sync_op, tensor, dst)  # type: ignore[union-attr]
 
 
 def scatter(
@@ -194,7 +208,7 @@ def scatter(
         ins = check_list(tensor_list, g.nranks, "scatter", "tensor_list")
         for i, a in enumerate(ins):
             check_same(a, tensor, "scatter", f"tensor_list[{i}]")
-    return _run(g, "scatter", lambda d: g.comm.scatter(tensor, ins, root, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "scatter", lambda d: g.comm.scatter(tensor, ins, root, d), sync_op, tensor, src)  # type: ignore[union-attr]
 
 
 def reduce_scatter(
@@ -215,8 +229,9 @@ def reduce_scatter(
     return _run(
         g,
         "reduce_scatter",
-        lambda d: g.comm.reduce_scatter(tensor, ins, rop, d),
-        sync_op,  # type: ignore[union-attr]
+        lambda d: g.comm.reduce_scatter(tensor, ins, rop, d),  # type: ignore[union-attr]
+        sync_op,
+        tensor,
     )
 
 
@@ -234,7 +249,7 @@ def all_to_all(
     outs = _fill(out_tensor_list, ins[0], g.nranks, "all_to_all", "out_tensor_list")
     for i, o in enumerate(outs):
         check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
-    return _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), sync_op, ins[0])  # type: ignore[union-attr]
 
 
 def alltoall(
@@ -254,7 +269,7 @@ def send(tensor: Any, dst: int = 0, group: Group | None = None, sync_op: bool = 
     peer = _peer(g, dst, "send", "dst")
     if peer == g.rank:
         raise ValueError(f"send: dst={dst} is this rank; a rank cannot send to itself")
-    return _run(g, "send", lambda d: g.comm.send(tensor, peer, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "send", lambda d: g.comm.send(tensor, peer, d), sync_op, tensor, g.ranks[peer])  # type: ignore[union-attr]
 
 
 def recv(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = True):
@@ -264,7 +279,7 @@ def recv(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = 
     peer = _peer(g, src, "recv", "src")
     if peer == g.rank:
         raise ValueError(f"recv: src={src} is this rank; a rank cannot receive from itself")
-    return _run(g, "recv", lambda d: g.comm.recv(tensor, peer, d), sync_op)  # type: ignore[union-attr]
+    return _run(g, "recv", lambda d: g.comm.recv(tensor, peer, d), sync_op, tensor, g.ranks[peer])  # type: ignore[union-attr]
 
 
 def isend(tensor: Any, dst: int, group: Group | None = None) -> Task:

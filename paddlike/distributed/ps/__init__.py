@@ -40,6 +40,21 @@ from paddlike.distributed.ps.handles import (
     GeoSparseTable,
     SparseTable,
 )
+from paddlike.distributed.ps.heter import (
+    ForwardBatch,
+    StageError,
+    StageTimeoutError,
+    close_stage,
+    end_forward,
+    init_stage,
+    is_heter_worker,
+    recv_backward,
+    recv_forward,
+    send_backward,
+    send_forward,
+    stage_id,
+    stage_num,
+)
 from paddlike.distributed.ps.initializers import Constant, Initializer, Normal, Uniform
 from paddlike.distributed.ps.optimizers import SGD, Adagrad, Adam, Optimizer
 from paddlike.distributed.ps.role import PsRole, Role, RoleError, role_from_env
@@ -53,24 +68,37 @@ __all__ = [
     "CheckpointError",
     "Constant",
     "DenseTable",
+    "ForwardBatch",
     "Normal",
     "PsError",
     "PsTimeoutError",
     "RoleError",
     "SparseTable",
+    "StageError",
+    "StageTimeoutError",
     "TableError",
     "Uniform",
     "barrier_worker",
+    "close_stage",
     "dense_table",
+    "end_forward",
     "init",
+    "init_stage",
     "init_worker",
+    "is_heter_worker",
     "is_server",
     "is_worker",
     "load",
+    "recv_backward",
+    "recv_forward",
     "run_server",
     "save",
+    "send_backward",
+    "send_forward",
     "server_num",
     "sparse_table",
+    "stage_id",
+    "stage_num",
     "stop_worker",
     "trainer_id",
     "trainers_num",
@@ -146,7 +174,7 @@ def init_worker(
     `request_timeout` (default min(timeout, 60)) is reported dead, with its endpoint.
     """
     role = _role()
-    if role.role is not Role.TRAINER:
+    if role.role is Role.SERVER:  # a heter trainer connects too, for its dense tables
         raise RoleError("init_worker() called in a server; check ps.is_worker() first")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
@@ -230,6 +258,8 @@ def sparse_table(
 
 def barrier_worker(timeout: float | None = None) -> None:
     """Wait until every trainer reaches this call (geo mode sends pending changes first)."""
+    if _role().role is Role.HETER_TRAINER:  # the servers count trainers by their id
+        raise RoleError("barrier_worker() is for CPU trainers; a heter trainer has no trainer id")
     for t in _state.tables.values():
         t.flush()
     _client().call([(0, Message(Op.BARRIER))], timeout)
@@ -292,6 +322,7 @@ def stop_worker() -> None:
     client = _client()
     for t in _state.tables.values():
         t.flush()
-    client.call([(i, Message(Op.STOP)) for i in range(len(client.socks))])
+    if _role().role is Role.TRAINER:  # a heter trainer only disconnects: servers count trainers
+        client.call([(i, Message(Op.STOP)) for i in range(len(client.socks))])
     client.close()
     _state.client, _state.tables = None, {}

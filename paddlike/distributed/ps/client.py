@@ -12,6 +12,10 @@ server are different things:
   a pull back; no answer to the PING within `request_timeout` means the server is dead
   or unreachable, named with its endpoint in the `PsTimeoutError`.
 
+Each socket carries this job's credentials (`ps.auth`: the job token from
+PADDLIKE_JOB_TOKEN, proven once per connection). A server that refuses them makes the
+next `call` raise `PsAuthError` naming that server, as soon as the refusal arrives.
+
 Replies are matched by request id, so a late answer to an earlier, timed-out request
 is dropped rather than mistaken for a new one.
 """
@@ -19,13 +23,14 @@ is dropped rather than mistaken for a new one.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import zmq
 
-from paddlike.distributed.ps import wire
+from paddlike.distributed.ps import auth, wire
 from paddlike.distributed.ps.wire import Message, Op, Status
 
 PROBE_AFTER = 1.0  # seconds of silence from a server before it gets a liveness PING
@@ -37,6 +42,10 @@ class PsError(RuntimeError):
 
 class PsTimeoutError(PsError, TimeoutError):
     """A parameter server did not answer before the deadline."""
+
+
+class PsAuthError(PsError):
+    """A parameter server refused this process: wrong or missing job token, or not a job host."""
 
 
 @dataclass
@@ -58,7 +67,9 @@ class Client:
         trainer_id: int,
         wait_timeout: float,
         request_timeout: float | None = None,
+        policy: auth.Policy | None = None,
     ) -> None:
+        """`policy` gives the job token to prove (default: PADDLIKE_JOB_TOKEN of os.environ)."""
         self.endpoints = tuple(endpoints)
         self.trainer_id = trainer_id
         self.wait_timeout = float(wait_timeout)
@@ -67,17 +78,25 @@ class Client:
         )
         self._ids = itertools.count(1)
         self.ctx = zmq.Context()
+        self.policy = policy if policy is not None else auth.Policy.from_env(os.environ)
         self.socks: list[zmq.Socket] = []
-        for ep in self.endpoints:
+        self.watches: list[auth.HandshakeWatch] = []
+        for i, ep in enumerate(self.endpoints):
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDHWM, 0)
             s.setsockopt(zmq.RCVHWM, 0)
+            auth.secure_client(s, self.policy)
+            peer = f"parameter server {i} at {ep}"
+            self.watches.append(auth.HandshakeWatch(s, peer, self.policy))
             s.connect(f"tcp://{ep}")
             self.socks.append(s)
         self._index = {s: i for i, s in enumerate(self.socks)}
+        self._watch_index = {w.socket: i for i, w in enumerate(self.watches)}
 
     def close(self) -> None:
+        for w in self.watches:
+            w.close()
         for s in self.socks:
             s.close(linger=0)
         self.ctx.term()
@@ -114,6 +133,7 @@ class Client:
         poller = zmq.Poller()
         for server in expected:
             poller.register(self.socks[server], zmq.POLLIN)
+            poller.register(self.watches[server].socket, zmq.POLLIN)
         while expected:
             now = time.monotonic()
             wake = deadline
@@ -147,7 +167,14 @@ class Client:
                     "init_worker(timeout=) or PADDLIKE_TIMEOUT)"
                 )
             for sock, _ in poller.poll(max(1, int((wake - now) * 1000) + 1)):
-                self._receive(sock, expected, replies, errors)
+                watched = self._watch_index.get(sock)
+                if watched is None:
+                    self._receive(sock, expected, replies, errors)
+                    continue
+                try:
+                    self.watches[watched].check()
+                except auth.AuthError as exc:
+                    raise PsAuthError(str(exc)) from None
         if errors:
             raise PsError(errors[0])
         return replies  # type: ignore[return-value]

@@ -4,14 +4,15 @@ The launcher (or any scheduler that speaks Paddle's PS contract) sets TRAINING_R
 PADDLE_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ENDPOINTS,
 PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ID, and for a server PADDLE_PORT and POD_IP.
 A server's index is the position of its own ip:port in the server list; a trainer's
-id is its position in the trainer list.
+id is its position in the trainer list. PADDLIKE_JOB_TOKEN and PADDLIKE_NODE_HOSTS say
+whom a server serves (see `ps.auth`).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paddlike import contract
 
@@ -25,6 +26,7 @@ class RoleError(ValueError):
 class Role(enum.Enum):
     SERVER = contract.ROLE_PSERVER
     TRAINER = contract.ROLE_TRAINER
+    HETER_TRAINER = contract.ROLE_HETER_TRAINER  # a later pipeline stage (ps/stage.py)
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,27 @@ class PsRole:
     trainer_id: int  # -1 on a server
     server_index: int  # -1 on a trainer
     timeout: float  # seconds a trainer waits for the others (PADDLIKE_TIMEOUT, default 300)
+    token: str | None = field(default=None, repr=False)  # PADDLIKE_JOB_TOKEN: never printed
+    # The job's hosts (PADDLIKE_NODE_HOSTS plus the hosts of every server, trainer and heter
+    # endpoint), or None when unknown: neither node hosts nor trainer endpoints were given.
+    job_hosts: tuple[str, ...] | None = None
 
     @property
     def endpoint(self) -> str:
         """A server's own ip:port (what it binds)."""
         return self.server_endpoints[self.server_index]
+
+
+def _job_hosts(
+    environ: Mapping[str, str], servers: tuple[str, ...], trainers: tuple[str, ...]
+) -> tuple[str, ...] | None:
+    nodes = [h.strip() for h in environ.get(contract.NODE_HOSTS, "").split(",") if h.strip()]
+    if not nodes and not trainers:
+        return None  # trainers may be anywhere: only a token can tell them apart
+    heter = environ.get(contract.ALL_HETER_TRAINER_IP_PORT_LIST, "").split(",")
+    peers = (*servers, *trainers, *(ep.strip() for ep in heter if ep.strip()))
+    hosts = dict.fromkeys([*nodes, *(ep.rpartition(":")[0] for ep in peers)])
+    return tuple(h for h in hosts if h)
 
 
 def _int(environ: Mapping[str, str], name: str) -> int:
@@ -89,6 +107,10 @@ def role_from_env(environ: Mapping[str, str]) -> PsRole:
             raise RoleError(
                 f"{contract.TIMEOUT}={environ[contract.TIMEOUT]!r} is not seconds"
             ) from None
+    token = environ.get(contract.JOB_TOKEN) or None
+    hosts = _job_hosts(environ, servers, trainer_eps)
+    if role is Role.HETER_TRAINER:  # uses the servers' dense tables, owns no trainer id
+        return PsRole(role, servers, trainers_num, -1, -1, timeout, token, hosts)
     if role is Role.TRAINER:
         trainer_id = _int(environ, contract.TRAINER_ID)
         if not 0 <= trainer_id < trainers_num:
@@ -96,7 +118,7 @@ def role_from_env(environ: Mapping[str, str]) -> PsRole:
                 f"{contract.TRAINER_ID}={trainer_id} is outside 0..{trainers_num - 1} "
                 f"({contract.TRAINERS_NUM}={trainers_num})"
             )
-        return PsRole(role, servers, trainers_num, trainer_id, -1, timeout)
+        return PsRole(role, servers, trainers_num, trainer_id, -1, timeout, token, hosts)
     ip, port = environ.get(contract.POD_IP, ""), environ.get(contract.PADDLE_PORT, "")
     own = f"{ip}:{port}"
     if own in servers:
@@ -109,4 +131,4 @@ def role_from_env(environ: Mapping[str, str]) -> PsRole:
                 f"{contract.PSERVERS_IP_PORT_LIST}={','.join(servers)!r}"
             )
         index = same_port[0]
-    return PsRole(role, servers, trainers_num, -1, index, timeout)
+    return PsRole(role, servers, trainers_num, -1, index, timeout, token, hosts)

@@ -6,6 +6,11 @@ exited 0); then it answers what it already received and returns. A request it ca
 parse or apply gets an ERROR reply naming the problem, and the loop goes on, so one
 broken client never takes the server down for the others.
 
+Only the job's peers get that far: the socket is secured with `ps.auth` before it binds
+(the job's hosts only and, with a job token, only peers that prove it; decided once per
+connection by ZeroMQ's ZAP handler). Requests that name a trainer (BARRIER, STOP, SAVE,
+LOAD) must name one of the job's trainers, and SAVE/LOAD take absolute directories only.
+
 Sync mode lives here too: a push of step s is held until every trainer has pushed
 step s, then the mean is applied at once; a pull of step s waits (its reply is
 deferred, the loop keeps serving) until the pushes of every earlier step are applied.
@@ -27,7 +32,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from paddlike.distributed.ps import checkpoint, wire
+from paddlike.distributed.ps import auth, checkpoint, wire
 from paddlike.distributed.ps.role import PsRole
 from paddlike.distributed.ps.sharding import dense_ranges
 from paddlike.distributed.ps.tables import (
@@ -40,6 +45,10 @@ from paddlike.distributed.ps.tables import (
 from paddlike.distributed.ps.wire import ArrayParts, Message, Op, Status, WireError
 
 Frames = list[Any]
+# A DECLARE whose dense shard exceeds this many elements (16 GiB of float32) is refused
+# rather than attempted: the allocation would take the server's node down with it.
+MAX_TABLE_ELEMENTS = 1 << 32
+MAX_ROW_DIM = 1 << 20
 
 
 class RequestError(ValueError):
@@ -83,8 +92,25 @@ class Server:
         self.sock.setsockopt(zmq.RCVHWM, 0)
         host, _, port = role.endpoint.rpartition(":")
         self.address = f"tcp://{socket.gethostbyname(host)}:{port}"
-        self.sock.bind(self.address)
+        self.policy = auth.Policy.create(role.token, role.job_hosts)
+        self.gate = auth.secure_server(self.sock, self.policy, f"parameter server {self.index}")
+        try:
+            self.sock.bind(self.address)
+        except BaseException:
+            self.gate.close()
+            self.sock.close(linger=0)
+            self.ctx.term()
+            raise
         self._stop = False
+
+    def _describe_policy(self) -> str:
+        hosts = (
+            "any address (the job's hosts are unknown)"
+            if self.role.job_hosts is None
+            else "loopback and " + ", ".join(self.role.job_hosts)
+        )
+        token = "job token required" if self.policy.token else "no job token"
+        return f"accepting peers from {hosts}; {token}"
 
     # --- replies -----------------------------------------------------------------
     def _reply(
@@ -139,7 +165,7 @@ class Server:
         poller.register(wake_r.fileno(), zmq.POLLIN)
         print(
             f"parameter server {self.index} serving on {self.address} for "
-            f"{self.role.trainers_num} trainer(s)",
+            f"{self.role.trainers_num} trainer(s), {self._describe_policy()}",
             flush=True,
         )
         try:
@@ -161,6 +187,7 @@ class Server:
             wake_r.close()
             wake_w.close()
             self.sock.close()
+            self.gate.close()
             self.ctx.term()
         print(f"parameter server {self.index} stopped", flush=True)
 
@@ -213,7 +240,15 @@ class Server:
                     f"{self.index} sees {self.num_servers} and {self.role.trainers_num}"
                 )
             self._reply(ident, msg, arg0=self.index)
-        elif op is Op.DECLARE:
+            return
+        if op in (Op.BARRIER, Op.STOP, Op.SAVE, Op.LOAD) and not (
+            0 <= msg.trainer < self.role.trainers_num
+        ):
+            raise RequestError(
+                f"{op.name} from trainer {msg.trainer}, but this job's trainers are "
+                f"0..{self.role.trainers_num - 1}"
+            )
+        if op is Op.DECLARE:
             self._declare(ident, msg)
         elif op in (Op.PULL_DENSE, Op.PULL_SPARSE):
             t = self._table(msg, "dense" if op is Op.PULL_DENSE else "sparse")
@@ -258,6 +293,18 @@ class Server:
 
     def _declare(self, ident: bytes, msg: Message) -> None:
         spec = TableSpec.from_json(msg.text)
+        if spec.kind == "dense":
+            start, stop = dense_ranges(spec.size, self.num_servers)[self.index]
+            if stop - start > MAX_TABLE_ELEMENTS:
+                raise RequestError(
+                    f"table {spec.name!r}: this server's shard would hold {stop - start} "
+                    f"elements, beyond the limit of {MAX_TABLE_ELEMENTS}; use more servers"
+                )
+        if spec.kind == "sparse" and spec.dim > MAX_ROW_DIM:
+            raise RequestError(
+                f"table {spec.name!r}: rows of {spec.dim} floats are beyond the limit of "
+                f"{MAX_ROW_DIM}"
+            )
         t = self.tables.get(spec.name)
         if t is not None:
             problem = t.spec.mismatch(spec)
@@ -361,8 +408,25 @@ class Server:
             t.shard._check_rows(keys, delta, "the delta")
             t.shard.add(*merge_rows(keys, delta), scale)
 
+    def _directory(self, msg: Message) -> Path:
+        """The absolute directory of a SAVE or LOAD request: {"dir": "/abs/path"}."""
+        what = Op(msg.op).name
+        try:
+            raw = json.loads(msg.text)["dir"]
+        except (ValueError, KeyError, TypeError):
+            raise RequestError(
+                f'{what} needs {{"dir": "/an/absolute/path"}} as its text, got {msg.text[:200]!r}'
+            ) from None
+        if not isinstance(raw, str) or "\0" in raw or not Path(raw).is_absolute():
+            raise RequestError(
+                f"{what} directory {raw!r} is not an absolute path; a server resolves no "
+                "relative paths (its working directory is not the trainer's): send an "
+                "absolute one (ps.save/ps.load do)"
+            )
+        return Path(raw)
+
     def _save(self, ident: bytes, msg: Message) -> None:
-        root = Path(json.loads(msg.text)["dir"])
+        root = self._directory(msg)
         for name, t in self.tables.items():
             meta, arrays = t.shard.state()
             checkpoint.write_shard(root, self.index, name, meta, arrays)
@@ -370,7 +434,7 @@ class Server:
         self._reply(ident, msg, text=json.dumps(specs))
 
     def _load(self, ident: bytes, msg: Message) -> None:
-        root = Path(json.loads(msg.text)["dir"])
+        root = self._directory(msg)
         loaded = {name: checkpoint.read_shard(root, self.index, name) for name in self.tables}
         for name, (meta, arrays) in loaded.items():  # all checked before any table changes
             self.tables[name].shard.check_state(meta, arrays)

@@ -12,7 +12,8 @@ A message is a list of ZeroMQ frames (a ROUTER prepends the peer's identity):
 Arrays travel as their own bytes so that the sender can hand ZeroMQ a view
 (`copy=False`) and the receiver can `np.frombuffer` the frames without a copy.
 Decoding checks every size against the header, so a truncated or forged message
-is a `WireError`, not a crash or a wrong answer.
+is a `WireError`, not a crash or a wrong answer; a declared array beyond
+MAX_ARRAY_BYTES is refused before its size is used for anything.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ CHUNK_BYTES = 4 << 20
 HEADER = struct.Struct("<4sBBBBIiqqq")
 ARRAY = struct.Struct("<BB6xqq")
 MAX_ARRAYS = 8
+# No request or reply carries one array this big (a 16 GiB dense shard is the server's
+# own table limit); a larger declared size is a forged or corrupt header.
+MAX_ARRAY_BYTES = 1 << 34
 
 
 class Op(enum.IntEnum):
@@ -204,7 +208,14 @@ def decode(frames: Sequence[object]) -> Message:
         if ndim > 2 or d0 < 0 or d1 < 0:
             raise WireError(f"array {i}: bad shape (ndim {ndim}, dims {d0}, {d1})")
         shape = (d0, d1)[:ndim]
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = dtype.itemsize
+        for d in shape:  # Python integers: a forged size cannot overflow
+            nbytes *= d
+        if nbytes > MAX_ARRAY_BYTES:
+            raise WireError(
+                f"array {i}: declared shape {shape} of {dtype} is {nbytes} bytes, beyond the "
+                f"limit of {MAX_ARRAY_BYTES}"
+            )
         nchunks = -(-nbytes // CHUNK_BYTES)
         if pos + nchunks > len(frames):
             raise WireError(f"array {i}: expected {nchunks} data frames, message is too short")

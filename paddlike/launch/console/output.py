@@ -10,20 +10,31 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TextIO
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import TextIO
 
 PREFIX = "paddlike.launch:"
 
 
-@dataclass
+def _nothing() -> None:
+    pass
+
+
 class Console:
     """The launcher's own messages (stderr) and reports."""
 
-    err: TextIO = field(default_factory=lambda: sys.stderr)
-    color: bool = False
-    # erases a progress line before any other output (set by `ProgressLine`)
-    before_output: Callable[[], None] = field(default=lambda: None)
+    def __init__(
+        self,
+        err: TextIO | None = None,
+        color: bool = False,
+        before_output: Callable[[], None] = _nothing,
+    ) -> None:
+        self.err = sys.stderr if err is None else err
+        self.color = color
+        # erases a progress line before any other output (set by `ProgressLine`)
+        self.before_output = before_output
 
     def say(self, message: str) -> None:
         self._emit(f"{PREFIX} {message}")

@@ -16,9 +16,12 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
 
 from paddlike.launch.console.output import PREFIX, Console
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import TextIO
 
 EVERY = 5.0  # seconds between repeated lines when the console is not a terminal
 

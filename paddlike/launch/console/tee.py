@@ -11,13 +11,16 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from paddlike.launch.console.output import PREFIX
-from paddlike.launch.context.options import TeeSelection
 from paddlike.launch.plan.plan import ProcessSpec, Role
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from paddlike.launch.context.options import TeeSelection
 
 
 def tee_targets(selection: TeeSelection, specs: Sequence[ProcessSpec]) -> list[ProcessSpec]:
@@ -28,12 +31,14 @@ def tee_targets(selection: TeeSelection, specs: Sequence[ProcessSpec]) -> list[P
     return [s for s in trainers if s.local_index in selection]
 
 
-@dataclass
 class _Followed:
-    path: Path
-    offset: int
-    prefix: bytes
-    partial: bytes = b""
+    __slots__ = ("offset", "partial", "path", "prefix")
+
+    def __init__(self, path: Path, offset: int, prefix: bytes) -> None:
+        self.path = path
+        self.offset = offset
+        self.prefix = prefix
+        self.partial = b""
 
 
 class _ConsoleWriter:
@@ -100,19 +105,19 @@ def _write_out(out: TextIO, data: bytes) -> None:
         pass  # the console went away (`| head`); the job and its logs go on
 
 
-@dataclass
 class TeeEcho:
     """Echo log files to `out` as they grow, whole lines only, `[rank N] ` prefixed when
     more than one worker is echoed. Call `pump()` when the files may have grown and
     `flush()` once the writers are gone (it also prints an unterminated last line).
     Writing happens on a thread of its own (`_ConsoleWriter`): never blocks the caller."""
 
-    out: TextIO
-    _files: list[_Followed] = field(default_factory=list)
-    _writer: _ConsoleWriter | None = None
-
     # How long the end of a job waits for a slow console to take the last output.
     FINAL_DRAIN = 2.0
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._files: list[_Followed] = []
+        self._writer: _ConsoleWriter | None = None
 
     def follow(self, spec: ProcessSpec, path: Path, offset: int) -> None:
         self._files.append(_Followed(path, offset, f"[rank {spec.rank}] ".encode()))

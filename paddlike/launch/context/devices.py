@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from paddlike.contract import CUDA_VISIBLE_DEVICES
+from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import LaunchOptions, UsageError
 
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
@@ -45,8 +45,7 @@ _UUID_PREFIXES = ("GPU-", "MIG-")
 # --- what the node has --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NodeGpus:
+class NodeGpus(NamedTuple):
     """This node's NVIDIA GPUs in CUDA's order (PCI bus order) and how they were found."""
 
     count: int
@@ -122,8 +121,7 @@ def probe_gpus(
 # --- which of them the workers may use ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Visible:
+class Visible(NamedTuple):
     """The GPUs CUDA_VISIBLE_DEVICES leaves, in the order workers number them."""
 
     physical: tuple[str, ...]  # per visible position: the physical index, or the UUID entry
@@ -179,8 +177,7 @@ def visible_gpus(environ: Mapping[str, str], gpus: NodeGpus) -> Visible:
 # --- the assignment ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DeviceAssignment:
+class DeviceAssignment(NamedTuple):
     """The devices of each local worker, as the worker sees them; empty tuples on CPU."""
 
     kind: str  # "gpu" | "cpu"

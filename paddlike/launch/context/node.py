@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from paddlike.contract import POD_IP
+from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import LaunchOptions, UsageError
 from paddlike.launch.context.schedulers import SchedulerInfo, detect_scheduler
 
@@ -99,8 +99,7 @@ class LocalAddresses:
         return ", ".join(f"{a} ({i})" for a, i in sorted(self.by_addr.items())) or "none"
 
 
-@dataclass(frozen=True)
-class NodeMatch:
+class NodeMatch(NamedTuple):
     """The job's nodes and which one is this: the input of the plan."""
 
     entries: tuple[str, ...]  # the node list as given (hostnames or IPs)
@@ -377,8 +376,7 @@ def match_node_by_rank(
     )
 
 
-@dataclass(frozen=True)
-class PsNode:
+class PsNode(NamedTuple):
     """This node in parameter-server mode: the role lists (resolved) and our address.
 
     `servers` / `trainers` are None in counts mode (--server_num/--worker_num), where

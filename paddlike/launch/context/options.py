@@ -1,4 +1,4 @@
-"""The launcher's command line: parsed and validated once, into one frozen dataclass.
+"""The launcher's command line: parsed and validated once, into one immutable record.
 
 Every option is also read from the environment as ``PADDLIKE_<OPTION_UPPER>``
 (``--log_dir`` <-> ``PADDLIKE_LOG_DIR``); a flag given on the command line wins.
@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
 from paddlike.contract import OPTION_ENV_PREFIX
+from paddlike.launch import NamedTuple
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     import argparse
+    from typing import Literal, TypeAlias
+
+    # --tee's local worker indices, or every trainer of this node
+    TeeSelection: TypeAlias = Literal["all"] | frozenset[int]
 
 PROG = "paddlike.launch"
-# --tee's local worker indices, or every trainer of this node
-TeeSelection = Literal["all"] | frozenset[int]
 RUN_MODES = ("collective", "ps", "ps-heter")
 PS_OPTIONS = ("server_num", "worker_num", "servers", "workers")
 HETER_OPTIONS = ("heter_workers", "heter_worker_num", "heter_devices")
@@ -45,8 +47,7 @@ class UsageError(Exception):
         self.option = option
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(NamedTuple):
     """Everything the user asked for, validated. Defaults match Paddle's launcher."""
 
     training_script: str

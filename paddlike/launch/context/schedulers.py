@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import UsageError
 
 
-@dataclass(frozen=True)
-class SchedulerInfo:
+class SchedulerInfo(NamedTuple):
     """What a scheduler says about the job's nodes."""
 
     name: str  # "slurm" | "paddlecloud"

@@ -4,11 +4,15 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Protocol
 
-from paddlike.launch.peers.watch import ServicesStop
-from paddlike.launch.plan.world import NodeEntry, RendezvousResult
-from paddlike.summary import RootCause
+    from paddlike.launch.peers.services import ServicesStop
+    from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+    from paddlike.summary import RootCause
+else:
+    Protocol = object  # interfaces for type checkers; nothing checks them at run time
 
 
 class RoundWatch(Protocol):

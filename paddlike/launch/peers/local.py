@@ -3,18 +3,18 @@ and the job-wide root cause is this node's own."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from paddlike.launch.peers.watch import ServicesStop
+from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 from paddlike.summary import RootCause
 
 
-@dataclass
 class LocalWatch:
-    fd: int | None = None
-    services: ServicesStop | None = None
-    cause: RootCause | None = None
+    """One node's round watch: nothing to watch; a published cause is only noted."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.services: ServicesStop | None = None
+        self.cause: RootCause | None = None
 
     def poll(self) -> RootCause | None:
         return None

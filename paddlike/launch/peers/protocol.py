@@ -23,7 +23,6 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
@@ -97,13 +96,13 @@ STOPPED = b"stopped"  # end/done of a launcher that stopped on a signal
 
 
 def encode_cause(cause: RootCause) -> bytes:
-    return json.dumps(asdict(cause), sort_keys=True).encode()
+    return json.dumps(cause.to_dict(), sort_keys=True).encode()
 
 
 def decode_cause(raw: bytes) -> RootCause:
     """Fields this version does not know (a newer launcher's) are dropped."""
     d = json.loads(raw)
-    known = set(RootCause.__dataclass_fields__)
+    known = set(RootCause.FIELDS)
     return RootCause(**{k: v for k, v in d.items() if k in known})
 
 

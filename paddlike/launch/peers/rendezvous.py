@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers import protocol as p
@@ -52,24 +51,41 @@ PROGRESS_FIRST = 1.0  # seconds before the first "waiting for" line (fast joins 
 RIVAL_PROBE_TIMEOUT = 0.2  # seconds per connection attempt to a missing node's store port
 
 
-@dataclass
-class Rendezvous:
-    """One node's side of the meeting. `kv` is a connection to the master store (or etcd)."""
+def _no_progress(what: str, elapsed: float, timeout: float) -> None:
+    pass
 
-    kv: KV
-    node_index: int
-    nnodes: int
-    hosts: Sequence[str]  # every node's address, for messages about nodes that never came
-    timeout: float
-    # progress(what, elapsed, timeout) about once a second while nodes are missing
-    # (`console.progress.ProgressLine.show` decides what reaches the console)
-    progress: Callable[[str, float, float], None] = field(default=lambda *a: None)
-    clock: Callable[[], float] = time.monotonic
-    # (round, missing nodes) -> a mismatch message when a missing node turns out to run a
-    # rendezvous of its own (it read --ips in another order and believes it is node 0)
-    rival_check: Callable[[int, list[int]], str | None] | None = None
-    missing: list[int] = field(default_factory=list)  # last seen missing, for messages
-    ticket: int | None = None  # this launcher's arrival number (its ``left/<ticket>`` key)
+
+class Rendezvous:
+    """One node's side of the meeting. `kv` is a connection to the master store (or etcd).
+
+    `hosts`: every node's address, for messages about nodes that never came.
+    `progress(what, elapsed, timeout)`: about once a second while nodes are missing
+    (`console.progress.ProgressLine.show` decides what reaches the console).
+    `rival_check(round, missing nodes)`: a mismatch message when a missing node turns out
+    to run a rendezvous of its own (it read --ips in another order and believes it is node 0).
+    """
+
+    def __init__(
+        self,
+        kv: KV,
+        node_index: int,
+        nnodes: int,
+        hosts: Sequence[str],
+        timeout: float,
+        progress: Callable[[str, float, float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rival_check: Callable[[int, list[int]], str | None] | None = None,
+    ) -> None:
+        self.kv = kv
+        self.node_index = node_index
+        self.nnodes = nnodes
+        self.hosts = hosts
+        self.timeout = timeout
+        self.progress = progress if progress is not None else _no_progress
+        self.clock = clock
+        self.rival_check = rival_check
+        self.missing: list[int] = []  # last seen missing, for messages
+        self.ticket: int | None = None  # this launcher's arrival number (``left/<ticket>``)
 
     def join(self, entry: NodeEntry, round_: int = 0) -> RendezvousResult:
         """Meet the others; every launcher that arrived marks when it has read the verdict

@@ -31,6 +31,8 @@ from paddlike.distributed.store import (
     StoreServer,
     StoreTimeoutError,
 )
+from paddlike.launch.context.master import uses_etcd
+from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout, StoreRefused
 from paddlike.launch.peers.kv import (
@@ -49,6 +51,7 @@ from paddlike.launch.peers.watch import (
     LeaseLiveness,
     tcp_store_watch,
 )
+from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing, node_label
 from paddlike.summary import RootCause
 
@@ -115,6 +118,45 @@ class StorePeers:
         return self._waiting
 
     # -- opening --
+
+    @classmethod
+    def open(
+        cls,
+        options: LaunchOptions,
+        job: NodeJob,
+        *,
+        progress: Progress,
+        waiting: Callable[[str], None],
+    ) -> StorePeers:
+        """Connect to the job's other nodes: through etcd with ``--master etcd://...``, else
+        through node 0's store (hosted here on node 0). Raises RendezvousError (a store
+        that cannot be reached or hosted included), never a bare StoreError."""
+        try:
+            if uses_etcd(options):
+                assert options.master is not None
+                return cls.open_etcd(
+                    master=options.master,
+                    job_id=options.job_id,
+                    node_index=job.index,
+                    hosts=job.hosts,
+                    rdzv_timeout=options.rdzv_timeout,
+                    heartbeat_timeout=options.heartbeat_timeout,
+                    progress=progress,
+                    waiting=waiting,
+                )
+            assert job.master is not None
+            return cls.open_tcp(
+                master=job.master,
+                node_index=job.index,
+                hosts=job.hosts,
+                token=options.job_token.encode() if options.job_token else None,
+                rdzv_timeout=options.rdzv_timeout,
+                heartbeat_timeout=options.heartbeat_timeout,
+                progress=progress,
+                waiting=waiting,
+            )
+        except StoreError as exc:
+            raise RendezvousError(str(exc)) from exc
 
     @classmethod
     def open_tcp(

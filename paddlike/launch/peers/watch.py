@@ -36,12 +36,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.kv import KV, wait_keys
+from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.plan.policy import (
     JobCause,
     as_seen_from,
@@ -59,22 +59,6 @@ WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
 
 
-@dataclass(frozen=True)
-class ServicesStop:
-    """An outside say in when this node's servers stop (PS on several nodes).
-
-    Without one, the supervisor asks the servers to stop once this node's trainers all
-    exited 0. With one, it calls `local_trainers_done()` once at that moment (at once
-    when this node runs no trainer) and stops the servers only when `fd` is readable and
-    `stop_now()` (which consumes the readiness) returns True: when every trainer of the
-    whole job has exited 0, servers elsewhere may still be serving trainers until then.
-    """
-
-    fd: int
-    local_trainers_done: Callable[[], None]
-    stop_now: Callable[[], bool]
-
-
 class Liveness(Protocol):
     """How a backend shows that nodes are alive (TCP store counters or etcd leases)."""
 
@@ -85,16 +69,23 @@ class Liveness(Protocol):
         """Nodes whose heartbeats lapsed (only asked on monitoring nodes)."""
 
 
-@dataclass
 class CounterLiveness:
     """TCP store heartbeats: each node bumps ``hb/<i>``; the monitor notes when each changed."""
 
-    kv: KV
-    node_index: int
-    nnodes: int
-    timeout: float
-    clock: Callable[[], float] = time.monotonic
-    _seen: dict[int, tuple[bytes | None, float]] = field(default_factory=dict)
+    def __init__(
+        self,
+        kv: KV,
+        node_index: int,
+        nnodes: int,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kv = kv
+        self.node_index = node_index
+        self.nnodes = nnodes
+        self.timeout = timeout
+        self.clock = clock
+        self._seen: dict[int, tuple[bytes | None, float]] = {}
 
     def beat(self) -> None:
         self.kv.add(p.heartbeat_key(self.node_index), 1)
@@ -113,14 +104,14 @@ class CounterLiveness:
         return lost
 
 
-@dataclass
 class LeaseLiveness:
     """etcd heartbeats: `beat` renews this node's lease; a node whose ``alive/<j>`` key
     (attached to its lease) is gone has lost its lease, so it is dead or cut off."""
 
-    kv: EtcdStore
-    node_index: int
-    nnodes: int
+    def __init__(self, kv: EtcdStore, node_index: int, nnodes: int) -> None:
+        self.kv = kv
+        self.node_index = node_index
+        self.nnodes = nnodes
 
     def beat(self) -> None:
         self.kv.keepalive()
@@ -280,7 +271,7 @@ class JobWatch:
             cause.time = time.time()
         if cause.log_file and self.log_dir and not os.path.isabs(cause.log_file):
             # the other nodes cannot join a relative name to our log directory
-            cause = replace(cause, log_file=os.path.join(self.log_dir, cause.log_file))
+            cause = cause.replace(log_file=os.path.join(self.log_dir, cause.log_file))
         try:
             raw = self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))
             winner = p.decode_cause(raw)

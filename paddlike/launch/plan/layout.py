@@ -8,12 +8,12 @@ them, in one place for one node and many, for the real launch and for --dry_run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from paddlike.launch.context.options import LaunchOptions, UsageError
 from paddlike.launch.plan.plan import EndpointLayout, PsLayout
 from paddlike.launch.plan.world import RendezvousResult
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.node import PsNode
 

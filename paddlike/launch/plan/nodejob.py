@@ -13,10 +13,9 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from paddlike import __version__
+from paddlike.launch import NamedTuple
 from paddlike.launch.context.devices import DeviceAssignment
 from paddlike.launch.context.master import launchers_master, master_address, ps_master_port
 from paddlike.launch.context.options import LaunchOptions
@@ -24,6 +23,7 @@ from paddlike.launch.plan.layout import collective_layout, collective_ports_need
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective, plan_ps
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.node import NodeMatch
 
@@ -35,8 +35,7 @@ def new_job_id(
     return time.strftime("job-%Y%m%d-%H%M%S-", time.localtime(clock())) + tail()
 
 
-@dataclass(frozen=True)
-class NodeJob:
+class NodeJob(NamedTuple):
     """This node's part of the job, as the rounds need it (collective or PS).
 
     `reserve`: how many ports this node reserves and publishes at each rendezvous

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from paddlike import contract
+from paddlike.launch import NamedTuple
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.devices import DeviceAssignment
     from paddlike.launch.context.options import LaunchOptions
@@ -31,8 +31,7 @@ class Role(enum.Enum):
         return {"trainer": "workerlog", "server": "serverlog", "heter": "heterlog"}[self.value]
 
 
-@dataclass(frozen=True)
-class ProcessSpec:
+class ProcessSpec(NamedTuple):
     """The blueprint of one process (the supervisor owns the running instance)."""
 
     role: Role
@@ -51,8 +50,7 @@ class ProcessSpec:
         return f"{self.role.value} rank {self.rank}"
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(NamedTuple):
     """Everything one node's launcher will start, plus the job-wide facts it prints."""
 
     job_id: str
@@ -67,8 +65,7 @@ class LaunchPlan:
     devices_why: str = ""  # which devices this node's workers got and why (.describe())
 
 
-@dataclass(frozen=True)
-class EndpointLayout:
+class EndpointLayout(NamedTuple):
     """Where every node's processes listen: the seam the rendezvous fills in.
 
     Single node: ports reserved locally. Many nodes: for now ports from --start_port;
@@ -88,8 +85,7 @@ class EndpointLayout:
         return f"{self.hosts[0]}:{self.master_port}"
 
 
-@dataclass(frozen=True)
-class PsLayout:
+class PsLayout(NamedTuple):
     """Parameter-server placement: every server and trainer of the job, in list order.
 
     A trainer's id is its position in `trainers`; a server's rank its position in
@@ -105,8 +101,7 @@ class PsLayout:
     gloo_endpoint: str = ""  # Paddle fleet's gloo HTTP rendezvous, on server 0's host
 
 
-@dataclass(frozen=True)
-class JobFacts:
+class JobFacts(NamedTuple):
     """Launch-time facts the plan cannot compute without I/O, passed in by the shell."""
 
     job_id: str

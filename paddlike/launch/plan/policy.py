@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 
+from paddlike.launch import NamedTuple
 from paddlike.launch.plan.world import node_label
 from paddlike.summary import RootCause
 
@@ -45,8 +45,7 @@ def how_ended(code: int) -> str:
     return f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
 
 
-@dataclass(frozen=True)
-class ExitVerdict:
+class ExitVerdict(NamedTuple):
     """What one process's exit means: its status, and a failure reason when the exit is a
     root cause of the round (None: not a failure, or one that came after the teardown began)."""
 
@@ -104,7 +103,6 @@ def cause_exit_code(cause: RootCause) -> int:
 # --- the job-wide root cause ---------------------------------------------------------------
 
 
-@dataclass
 class JobCause:
     """The job's root cause as one node learns it. The store keeps the first cause written
     (create-only), so every node ends up with the same one; this object applies the rules
@@ -119,8 +117,11 @@ class JobCause:
     | `settled(cause)` at the round's end       | the store's final word replaces ours     |
     """
 
-    cause: RootCause | None = None
-    ours_published: bool = False
+    __slots__ = ("cause", "ours_published")
+
+    def __init__(self, cause: RootCause | None = None, ours_published: bool = False) -> None:
+        self.cause = cause
+        self.ours_published = ours_published
 
     def published(self, winner: RootCause) -> None:
         if self.cause is None:
@@ -147,7 +148,7 @@ def as_seen_from(cause: RootCause, node_index: int, hosts: Sequence[str]) -> Roo
     (an absolute path is printed as it is, not joined to our log directory)."""
     if cause.log_file and cause.node_index not in (None, node_index):
         where = node_label(cause.node_index, hosts)
-        return replace(cause, log_file=f"{cause.log_file} on {where}")
+        return cause.replace(log_file=f"{cause.log_file} on {where}")
     return cause
 
 
@@ -210,8 +211,7 @@ def launcher_signal_cause(
 # --- rounds ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RoundEnd:
+class RoundEnd(NamedTuple):
     """How one round ended: this launcher's exit code and the job-wide root cause."""
 
     exit_code: int

@@ -7,11 +7,11 @@ Data only; the launchers' protocol (`peers.protocol`) encodes it, the rendezvous
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from paddlike.launch import NamedTuple
 
 
-@dataclass(frozen=True)
-class NodeEntry:
+class NodeEntry(NamedTuple):
     """What one node publishes at the rendezvous."""
 
     index: int
@@ -29,8 +29,7 @@ class NodeEntry:
         return f"node {self.index} ({self.host})"
 
 
-@dataclass(frozen=True)
-class RendezvousResult:
+class RendezvousResult(NamedTuple):
     """All nodes' entries, in node order; identical on every node."""
 
     round: int

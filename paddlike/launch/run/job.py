@@ -24,9 +24,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from paddlike.distributed.store import StoreError
 from paddlike.launch.console.banner import format_banner
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
@@ -35,7 +33,6 @@ from paddlike.launch.console.report import (
     report_remote_failure,
     report_success,
 )
-from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.peers.api import Peers
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
@@ -58,12 +55,12 @@ from paddlike.launch.run.supervisor import RunOutcome, Supervisor
 from paddlike.summary import RootCause
 
 
-@dataclass
 class _Where:
     """What the launcher is doing, for the line a signal prints."""
 
-    waiting: str = "starting"
-    peers: Peers | None = None
+    def __init__(self) -> None:
+        self.waiting = "starting"
+        self.peers: Peers | None = None
 
     @property
     def what(self) -> str:
@@ -117,7 +114,7 @@ def _run(
     with logdir:
         try:
             peers = _open_peers(options, job, progress, where)
-        except (RendezvousError, StoreError) as exc:
+        except RendezvousError as exc:
             console.error(str(exc))
             return getattr(exc, "exit_code", 1)
         finally:
@@ -147,29 +144,7 @@ def _open_peers(
     def waiting(what: str) -> None:
         where.waiting = what
 
-    if uses_etcd(options):
-        assert options.master is not None
-        return StorePeers.open_etcd(
-            master=options.master,
-            job_id=options.job_id,
-            node_index=job.index,
-            hosts=job.hosts,
-            rdzv_timeout=options.rdzv_timeout,
-            heartbeat_timeout=options.heartbeat_timeout,
-            progress=progress.show,
-            waiting=waiting,
-        )
-    assert job.master is not None
-    return StorePeers.open_tcp(
-        master=job.master,
-        node_index=job.index,
-        hosts=job.hosts,
-        token=options.job_token.encode() if options.job_token else None,
-        rdzv_timeout=options.rdzv_timeout,
-        heartbeat_timeout=options.heartbeat_timeout,
-        progress=progress.show,
-        waiting=waiting,
-    )
+    return StorePeers.open(options, job, progress=progress.show, waiting=waiting)
 
 
 def _rounds(

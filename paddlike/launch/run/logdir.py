@@ -19,12 +19,14 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from paddlike.launch.plan.plan import ProcessSpec
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 ENDPOINTS_FILE = "endpoints.log"
 LOCK_FILE = ".paddlike.lock"
@@ -43,7 +45,6 @@ class LogDirError(Exception):
     """The directory cannot be created or written (message names the path and why)."""
 
 
-@dataclass
 class WorkerLog:
     """The open log file(s) of one process: fds to hand to the child, and where its run begins.
 
@@ -51,12 +52,23 @@ class WorkerLog:
     tee and the failure report read from there, never earlier runs' output.
     """
 
-    path: Path
-    stdout: int
-    stderr: int
-    start: int
-    err_path: Path | None = None
-    err_start: int = 0
+    __slots__ = ("err_path", "err_start", "path", "start", "stderr", "stdout")
+
+    def __init__(
+        self,
+        path: Path,
+        stdout: int,
+        stderr: int,
+        start: int,
+        err_path: Path | None = None,
+        err_start: int = 0,
+    ) -> None:
+        self.path = path
+        self.stdout = stdout
+        self.stderr = stderr
+        self.start = start
+        self.err_path = err_path
+        self.err_start = err_start
 
     def close(self) -> None:
         """Close the launcher's copies (the child keeps its own). Idempotent."""

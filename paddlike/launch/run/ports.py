@@ -20,8 +20,9 @@ import fcntl
 import os
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from paddlike.launch import NamedTuple
 
 TTL = 60.0
 LOCK_TIMEOUT = 10.0
@@ -37,8 +38,7 @@ class PortError(RuntimeError):
     """No free port could be reserved (the message says why and where)."""
 
 
-@dataclass(frozen=True)
-class _Owner:
+class _Owner(NamedTuple):
     pid: int
     started: float  # the owner's process start time (guards against pid reuse)
 
@@ -55,8 +55,11 @@ def _process_start_time(pid: int) -> float | None:
     return float(fields[19])  # field 22: starttime
 
 
-def _owner_alive(owner: _Owner) -> bool:
-    return _process_start_time(owner.pid) == owner.started
+def _owner_alive(owner: _Owner, seen: dict[int, float | None]) -> bool:
+    """`seen` remembers each pid's start time for one scan: a launcher owns several ports."""
+    if owner.pid not in seen:
+        seen[owner.pid] = _process_start_time(owner.pid)
+    return seen[owner.pid] == owner.started
 
 
 def _kernel_free_port(host: str) -> int:
@@ -88,14 +91,14 @@ def _lock(path: Path, timeout: float) -> int:
             time.sleep(0.001)
 
 
-def _entry_expired(path: Path, now: float, ttl: float) -> bool:
+def _entry_expired(path: Path, now: float, ttl: float, seen: dict[int, float | None]) -> bool:
     try:
         pid, started, stamp = path.read_text().split()
         owner = _Owner(int(pid), float(started))
         age = now - float(stamp)
     except (OSError, ValueError):
         return True  # unreadable or half-written by a crashed launcher: not a valid claim
-    return not (0 <= age < ttl) or not _owner_alive(owner)
+    return not (0 <= age < ttl) or not _owner_alive(owner, seen)
 
 
 def reserve_ports(
@@ -122,10 +125,11 @@ def reserve_ports(
     try:
         now = time.time()
         taken: set[int] = set()
+        seen: dict[int, float | None] = {me: started}
         for path in registry.iterdir():
             if not path.name.isdigit():
                 continue
-            if _entry_expired(path, now, ttl):
+            if _entry_expired(path, now, ttl, seen):
                 with contextlib.suppress(OSError):
                     path.unlink()
             else:

@@ -12,8 +12,8 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.plan.plan import ProcessSpec
     from paddlike.launch.run.logdir import WorkerLog

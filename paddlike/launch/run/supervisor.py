@@ -31,14 +31,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TextIO
 
 from paddlike import contract
+from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.tee import TeeEcho, tee_targets
-from paddlike.launch.context.options import TeeSelection
-from paddlike.launch.peers.watch import ServicesStop
+from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
 from paddlike.launch.plan.policy import (
     cause_exit_code,
@@ -51,6 +49,12 @@ from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
 from paddlike.launch.run.signals import read_signals, signals_to_pipe
 from paddlike.summary import ProcessRecord, RootCause
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from paddlike.launch.context.options import TeeSelection
 
 TAIL_LINES = 20
 # After SIGKILL a process can only linger in uninterruptible sleep; don't wait forever.
@@ -71,8 +75,7 @@ class Phase(enum.Enum):
     TEARDOWN = "teardown"
 
 
-@dataclass
-class RunOutcome:
+class RunOutcome(NamedTuple):
     """What one round ended with on this node: the exit code, each process's record, the
     root cause this node knows of (its own failure, a signal, or a remote cause)."""
 
@@ -87,20 +90,33 @@ class RunOutcome:
         return sum(1 for r in self.records if r.role not in {x.value for x in _SERVICE_ROLES})
 
 
-@dataclass
 class _Proc:
     """A running instance of a ProcessSpec."""
 
-    spec: ProcessSpec
-    record: ProcessRecord
-    log: WorkerLog
-    popen: subprocess.Popen[bytes] | None = None
-    pidfd: int = -1
-    started: float = 0.0  # monotonic
-    stop_sent: bool = False  # the launcher sent SIGTERM
-    kill_sent: bool = False  # the launcher sent SIGKILL
-    returncode: int | None = None
-    lost: bool = False  # still there long after SIGKILL; given up on
+    __slots__ = (
+        "kill_sent",
+        "log",
+        "lost",
+        "pidfd",
+        "popen",
+        "record",
+        "returncode",
+        "spec",
+        "started",
+        "stop_sent",
+    )
+
+    def __init__(self, spec: ProcessSpec, record: ProcessRecord, log: WorkerLog) -> None:
+        self.spec = spec
+        self.record = record
+        self.log = log
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pidfd = -1
+        self.started = 0.0  # monotonic
+        self.stop_sent = False  # the launcher sent SIGTERM
+        self.kill_sent = False  # the launcher sent SIGKILL
+        self.returncode: int | None = None
+        self.lost = False  # still there long after SIGKILL; given up on
 
     @property
     def alive(self) -> bool:
@@ -111,18 +127,18 @@ class _Proc:
         return self.spec.role in _SERVICE_ROLES
 
 
-@dataclass
 class _Round:
     """The mutable state of one `run()`."""
 
-    procs: list[_Proc]
-    phase: Phase = Phase.RUNNING
-    cause: RootCause | None = None
-    exit_code: int = 0
-    status: str = "succeeded"
-    kill_deadline: float | None = None
-    trainers_reported: bool = False  # ServicesStop.local_trainers_done() was called
-    on_failure: Callable[[RootCause], None] | None = None
+    def __init__(self, on_failure: Callable[[RootCause], None] | None = None) -> None:
+        self.procs: list[_Proc] = []
+        self.phase = Phase.RUNNING
+        self.cause: RootCause | None = None
+        self.exit_code = 0
+        self.status = "succeeded"
+        self.kill_deadline: float | None = None
+        self.trainers_reported = False  # ServicesStop.local_trainers_done() was called
+        self.on_failure = on_failure
 
 
 class Supervisor:
@@ -176,7 +192,7 @@ class Supervisor:
         `on_started`: called once every process was started (the "running" summary).
         """
         start_mono = time.monotonic()
-        rnd = _Round(procs=[], on_failure=on_failure)
+        rnd = _Round(on_failure=on_failure)
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
             wake_fd = stack.enter_context(signals_to_pipe())

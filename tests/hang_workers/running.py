@@ -1,0 +1,91 @@
+"""Start a job under the real launcher and keep it running while a test looks at it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from paddlike.summary import read_summary
+
+WORKERS = Path(__file__).resolve().parent
+REPO = WORKERS.parent.parent
+DEADLINE = 60.0
+
+
+@contextlib.contextmanager
+def running_job(
+    tmp: Path, script: str, *args: str, nproc: int = 4, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """`python -m paddlike.launch --nproc_per_node N script args` with logs in tmp/log;
+    on leaving, SIGTERM to the launcher (it tears its workers down), SIGKILL if it lingers."""
+    cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", str(nproc)]
+    cmd += ["--log_dir", str(tmp / "log"), "--kill_timeout", "2", str(WORKERS / script), *args]
+    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    proc = subprocess.Popen(
+        cmd, cwd=tmp, env=full_env, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+
+
+def wait_until(
+    what: str, ready: Callable[[], bool], proc: subprocess.Popen[str], tmp: Path
+) -> None:
+    """Until `ready()` (or fail, with the logs, when the launcher ended or time is up)."""
+    end = time.monotonic() + DEADLINE
+    while not ready():
+        if proc.poll() is not None:
+            out = proc.communicate()[0]
+            pytest.fail(f"launcher exited {proc.returncode} before {what}:\n{out}\n{logs(tmp)}")
+        if time.monotonic() > end:
+            pytest.fail(f"timed out waiting for {what}\n{logs(tmp)}")
+        time.sleep(0.02)
+
+
+def all_blocked(*log_dirs: Path) -> Callable[[], bool]:
+    """True once the main thread of every running trainer the summaries list sleeps in the
+    kernel (state S): past its marker file, inside the call that blocks it, so that a
+    stack taken now shows that call."""
+
+    def check() -> bool:
+        pids = []
+        for d in log_dirs:
+            summary = read_summary(d)
+            if summary is None:
+                return False
+            pids += [p.pid for p in summary.processes if p.status == "running" and p.pid]
+        return bool(pids) and all(_state(pid) == "S" for pid in pids)
+
+    return check
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    return stat[stat.rindex(")") + 2 :].split()[0]
+
+
+def logs(tmp: Path) -> str:
+    parts = []
+    for f in sorted((tmp / "log").glob("workerlog.*")):
+        parts.append(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}")
+    return "\n".join(parts)
