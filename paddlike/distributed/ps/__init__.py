@@ -31,9 +31,9 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from paddlike.distributed.ps import checkpoint
+from paddlike.distributed.ps import auth, checkpoint
 from paddlike.distributed.ps.checkpoint import CheckpointError
-from paddlike.distributed.ps.client import Client, PsError, PsTimeoutError
+from paddlike.distributed.ps.client import Client, PsAuthError, PsError, PsTimeoutError
 from paddlike.distributed.ps.handles import (
     DenseTable,
     GeoDenseTable,
@@ -70,6 +70,7 @@ __all__ = [
     "DenseTable",
     "ForwardBatch",
     "Normal",
+    "PsAuthError",
     "PsError",
     "PsTimeoutError",
     "RoleError",
@@ -185,8 +186,10 @@ def init_worker(
     for name, value in (("timeout", timeout), ("request_timeout", request_timeout)):
         if value is not None and not value > 0:
             raise ValueError(f"init_worker: {name}={value!r} must be positive seconds")
+    # the token of the environment the role came from (`init(environ)` may not be os.environ)
+    policy = auth.Policy.create(role.token, None)
     client = Client(role.server_endpoints, role.trainer_id, timeout or role.timeout,
-                    request_timeout)  # fmt: skip
+                    request_timeout, policy=policy)  # fmt: skip
     n = len(role.server_endpoints)
     try:  # the servers may still be starting: wait for them, without liveness checks
         hello = [(i, Message(Op.HELLO, arg0=n, arg1=role.trainers_num)) for i in range(n)]
