@@ -25,14 +25,13 @@ TRAIN = """
 import json, os, sys
 import numpy as np
 import paddlike.distributed as dist
-from paddlike.distributed import nodelist
 
 addrs, port, out = sys.argv[1].split(","), int(sys.argv[2]), sys.argv[3]
 dist.env.machine([{"addr": a} for a in addrs])
 if port:
     dist.env.ctrl_port(port)
 dist.config.gpu_device_num(int(sys.argv[4]) if len(sys.argv) > 4 else 2)
-nodelist.init_parallel_env()
+dist.init_parallel_env()
 x = np.array([float(dist.get_rank() + 1)])
 dist.all_reduce(x)
 record = {"sum": float(x[0]), "world": dist.get_world_size(), "ppid": os.getppid(),
@@ -45,14 +44,13 @@ with open(os.path.join(out, f"rank.{dist.get_rank()}.json"), "w") as f:
 CONFIGURE = """
 import json, sys
 import paddlike.distributed as dist
-from paddlike.distributed import nodelist
 
 cfg = json.loads(sys.argv[1])
 try:
     dist.env.machine(cfg["machines"])
     if "port" in cfg:
         dist.env.ctrl_port(cfg["port"])
-    nodelist.init_parallel_env()
+    dist.init_parallel_env()
 except ValueError as exc:
     print(f"ValueError: {exc}")
     sys.exit(3)

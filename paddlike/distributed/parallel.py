@@ -112,6 +112,9 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
     `timeout` (seconds, default PADDLIKE_TIMEOUT or 300) bounds the setup and is every
     operation's deadline. Calling it again returns the existing group.
     """
+    from paddlike.distributed import nodelist
+
+    nodelist.start_if_configured()  # the node-list form: this node's launcher, or a worker
     with runtime.lock:
         if runtime.default is not None:
             return runtime.default
