@@ -10,6 +10,8 @@ The log reader's tests run on these directories, and the docs quote them.
     failed/           rank 1 exits 3 with a Python traceback; rank 0 is stopped
     restarted/        rank 1 fails in the first round; --max_restarts 1 runs a second
     ps/               parameter-server mode: 1 server, 2 trainers
+    hung/             a torch gloo job whose rank 2 is stuck in `load_batch`;
+                      --hang_timeout 5 --on_hang abort names it and ends the job (124)
     two_node/nodea/   a 2-node job (network namespaces nodea, nodeb), one directory
     two_node/nodeb/   per node; skipped with a message where namespaces are unavailable
 
@@ -112,6 +114,17 @@ def ps() -> None:
     _launch("ps", ["--server_num", "1", "--worker_num", "2", "log_samples/scripts/ps_train.py"])
 
 
+def hung() -> None:
+    _launch(
+        "hung",
+        [
+            "--nproc_per_node", "3", "--hang_timeout", "5", "--on_hang", "abort",
+            "--kill_timeout", "2", "log_samples/scripts/hung.py",
+        ],
+        expect=124,
+    )  # fmt: skip
+
+
 def two_node() -> None:
     sys.path.insert(0, str(ROOT))
     from tests.netns import netns_cluster, netns_unavailable_reason
@@ -175,6 +188,7 @@ SAMPLES: dict[str, Callable[[], None]] = {
     "failed": failed,
     "restarted": restarted,
     "ps": ps,
+    "hung": hung,
     "two_node": two_node,
 }
 

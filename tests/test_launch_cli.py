@@ -52,7 +52,7 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
         (["--nnodes", "2"], {}, "--node_rank: needed with --nnodes 2 when --ips is not given"),
         (["--ips", "127.0.0.1,10.255.255.1", "--node_rank", "1"], {}, "--node_rank: 1 names"),
         (["--gpus", "3"], {"CUDA_VISIBLE_DEVICES": "0,1"}, "--gpus: 3 is not in CUDA_VISIBLE"),
-        (["--run_mode", "ps-heter"], {}, "--run_mode: 'ps-heter' is not supported yet"),
+        (["--run_mode", "ps-heter"], {}, "--heter_workers: needed with --run_mode ps-heter"),
         (["--tee", "first"], {}, "--tee: expected 'all', 'none'"),
         (["--nproc_per_node", "2", "--tee", "0,2"], {}, "--tee: this node runs 2 trainer(s)"),
         (["--host", "10.255.255.1"], {}, "--host: '10.255.255.1' is not one of --ips"),

@@ -160,8 +160,8 @@ def test_ps_options_with_collective_mode_are_an_error():
         parse("--run_mode", "collective", "--server_num", "2", "t.py")
 
 
-def test_ps_heter_is_rejected_clearly():
-    with pytest.raises(UsageError, match=r"^--run_mode: 'ps-heter' is not supported yet"):
+def test_ps_heter_alone_asks_for_its_heter_trainers():
+    with pytest.raises(UsageError, match=r"^--heter_workers: needed with --run_mode ps-heter"):
         parse("--run_mode", "ps-heter", "t.py")
 
 

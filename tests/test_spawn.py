@@ -26,8 +26,10 @@ from tests import test_spawn_fns as fns
 
 REPO = Path(__file__).resolve().parent.parent
 DUMP_ENV = REPO / "tests" / "workers" / "dump_env.py"
-# Values that differ between any two jobs: ports, the job id, the log directory.
+# Values that differ between any two jobs: ports, the job id, the log directory, and the
+# secret a one-node job gets (its presence is compared, not its value).
 PER_JOB = {
+    "PADDLIKE_JOB_TOKEN",
     "PADDLE_TRAINER_ENDPOINTS",
     "PADDLE_CURRENT_ENDPOINT",
     "PADDLE_MASTER",

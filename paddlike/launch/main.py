@@ -61,7 +61,14 @@ def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
             # a dry run creates nothing, not even port reservations
             ports = free_ports(needed) if options.dry_run else reserve_ports(needed)
             n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
-            ps_layout = layout.ps_counts_layout(ps_node.host, n_servers, n_trainers, ports)
+            ps_layout = layout.ps_counts_layout(
+                ps_node.host,
+                n_servers,
+                n_trainers,
+                ports,
+                options.heter_worker_num or (),
+                options.heter_devices or (),
+            )
         else:
             ps_layout = layout.ps_lists_layout(options, ps_node)
         return nodejob.ps_node_job(options, ps_layout, ps_node.interface, ps_node.reason)

@@ -3,7 +3,9 @@
 Exit status: 0 when the directory was read (whatever the job's outcome), 2 when a
 directory is missing, empty or unreadable, or an option names no process, 130 on
 Ctrl-C during --follow. --stacks exits 2 when there is nothing to take stacks of (no
-summary.json, or no running trainer and no progress files).
+summary.json, or no running trainer and no progress files). While a launcher on this
+machine runs the job of a single DIR, --stacks asks it (SIGUSR1): it takes the stacks of
+the whole job, on every node, and this command prints what it wrote.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--stacks",
         action="store_true",
-        help="take the Python stack of every running trainer of this node's job (py-spy), "
-        "write DIR/stacks/<time>/rank.N.txt and summary.txt, and print where the ranks are, "
+        help="take the Python stack of every running trainer of this node's job (py-spy; "
+        "through its launcher, by SIGUSR1, while one runs it), write "
+        "DIR/stacks/<time>/rank.N.txt and summary.txt, and print where the ranks are, "
         "the odd one out first",
     )
     return parser
@@ -174,6 +177,10 @@ def _stacks(dirs: list[str], as_json: bool, out: TextIO) -> int:
     except LogDirError as e:
         print(f"paddlike.logs: --stacks: {e}", file=sys.stderr)
         return 2
+    if len(found) == 1:
+        asked = _ask_launcher(found[0], as_json, out)
+        if asked is not None:
+            return asked
     dump = dump_job(found)
     if isinstance(dump, str):
         print(f"paddlike.logs: --stacks: {dump}", file=sys.stderr)
@@ -190,6 +197,27 @@ def _stacks(dirs: list[str], as_json: bool, out: TextIO) -> int:
             out.write(f"stacks of {ranks} ranks in {path}\n")
         else:
             out.write(f"progress and flight records in {path}\n")
+    return 0
+
+
+def _ask_launcher(log_dir: str, as_json: bool, out: TextIO) -> int | None:
+    """While a launcher runs the job here, it takes the stacks (SIGUSR1): it knows its
+    workers. None when there is no such launcher, or it wrote nothing in time."""
+    from paddlike.logs.ask import ask_launcher, launcher_pid
+
+    pid = launcher_pid(log_dir)
+    if pid is None:
+        return None
+    path = ask_launcher(log_dir, pid)
+    if isinstance(path, str):
+        print(f"paddlike.logs: --stacks: {path}", file=sys.stderr)
+        return None
+    data = json.loads((path / "stacks.json").read_text())
+    if as_json:
+        out.write(json.dumps({"paths": [str(path)], **data}, indent=2) + "\n")
+        return 0
+    out.write("\n".join(data["summary"]) + "\n")
+    out.write(f"stacks of {len(data['stacks'])} ranks in {path}\n")
     return 0
 
 

@@ -34,7 +34,7 @@ _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
 # The facts a paddlike run header carries (paddlike.launch.run.logdir.format_header).
 _HEADER_FACTS = re.compile(
     r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
-    r"local (?P<local>\d+) restart (?P<restart>\d+):"
+    r"local (?P<local>\d+) restart (?P<restart>\d+)(?: stage (?P<stage>\d+))?:"
 )
 
 
@@ -87,6 +87,7 @@ class ProcessView:
     restarts: int = 0
     endpoint: str = ""
     first_error: str | None = None
+    stage: int | None = None  # a heter trainer's stage (2..), from its log's run header
 
     @property
     def duration(self) -> float | None:
@@ -100,7 +101,12 @@ class ProcessView:
     @property
     def label(self) -> str:
         rank = "?" if self.rank is None else str(self.rank)
-        return f"{self.role} {rank}"
+        return f"{self.role} {rank}" + (f" (stage {self.stage})" if self.stage else "")
+
+    @property
+    def role_text(self) -> str:
+        """The role as tables show it: `heter (stage 2)` for a heter trainer."""
+        return f"{self.role} (stage {self.stage})" if self.stage else self.role
 
 
 @dataclass
@@ -279,7 +285,15 @@ def _view_from_record(
     )
     if status in ("failed", "exited", "running") or record.signal:
         view.first_error = last_run_error(log_path)
+    if record.role == "heter":
+        view.stage = _stage_of(log_path)
     return view
+
+
+def _stage_of(log_path: Path) -> int | None:
+    """A heter trainer's stage, as its last run header says (None: no such header)."""
+    header = last_run_header(log_path)
+    return int(header.group("stage")) if header is not None and header.group("stage") else None
 
 
 def _load_summary(log_dir: Path, notes: list[str]) -> RunSummary | None:
@@ -387,6 +401,7 @@ def _infer_processes(
                     status="failed" if error else "unknown",
                     endpoint=endpoint,
                     first_error=error,
+                    stage=_stage_of(log_path) if role == "heter" else None,
                 )
             )
     return procs

@@ -54,7 +54,7 @@ def _error_cell(p: ProcessView) -> str:
 def process_row(p: ProcessView) -> list[str]:
     """The cells of one process, in COLUMNS order."""
     return [
-        p.role,
+        p.role_text,
         _cell(p.rank if p.rank is not None else "?"),
         str(p.local_index),
         _cell(p.host),
@@ -149,7 +149,7 @@ def format_process_tail(p: ProcessView, lines: list[str], *, color: bool = False
     known = p.exit_code is not None or p.signal
     exit_text = describe_exit(p.exit_code, p.signal) if known else "-"
     head = (
-        f"{p.role} rank {_cell(p.rank if p.rank is not None else '?')} "
+        f"{p.role_text} rank {_cell(p.rank if p.rank is not None else '?')} "
         f"(local index {p.local_index}, host {_cell(p.host)}, pid {_cell(p.pid)}): "
         f"{p.status}, exit {exit_text}, ran {format_duration(p.duration)}"
     )

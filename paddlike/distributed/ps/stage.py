@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from paddlike import contract
 
-STAGE_TRAINERS_NUM = "PADDLE_STAGE_TRAINERS_NUM"  # not in contract.py yet (launcher's file)
+STAGE_TRAINERS_NUM = contract.STAGE_TRAINERS_NUM
 DEFAULT_TIMEOUT = 300.0
 
 

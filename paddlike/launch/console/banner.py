@@ -29,7 +29,7 @@ def format_banner(
     counts: dict[Role, int] = {}
     for spec in plan.processes:
         counts[spec.role] = counts.get(spec.role, 0) + 1
-    names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter worker"}
+    names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter trainer"}
     parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
     devices = sorted({d for s in plan.processes for d in s.device_ids})
     device_text = "gpus " + ",".join(devices) if devices else "cpu"

@@ -388,6 +388,7 @@ class PsNode(NamedTuple):
     reason: str
     servers: tuple[tuple[str, int], ...] | None = None
     trainers: tuple[tuple[str, int | None], ...] | None = None
+    heter_stages: tuple[tuple[tuple[str, int], ...], ...] = ()  # ps-heter: --heter_workers
 
 
 def _split_entry(entry: str) -> tuple[str, int | None]:
@@ -424,7 +425,8 @@ def match_ps_node(
             f"--servers: two entries name the same endpoint, got {','.join(options.servers)!r}",
             "--servers",
         )
-    all_hosts = [h for h, _ in (*servers, *parsed["--workers"])]
+    stages = _heter_stages(options, resolved, resolve)
+    all_hosts = [h for h, _ in (*servers, *parsed["--workers"], *(e for s in stages for e in s))]
     host_opt = options.host if options.host is not None else environ.get(POD_IP) or None
     host_option = "--host" if options.host is not None else POD_IP
     host = None
@@ -441,10 +443,15 @@ def match_ps_node(
             if host is not None
             else (f"local addresses: {local.listing()}")
         )
+        heters = (
+            f", heter trainers {';'.join(','.join(s) for s in options.heter_workers)!r}"
+            if options.heter_workers
+            else ""
+        )
         raise UsageError(
             f"--servers/--workers: this node has no role: no entry is an address of this node "
             f"({seen}); servers {','.join(options.servers)!r}, workers "
-            f"{','.join(options.workers)!r}",
+            f"{','.join(options.workers)!r}{heters}",
             "--servers",
         )
     how = f"named by {host_option}" if host is not None else "an address of this node"
@@ -454,7 +461,32 @@ def match_ps_node(
         reason=f"matched --servers/--workers host {mine}, {how}",
         servers=servers,
         trainers=tuple(parsed["--workers"]),
+        heter_stages=stages,
     )
+
+
+def _heter_stages(
+    options: LaunchOptions, resolved: dict[str, str], resolve: Callable[[str], str]
+) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """--heter_workers resolved like the other lists: per stage, (address, port)."""
+    stages = []
+    for stage in options.heter_workers or ():
+        members = []
+        for entry in stage:
+            name, port = _split_entry(entry)
+            if name not in resolved:
+                resolved[name] = _resolve_for("--heter_workers", name, resolve)
+            assert port is not None  # options require ports in --heter_workers
+            members.append((resolved[name], port))
+        stages.append(tuple(members))
+    taken = [*(e for s in stages for e in s)]
+    if len(set(taken)) != len(taken):
+        raise UsageError(
+            "--heter_workers: two entries name the same endpoint, got "
+            f"{';'.join(','.join(s) for s in options.heter_workers or ())!r}",
+            "--heter_workers",
+        )
+    return tuple(stages)
 
 
 def match_local_entries(

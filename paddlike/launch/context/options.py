@@ -81,9 +81,9 @@ class LaunchOptions(NamedTuple):
     worker_num: int | None = None
     servers: tuple[str, ...] | None = None  # "ip:port" entries
     workers: tuple[str, ...] | None = None  # "ip" or "ip:port" entries
-    heter_workers: tuple[str, ...] | None = None
-    heter_worker_num: int | None = None
-    heter_devices: str | None = None
+    heter_workers: tuple[tuple[str, ...], ...] | None = None  # per heter stage, "ip:port"
+    heter_worker_num: tuple[int, ...] | None = None  # per heter stage, one-node jobs
+    heter_devices: tuple[str, ...] | None = None  # per heter stage: "cpu" | "gpu"
     # output
     log_dir: str = "log"
     log_overwrite: bool = False
@@ -91,10 +91,20 @@ class LaunchOptions(NamedTuple):
     tee: str = "0"  # "0", "0,2", "all" or "none"
     dry_run: bool = False
     kill_timeout: float = 5.0
+    # hangs
+    hang_timeout: float | None = None  # seconds without a sign of life from any worker
+    on_hang: str = "dump"  # "dump" | "abort"
 
     @property
     def is_ps(self) -> bool:
         return self.run_mode in ("ps", "ps-heter")
+
+    @property
+    def heter_stage_sizes(self) -> tuple[int, ...]:
+        """Heter trainers per heter stage (stage 2 first); () outside ps-heter."""
+        if self.heter_workers is not None:
+            return tuple(len(s) for s in self.heter_workers)
+        return self.heter_worker_num or ()
 
     @property
     def tee_indices(self) -> TeeSelection:
@@ -228,6 +238,51 @@ def _workers(text: str) -> tuple[str, ...]:
     return items
 
 
+def _on_hang(text: str) -> str:
+    if text not in ("dump", "abort"):
+        raise _Bad("expected dump or abort")
+    return text
+
+
+def _one_stage(text: str) -> str:
+    """--servers/--workers may use Paddle's stage separator, but name one stage only."""
+    if ";" in text:
+        n = len(text.split(";"))
+        raise _Bad(
+            f"lists {n} stages (separated by ';'); servers and CPU trainers are one stage "
+            "(stage 1): list the heter stages in --heter_workers"
+        )
+    return text
+
+
+def _heter_stages(text: str) -> tuple[tuple[str, ...], ...]:
+    """Heter stages, e.g. "a:1,b:1;c:2": separated by ';', endpoints within one by ','."""
+    stages = tuple(_servers(part) for part in text.split(";"))
+    flat = [ep for s in stages for ep in s]
+    if len(set(flat)) != len(flat):
+        raise _Bad("expected each heter endpoint once")
+    return stages
+
+
+def _stage_counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_positive_int(t.strip()) for t in text.split(";"))
+    except _Bad:
+        raise _Bad(
+            "expected a positive count per heter stage, separated by ';', e.g. 1;2"
+        ) from None
+
+
+HETER_DEVICES = ("cpu", "gpu")
+
+
+def _stage_devices(text: str) -> tuple[str, ...]:
+    kinds = tuple(t.strip().lower() for t in text.split(";"))
+    if any(k not in HETER_DEVICES for k in kinds):
+        raise _Bad("expected one device kind per heter stage, cpu or gpu, e.g. gpu or cpu;gpu")
+    return kinds
+
+
 def _run_mode(text: str) -> str:
     if text not in RUN_MODES:
         raise _Bad("expected one of " + ", ".join(RUN_MODES))
@@ -334,7 +389,7 @@ class _Parser:
             help="workers per node: a number (the GPUs split into that many slices), or gpu, "
             "cpu, auto as in torchrun (default: one per visible GPU, or 1)",
         )
-        g.add_argument("--run_mode", help="collective (default) or ps")
+        g.add_argument("--run_mode", help="collective (default), ps or ps-heter")
         g.add_argument("--host", help="this node's address, when it cannot be matched (or POD_IP)")
         g.add_argument("--start_port", help="first port on multi-node jobs (default 6070)")
         g.add_argument("--job_id", help="job name (default: generated from the time)")
@@ -369,9 +424,17 @@ class _Parser:
         g.add_argument("--worker_num", help="trainers on this node (implies --run_mode ps)")
         g.add_argument("--servers", help="server endpoints ip:port,... (implies --run_mode ps)")
         g.add_argument("--workers", help="trainer hosts ip[:port],... (implies --run_mode ps)")
-        g.add_argument("--heter_workers", help="heter trainer endpoints (ps-heter)")
-        g.add_argument("--heter_worker_num", help="heter trainers on this node (ps-heter)")
-        g.add_argument("--heter_devices", help="heter device type (ps-heter)")
+        g.add_argument(
+            "--heter_workers",
+            help="heter trainer endpoints ip:port, stages separated by ';' (implies ps-heter)",
+        )
+        g.add_argument(
+            "--heter_worker_num",
+            help="heter trainers on this node per stage, e.g. 1;2 (implies ps-heter)",
+        )
+        g.add_argument(
+            "--heter_devices", help="device kind per heter stage: gpu, or cpu;gpu (ps-heter)"
+        )
 
         g = p.add_argument_group("output")
         g.add_argument("--log_dir", "--logdir", dest="log_dir", help="log directory (default log)")
@@ -397,6 +460,18 @@ class _Parser:
             help="print every process, its command and environment; start nothing",
         )
         g.add_argument("--kill_timeout", help="seconds between SIGTERM and SIGKILL (default 5)")
+
+        g = p.add_argument_group("hangs")
+        g.add_argument(
+            "--hang_timeout",
+            help="seconds without a sign of life from any worker (log output, heartbeat, "
+            "collective) before the launcher takes every rank's stack (default: off)",
+        )
+        g.add_argument(
+            "--on_hang",
+            help="after a hang's stacks are written: dump (keep waiting, default) or abort "
+            "(end the job, exit code 124)",
+        )
 
         # Parsed by `_split_argv`, never by argparse; declared here for --help.
         p.add_argument(
@@ -427,14 +502,16 @@ _CHECKS = {
     "job_token_file": _token_file,
     "server_num": _positive_int,
     "worker_num": _positive_int,
-    "servers": _servers,
-    "workers": _workers,
-    "heter_workers": _servers,
-    "heter_worker_num": _positive_int,
-    "heter_devices": _text,
+    "servers": lambda text: _servers(_one_stage(text)),
+    "workers": lambda text: _workers(_one_stage(text)),
+    "heter_workers": _heter_stages,
+    "heter_worker_num": _stage_counts,
+    "heter_devices": _stage_devices,
     "log_dir": _text,
     "tee": _tee,
     "kill_timeout": _non_negative_float,
+    "hang_timeout": _positive_float,
+    "on_hang": _on_hang,
 }
 # What else a value may be, said after the value given.
 _HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
@@ -551,9 +628,15 @@ def _check_combinations(o: LaunchOptions) -> None:
     if o.module and o.no_python:
         raise UsageError("--module: cannot be combined with --no_python", "--module")
     if o.run_mode == "ps-heter":
-        raise UsageError(
-            "--run_mode: 'ps-heter' is not supported yet; use 'collective' or 'ps'", "--run_mode"
-        )
+        _check_heter(o)
+    elif o.run_mode == "ps":
+        for dest in HETER_OPTIONS:
+            if getattr(o, dest) is not None:
+                raise UsageError(
+                    f"--{dest}: a ps-heter option, but --run_mode is 'ps'; use --run_mode "
+                    "ps-heter or drop it",
+                    f"--{dest}",
+                )
     if o.is_ps:
         if o.gpus is not None:
             raise UsageError(
@@ -599,6 +682,53 @@ def _check_combinations(o: LaunchOptions) -> None:
             f"--nproc_per_node: {o.nproc_per_node} does not divide the {len(o.gpus)} GPUs of "
             f"--gpus {','.join(o.gpus)}",
             "--nproc_per_node",
+        )
+
+
+def _check_heter(o: LaunchOptions) -> None:
+    """ps-heter: the heter stages (by list or by count), their devices, and that the
+    options agree on how many stages there are."""
+    lists = o.servers is not None or o.workers is not None
+    if o.heter_workers is None and o.heter_worker_num is None:
+        raise UsageError(
+            "--heter_workers: needed with --run_mode ps-heter (or --heter_worker_num on one "
+            "node): the heter trainers of each stage",
+            "--heter_workers",
+        )
+    if o.heter_workers is not None and not lists:
+        raise UsageError(
+            "--heter_workers: needs --servers and --workers too (each node starts the roles "
+            "whose address is its own); on one node use --heter_worker_num",
+            "--heter_workers",
+        )
+    if o.heter_workers is None and lists:
+        raise UsageError(
+            "--heter_worker_num: counts are for one-node jobs (with --server_num/--worker_num); "
+            "with --servers/--workers list the heter trainers by --heter_workers",
+            "--heter_worker_num",
+        )
+    if o.heter_workers is not None and o.heter_worker_num is not None:
+        listed = tuple(len(s) for s in o.heter_workers)
+        if listed != o.heter_worker_num:
+            raise UsageError(
+                f"--heter_worker_num: {';'.join(map(str, o.heter_worker_num))} contradicts "
+                f"--heter_workers, which lists {';'.join(map(str, listed))} per stage",
+                "--heter_worker_num",
+            )
+    source = "--heter_workers" if o.heter_workers is not None else "--heter_worker_num"
+    stages = len(o.heter_stage_sizes)
+    if o.heter_devices is None:
+        raise UsageError(
+            f"--heter_devices: needed in ps-heter mode, one device kind per heter stage "
+            f"(cpu or gpu; {source} gives {stages} stage(s)), e.g. --heter_devices "
+            + ";".join(["gpu"] * stages),
+            "--heter_devices",
+        )
+    if len(o.heter_devices) != stages:
+        raise UsageError(
+            f"--heter_devices: {';'.join(o.heter_devices)!r} names {len(o.heter_devices)} "
+            f"stage(s) but {source} gives {stages}; give one device kind per heter stage",
+            "--heter_devices",
         )
 
 

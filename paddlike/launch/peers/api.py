@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from paddlike.launch.peers.services import ServicesStop
+    from paddlike.launch.peers.stackreq import StackChannel
     from paddlike.launch.plan.world import NodeEntry, RendezvousResult
     from paddlike.summary import RootCause
 else:
@@ -20,6 +21,7 @@ class RoundWatch(Protocol):
 
     fd: int | None  # readable when `poll` may have a cause that ends the round; None: never
     services: ServicesStop | None  # who says when the servers stop; None: this node's trainers
+    stacks: StackChannel | None  # job-wide stack requests; None on one node
 
     def poll(self) -> RootCause | None:
         """A cause from elsewhere (another node's failure, a lost node) that ends the round."""

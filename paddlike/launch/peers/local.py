@@ -15,6 +15,7 @@ class LocalWatch:
         self.fd: int | None = None
         self.services: ServicesStop | None = None
         self.cause: RootCause | None = None
+        self.stacks = None  # no other node to ask for stacks
 
     def poll(self) -> RootCause | None:
         return None

@@ -17,6 +17,7 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``job/<r>/done/<i>``        | node i (or its monitor)      | it read the outcome            |
 | ``job/<r>/trainers-ok/<i>`` | node i (PS)                  | its trainers all exited 0      |
 | ``hb/<i>``                  | node i, add                  | heartbeat counter (TCP store)  |
+| ``stacks/<r>/...``          | see `peers.stackreq`         | job-wide stack requests        |
 | ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
 """
 
@@ -69,6 +70,22 @@ def done_key(round_: int, node: int) -> str:
 
 def trainers_ok_key(round_: int, node: int) -> str:
     return f"job/{round_}/trainers-ok/{node}"
+
+
+def stacks_seq_key(round_: int) -> str:
+    return f"stacks/{round_}/seq"
+
+
+def stacks_hang_key(round_: int, k: int) -> str:
+    return f"stacks/{round_}/hang/{k}"
+
+
+def stacks_request_key(round_: int, n: int) -> str:
+    return f"stacks/{round_}/{n}/request"
+
+
+def stacks_node_key(round_: int, n: int, node: int) -> str:
+    return f"stacks/{round_}/{n}/node/{node}"
 
 
 def heartbeat_key(node: int) -> str:

@@ -44,6 +44,7 @@ from paddlike.launch.peers.kv import (
     is_store_host,
 )
 from paddlike.launch.peers.rendezvous import Rendezvous, find_rival
+from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import (
     DONE_GRACE,
     HEARTBEATS_PER_TIMEOUT,
@@ -387,6 +388,9 @@ class StorePeers:
         w = self._make_watch(round_, self.hosts)
         w.log_dir = log_dir
         w.services = w.services_stop() if services else None
+        w.stacks = StackChannel(
+            connect=w.connect, kv=w.kv, round_=round_, node_index=w.node_index, nnodes=w.nnodes
+        )
         w.start()
         self._watches.append(w)
         self._round = round_

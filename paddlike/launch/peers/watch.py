@@ -20,6 +20,8 @@ During a round each launcher runs a `JobWatch`:
   each node stores ``job/<round>/trainers-ok/<i>`` once its trainers have all exited
   0 (at once when it has none), and a thread waiting for every node's key makes the
   servers stop everywhere then, not when one node's own trainers are done;
+- `stacks` (`peers.stackreq.StackChannel`): job-wide stack requests, with their own
+  thread blocked on the next request key and their own `fd`;
 - `finish(ok)` reports this node's end and waits until every node has ended (or
   was lost); it returns the job-wide root cause, None when the round succeeded
   everywhere. Node 0 keeps its store up until everyone has read the outcome
@@ -53,6 +55,7 @@ from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
     from paddlike.launch.peers.etcd import EtcdStore
+    from paddlike.launch.peers.stackreq import StackChannel
 
 HEARTBEATS_PER_TIMEOUT = 5
 WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
@@ -166,6 +169,9 @@ class JobWatch:
         self._threads: list[threading.Thread] = []
         self._services_fds: tuple[int, ...] = ()
         self._fds_open = True  # until stop() closes them
+        # job-wide stack requests (SIGUSR1, --hang_timeout), set by the peers: their own
+        # thread and fd, started and stopped with this watch
+        self.stacks: StackChannel | None = None
 
     @property
     def on_etcd(self) -> bool:
@@ -184,6 +190,10 @@ class JobWatch:
         """Readable when the job must end for a cause found by a thread of this watch."""
         return self._read_fd
 
+    def connect(self) -> KV:
+        """A connection of its own to the job's store (for a thread that blocks on it)."""
+        return self._connect()
+
     def end_key(self, node: int) -> str:
         return p.end_key(self.round, node)
 
@@ -198,10 +208,14 @@ class JobWatch:
             t = threading.Thread(target=target, name=f"{name}-r{self.round}", daemon=True)
             t.start()
             self._threads.append(t)
+        if self.stacks is not None:
+            self.stacks.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        if self.stacks is not None:
+            self.stacks.stop()
         with self._lock:  # the threads write to these fds under the lock, never after this
             fds, self._fds_open = (self._read_fd, self._write_fd, *self._services_fds), False
             for fd in fds:

@@ -48,16 +48,39 @@ def start_port_ports(start_port: int, nproc: int) -> tuple[int, ...]:
     return tuple(range(start_port, start_port + needed))
 
 
-def ps_counts_layout(host: str, n_servers: int, n_trainers: int, ports: Sequence[int]) -> PsLayout:
-    """--server_num/--worker_num: everything on this node; `ports` holds one per server,
-    one per trainer and Paddle fleet's gloo endpoint (`ps_counts_ports_needed`)."""
+def ps_counts_layout(
+    host: str,
+    n_servers: int,
+    n_trainers: int,
+    ports: Sequence[int],
+    heter_sizes: Sequence[int] = (),
+    heter_devices: Sequence[str] = (),
+) -> PsLayout:
+    """--server_num/--worker_num (and --heter_worker_num): everything on this node; `ports`
+    holds one per server, one per trainer, Paddle fleet's gloo endpoint, then one per heter
+    trainer, stage 2 first (`ps_counts_ports_needed`)."""
     eps = tuple(f"{host}:{p}" for p in ports)
     n = n_servers + n_trainers
-    return PsLayout(eps[:n_servers], eps[n_servers:n], host, 0, 1, (host,), gloo_endpoint=eps[n])
+    stages, at = [], n + 1
+    for size in heter_sizes:
+        stages.append(eps[at : at + size])
+        at += size
+    return PsLayout(
+        eps[:n_servers],
+        eps[n_servers:n],
+        host,
+        0,
+        1,
+        (host,),
+        gloo_endpoint=eps[n],
+        heter_stages=tuple(stages),
+        heter_devices=tuple(heter_devices),
+    )
 
 
 def ps_counts_ports_needed(options: LaunchOptions) -> int:
-    return (options.server_num or 1) + (options.worker_num or 1) + 1
+    heters = sum(options.heter_worker_num or ())
+    return (options.server_num or 1) + (options.worker_num or 1) + 1 + heters
 
 
 def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
@@ -66,7 +89,8 @@ def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
     node), and so does Paddle fleet's gloo endpoint on server 0's host."""
     assert node.servers is not None and node.trainers is not None
     used: dict[str, set[int]] = {}
-    for host, port in (*node.servers, *node.trainers):
+    heters = [e for s in node.heter_stages for e in s]
+    for host, port in (*node.servers, *node.trainers, *heters):
         if port is not None:
             used.setdefault(host, set()).add(port)
 
@@ -85,7 +109,9 @@ def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
     servers = tuple(f"{h}:{p}" for h, p in node.servers)
     gloo_host = node.servers[0][0]
     gloo_endpoint = f"{gloo_host}:{next_port(gloo_host)}"
-    hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers)))
+    hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers, *heters)))
+    stages = tuple(tuple(f"{h}:{p}" for h, p in s) for s in node.heter_stages)
+    _check_heter_endpoints(servers, trainers, stages)
     return PsLayout(
         servers,
         tuple(trainers),
@@ -94,4 +120,21 @@ def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
         len(hosts),
         hosts,
         gloo_endpoint=gloo_endpoint,
+        heter_stages=stages,
+        heter_devices=tuple(options.heter_devices or ()) if stages else (),
     )
+
+
+def _check_heter_endpoints(
+    servers: Sequence[str], trainers: Sequence[str], stages: Sequence[Sequence[str]]
+) -> None:
+    """A heter trainer binds its endpoint: it cannot be a server's or a trainer's too."""
+    others = {*servers, *trainers}
+    for stage in stages:
+        for ep in stage:
+            if ep in others:
+                raise UsageError(
+                    f"--heter_workers: {ep} is also a --servers or --workers endpoint; "
+                    "give each process its own port",
+                    "--heter_workers",
+                )

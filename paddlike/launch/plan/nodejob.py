@@ -19,8 +19,9 @@ from paddlike.launch import NamedTuple
 from paddlike.launch.context.devices import DeviceAssignment
 from paddlike.launch.context.master import launchers_master, master_address, ps_master_port
 from paddlike.launch.context.options import LaunchOptions
+from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import collective_layout, collective_ports_needed
-from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective, plan_ps
+from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -122,13 +123,20 @@ def ps_fingerprint(
     script: str,
     script_args: Sequence[str],
     version: str = __version__,
+    heter_stages: Sequence[Sequence[str]] = (),
+    heter_devices: Sequence[str] = (),
 ) -> dict[str, str]:
     """`fingerprint` for parameter-server lists: the resolved server and trainer endpoints
     stand in for --ips and the device counts; "nodes" (the node order they imply) is last,
-    as it can only differ when a list does."""
+    as it can only differ when a list does. ps-heter adds its stages and their devices."""
     fp = {
         "servers": ",".join(servers),
         "workers": ",".join(trainers),
+    }
+    if heter_stages:
+        fp["heter workers"] = ";".join(",".join(s) for s in heter_stages)
+        fp["heter devices"] = ";".join(heter_devices)
+    fp |= {
         "run_mode": run_mode,
         "paddlike version": version,
         "training script": script,
@@ -183,11 +191,12 @@ def ps_node_job(options: LaunchOptions, layout: PsLayout, interface: str, reason
     master = None
     if len(hosts) > 1:
         given = master_address(options.master, options.master_addr, options.master_port, hosts)
-        taken = (*layout.servers, *layout.trainers, layout.gloo_endpoint)
+        heters = (ep for s in layout.heter_stages for ep in s)
+        taken = (*layout.servers, *layout.trainers, *heters, layout.gloo_endpoint)
         master = (given[0], ps_master_port(given, options.master_port, taken))
 
     def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
-        return plan_ps(options, layout, facts)
+        return plan_ps_heter(options, layout, facts)  # plain plan_ps without heter stages
 
     return NodeJob(
         hosts=hosts,
@@ -203,6 +212,8 @@ def ps_node_job(options: LaunchOptions, layout: PsLayout, interface: str, reason
             job_id=options.job_id,
             script=options.training_script,
             script_args=options.training_script_args,
+            heter_stages=layout.heter_stages,
+            heter_devices=layout.heter_devices,
         ),
         reserve=0,
         plan=plan,

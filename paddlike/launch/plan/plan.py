@@ -54,7 +54,7 @@ class LaunchPlan(NamedTuple):
     """Everything one node's launcher will start, plus the job-wide facts it prints."""
 
     job_id: str
-    run_mode: str  # "collective" | "ps"
+    run_mode: str  # "collective" | "ps" | "ps-heter"
     node_index: int
     nnodes: int
     host: str  # this node's address
@@ -63,6 +63,7 @@ class LaunchPlan(NamedTuple):
     server_endpoints: tuple[str, ...] = ()  # PS mode
     master: str = ""  # host:port of the workers' runtime store (PADDLE_MASTER)
     devices_why: str = ""  # which devices this node's workers got and why (.describe())
+    heter_endpoints: tuple[str, ...] = ()  # ps-heter: every heter trainer, stage 2 first
 
 
 class EndpointLayout(NamedTuple):
@@ -99,6 +100,8 @@ class PsLayout(NamedTuple):
     nnodes: int
     node_hosts: tuple[str, ...] = ()  # distinct hosts, first-appearance order
     gloo_endpoint: str = ""  # Paddle fleet's gloo HTTP rendezvous, on server 0's host
+    heter_stages: tuple[tuple[str, ...], ...] = ()  # ps-heter: stages 2..N+1, host:port
+    heter_devices: tuple[str, ...] = ()  # ps-heter: "cpu" | "gpu" per heter stage
 
 
 class JobFacts(NamedTuple):
@@ -110,6 +113,9 @@ class JobFacts(NamedTuple):
     environ: Mapping[str, str]  # the launcher's environment (only read)
     interface: str = ""  # interface holding this node's address ("" = unknown)
     restart_count: int = 0
+    # the job's secret when the launcher made one (one node, no --job_token): random, so
+    # decided by the shell; --job_token always wins
+    job_token: str = ""
 
 
 def _command(options: LaunchOptions, python: str) -> tuple[str, ...]:
@@ -137,8 +143,9 @@ def _launcher_env(options: LaunchOptions, facts: JobFacts, node_hosts: Sequence[
         contract.RESTART_COUNT: str(facts.restart_count),
         contract.NODE_HOSTS: ",".join(node_hosts),
     }
-    if options.job_token:
-        env[contract.JOB_TOKEN] = options.job_token
+    token = options.job_token or facts.job_token
+    if token:
+        env[contract.JOB_TOKEN] = token
     return env
 
 
@@ -294,14 +301,14 @@ def plan_collective(
     )
 
 
-def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> LaunchPlan:
-    """This node's servers (first, so they listen before trainers connect) and trainers."""
+def ps_common_env(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> dict[str, str]:
+    """What every process of a PS job gets, whatever its role."""
     servers, trainers = layout.servers, layout.trainers
+    heters = (ep for s in layout.heter_stages for ep in s)
     node_hosts = layout.node_hosts or tuple(
-        dict.fromkeys(e.rpartition(":")[0] for e in (*servers, *trainers))
+        dict.fromkeys(e.rpartition(":")[0] for e in (*servers, *trainers, *heters))
     )
-    local_trainers = [i for i, e in enumerate(trainers) if e.rpartition(":")[0] == layout.host]
-    common = {
+    return {
         contract.PSERVERS_IP_PORT_LIST: ",".join(servers),
         contract.TRAINER_ENDPOINTS: ",".join(trainers),
         contract.TRAINERS_NUM: str(len(trainers)),
@@ -314,6 +321,14 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
         **_ifname_env(facts),
         **_launcher_env(options, facts, node_hosts),
     }
+
+
+def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> LaunchPlan:
+    """This node's servers (first, so they listen before trainers connect) and trainers
+    (`plan.heter.plan_ps_heter` adds the heter stages on top)."""
+    servers, trainers = layout.servers, layout.trainers
+    local_trainers = [i for i, e in enumerate(trainers) if e.rpartition(":")[0] == layout.host]
+    common = ps_common_env(options, layout, facts)
     argv = _command(options, facts.python)
     split = options.redirect_stdout_and_stderr
     processes = []
@@ -402,6 +417,8 @@ def format_plan(plan: LaunchPlan, log_dir: str) -> str:
     ]
     if plan.server_endpoints:
         lines.append("server endpoints: " + ",".join(plan.server_endpoints))
+    if plan.heter_endpoints:
+        lines.append("heter endpoints: " + ",".join(plan.heter_endpoints))
     if plan.master:
         lines.append(f"master (PADDLE_MASTER): {plan.master}")
     if plan.devices_why:

@@ -208,6 +208,30 @@ def launcher_signal_cause(
     )
 
 
+# --- hangs ---------------------------------------------------------------------------------
+
+# What a launcher exits with when --on_hang abort ended the job (as timeout(1) does).
+HANG_EXIT_CODE = 124
+
+
+def hang_cause(
+    host: str, node_index: int, summary: Sequence[str], stalled: str, dump: str, now: float
+) -> RootCause:
+    """--on_hang abort: the grouped summary's first line (the odd rank out) is the reason;
+    the dump's summary file (`dump`, relative to the log directory) is the log, quoted
+    whole with how long the job stalled. Not a process's failure, so no restart round
+    follows (a restart would hang the same way)."""
+    return RootCause(
+        reason=summary[0] if summary else stalled,
+        host=host,
+        node_index=node_index,
+        exit_code=HANG_EXIT_CODE,
+        log_file=dump or None,
+        tail=[*summary, stalled],
+        time=now,
+    )
+
+
 # --- rounds ------------------------------------------------------------------------------
 
 

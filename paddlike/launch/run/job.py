@@ -47,6 +47,7 @@ from paddlike.launch.plan.policy import (
     run_rounds,
 )
 from paddlike.launch.run.guardian import Guardian
+from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.logdir import LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, reserve_ports
 from paddlike.launch.run.record import RunRecord
@@ -162,6 +163,19 @@ def _rounds(
     hostname = socket.gethostname()
     generated_job_id = options.job_id or new_job_id()
     record = RunRecord(logdir.path, warn=console.warn)
+    hangs = HangWatch(
+        logdir.path,
+        console,
+        host=job.host,
+        node_index=job.index,
+        host_label=hostname if job.nnodes == 1 else job.host,
+        timeout=options.hang_timeout,
+        on_hang=options.on_hang,
+    )
+    # One node without --job_token: a secret of its own, so that another local user cannot
+    # use this job's stores or parameter servers over loopback. (Many nodes need the same
+    # secret everywhere: there it comes only from --job_token / --job_token_file.)
+    job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
 
     def one_round(round_: int) -> RoundEnd:
         try:
@@ -179,10 +193,18 @@ def _rounds(
             console.error(str(exc))
             return RoundEnd(getattr(exc, "exit_code", 1), RootCause(reason=str(exc)))
         facts = JobFacts(
-            result.job_id, python, str(logdir.path), environ, job.interface, restart_count=round_
+            result.job_id,
+            python,
+            str(logdir.path),
+            environ,
+            job.interface,
+            restart_count=round_,
+            job_token=job_token,
         )
         plan = job.plan(result, facts)
-        logdir.write_endpoints(plan.trainer_endpoints, plan.server_endpoints)
+        logdir.write_endpoints(
+            plan.trainer_endpoints, plan.server_endpoints, plan.heter_endpoints
+        )
         if round_ == 0:
             if peers.address:
                 console.say(
@@ -200,12 +222,14 @@ def _rounds(
             kill_timeout=options.kill_timeout,
             tee=options.tee_indices,
         )
+        hangs.channel = watch.stacks
         outcome = supervisor.run(
             restart_count=round_,
             extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
             on_failure=watch.publish,
             services_stop=watch.services,
             on_started=lambda records: record.running(plan, records, round_),
+            hangs=hangs,
         )
         if outcome.root_cause is not None:  # before waiting for the others: it may be long
             report_failure(console, outcome.root_cause, logdir.path)

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from paddlike.launch.plan.plan import ProcessSpec
+from paddlike.contract import STAGE_ID
+from paddlike.launch.plan.plan import ProcessSpec, Role
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ LOCK_FILE = ".paddlike.lock"
 OWNER_FILE = ".paddlike.owner"
 TRAINER_ENDPOINTS_LINE = "PADDLE_TRAINER_ENDPOINTS: "
 SERVER_ENDPOINTS_LINE = "PADDLE_PSERVERS_IP_PORT_LIST: "
+HETER_ENDPOINTS_LINE = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: "
 # Every run header in a worker log starts with this; `paddlike.logs` splits runs on it.
 HEADER_PREFIX = "==== paddlike run "
 
@@ -84,12 +86,18 @@ def format_header(spec: ProcessSpec, *, job_id: str, restart: int, when: float) 
 
     ==== paddlike run 2026-11-22 10:58:01 job job-x trainer rank 1 local 1 restart 0:
          python -u train.py --lr 0.1 ====   (on one line)
+
+    A heter trainer's says its stage after the restart count (`restart 0 stage 2:`), for
+    `paddlike.logs`, which shows it.
     """
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
     command = " ".join(spec.argv)
+    stage = spec.env.get(STAGE_ID) if spec.role is Role.HETER else None
     return (
         f"{HEADER_PREFIX}{stamp} job {job_id} {spec.role.value} rank {spec.rank} "
-        f"local {spec.local_index} restart {restart}: {command} ===="
+        f"local {spec.local_index} restart {restart}"
+        + (f" stage {stage}" if stage else "")
+        + f": {command} ===="
     )
 
 
@@ -152,10 +160,13 @@ class LogDir:
         return self.path / name
 
     def write_endpoints(
-        self, trainer_endpoints: Sequence[str], server_endpoints: Sequence[str] = ()
+        self,
+        trainer_endpoints: Sequence[str],
+        server_endpoints: Sequence[str] = (),
+        heter_endpoints: Sequence[str] = (),
     ) -> Path:
         """endpoints.log in Paddle's format (see the module docstring for the exact bytes)."""
-        text = endpoints_text(trainer_endpoints, server_endpoints)
+        text = endpoints_text(trainer_endpoints, server_endpoints, heter_endpoints)
         target = self.path / ENDPOINTS_FILE
         tmp = self.path / f".{ENDPOINTS_FILE}.{os.getpid()}.tmp"
         tmp.write_text(text)
@@ -198,17 +209,26 @@ class LogDir:
             raise
 
 
-def endpoints_text(trainer_endpoints: Sequence[str], server_endpoints: Sequence[str] = ()) -> str:
+def endpoints_text(
+    trainer_endpoints: Sequence[str],
+    server_endpoints: Sequence[str] = (),
+    heter_endpoints: Sequence[str] = (),
+) -> str:
     """The exact contents of endpoints.log.
 
     trainers        servers    text
     ("a:1", "a:2")  ()         "PADDLE_TRAINER_ENDPOINTS: \\na:1\\na:2"
     ("a:1",)        ("a:9",)   "PADDLE_TRAINER_ENDPOINTS: \\na:1\\n"
                                "PADDLE_PSERVERS_IP_PORT_LIST: \\na:9"
+
+    ps-heter adds "\\nPADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: \\n" and the heter trainers,
+    one a line, stage 2 first.
     """
     text = TRAINER_ENDPOINTS_LINE + "\n" + "\n".join(trainer_endpoints)
     if server_endpoints:
         text += "\n" + SERVER_ENDPOINTS_LINE + "\n" + "\n".join(server_endpoints)
+    if heter_endpoints:
+        text += "\n" + HETER_ENDPOINTS_LINE + "\n" + "\n".join(heter_endpoints)
     return text
 
 

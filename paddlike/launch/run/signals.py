@@ -1,4 +1,5 @@
 """SIGINT, SIGTERM and SIGHUP to the launcher: 130, 143 or 129, and the other nodes told.
+SIGUSR1: write the stacks of the workers (while they run; ignored anywhere else).
 
 Two regimes, never both at once, both installed in the main thread only:
 
@@ -18,6 +19,8 @@ import threading
 from collections.abc import Iterator
 
 LAUNCHER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# SIGUSR1: take the stacks of the job's workers and write them; the job keeps running.
+DUMP_SIGNAL = signal.SIGUSR1
 
 
 class LauncherSignal(BaseException):
@@ -44,6 +47,7 @@ def signals_raise() -> Iterator[None]:
         yield
         return
     old = {sig: signal.signal(sig, _raise_signal) for sig in LAUNCHER_SIGNALS}
+    old[DUMP_SIGNAL] = signal.signal(DUMP_SIGNAL, _note_signal)  # no workers: nothing to dump
     try:
         yield
     finally:
@@ -66,7 +70,7 @@ def signals_to_pipe() -> Iterator[int | None]:
     old_wakeup = -1
     try:
         old_wakeup = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        for sig in LAUNCHER_SIGNALS:
+        for sig in (*LAUNCHER_SIGNALS, DUMP_SIGNAL):
             old_handlers[sig] = signal.signal(sig, _note_signal)
         yield rfd
     finally:
@@ -78,14 +82,15 @@ def signals_to_pipe() -> Iterator[int | None]:
 
 
 def _note_signal(signum: int, frame: object) -> None:
-    """The C-level handler already wrote `signum` to the wake-up pipe; nothing else to do."""
+    """The C-level handler already wrote `signum` to the wake-up pipe (if one is set);
+    nothing else to do."""
 
 
 def read_signals(fd: int) -> list[int]:
-    """The launcher signals waiting in the pipe of `signals_to_pipe`."""
+    """The launcher signals (and SIGUSR1) waiting in the pipe of `signals_to_pipe`."""
     try:
         data = os.read(fd, 512)
     except BlockingIOError:
         return []
-    wanted = {int(s) for s in LAUNCHER_SIGNALS}
+    wanted = {int(s) for s in (*LAUNCHER_SIGNALS, DUMP_SIGNAL)}
     return [s for s in data if s in wanted]

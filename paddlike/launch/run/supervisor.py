@@ -9,12 +9,17 @@ kernel reports it. The teardown, in one place (`_fail` and `_check_deadline`):
       -> wait up to kill_timeout, then SIGKILL the groups still there (named first)
       -> reap every child
 
+Hangs (`--hang_timeout`) and stack dumps (SIGUSR1, many nodes' stack requests) are
+`run.hangwatch`'s: the loop only wakes it at its deadline, on SIGUSR1 or on a request's
+fd, and tears down for a cause it returns.
+
 What an exit means and which exit code a cause gives are decided in `plan.policy`;
 the summary (`run.record`) and the report (`console.report`) are the job's, once the
 job-wide outcome is known.
 
-Parameter-server lifecycle: servers (and heter workers) serve until the trainers
-are done; when every trainer exited 0 they are asked to stop (SIGTERM) and their
+Parameter-server lifecycle: servers serve until the trainers (and in ps-heter the
+heter trainers, which end by themselves and are waited for like trainers) are done;
+when every one of those exited 0 the servers are asked to stop (SIGTERM) and their
 exit then (code 0, or death by that SIGTERM) counts as ok. On one node "every
 trainer" means this node's; a job on several nodes passes a `ServicesStop`, which
 is told when this node's trainers are done and says when the whole job's are.
@@ -47,7 +52,7 @@ from paddlike.launch.plan.policy import (
 from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
-from paddlike.launch.run.signals import read_signals, signals_to_pipe
+from paddlike.launch.run.signals import DUMP_SIGNAL, read_signals, signals_to_pipe
 from paddlike.summary import ProcessRecord, RootCause
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -55,14 +60,17 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from paddlike.launch.context.options import TeeSelection
+    from paddlike.launch.run.hangwatch import HangWatch
 
 TAIL_LINES = 20
 # After SIGKILL a process can only linger in uninterruptible sleep; don't wait forever.
 _REAP_AFTER_KILL = 10.0
 # Without inotify, how often the console re-reads the --tee files.
 _TEE_POLL = 0.1
-# Roles that serve until the trainers finish (PS mode), then are asked to stop.
-_SERVICE_ROLES = (Role.SERVER, Role.HETER)
+# Roles that serve until the trainers finish (PS mode), then are asked to stop. Heter
+# trainers (ps-heter) are not: they end by themselves once every trainer ended its stream,
+# and are waited for like trainers; the servers stop after both.
+_SERVICE_ROLES = (Role.SERVER,)
 
 
 class Phase(enum.Enum):
@@ -87,7 +95,19 @@ class RunOutcome(NamedTuple):
 
     @property
     def trainers(self) -> int:
-        return sum(1 for r in self.records if r.role not in {x.value for x in _SERVICE_ROLES})
+        return sum(1 for r in self.records if r.role == Role.TRAINER.value)
+
+
+class Watched(NamedTuple):
+    """A running trainer as the hang rule (`run.hangwatch`) sees it: its log (name
+    relative to the log directory) and where the launcher's header in it ends."""
+
+    rank: int
+    pid: int
+    log_name: str
+    log_start: int
+    err_name: str | None = None
+    err_start: int = 0
 
 
 class _Proc:
@@ -130,7 +150,11 @@ class _Proc:
 class _Round:
     """The mutable state of one `run()`."""
 
-    def __init__(self, on_failure: Callable[[RootCause], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_failure: Callable[[RootCause], None] | None = None,
+        hangs: HangWatch | None = None,
+    ) -> None:
         self.procs: list[_Proc] = []
         self.phase = Phase.RUNNING
         self.cause: RootCause | None = None
@@ -139,6 +163,7 @@ class _Round:
         self.kill_deadline: float | None = None
         self.trainers_reported = False  # ServicesStop.local_trainers_done() was called
         self.on_failure = on_failure
+        self.hangs = hangs
 
 
 class Supervisor:
@@ -180,6 +205,7 @@ class Supervisor:
         on_failure: Callable[[RootCause], None] | None = None,
         services_stop: ServicesStop | None = None,
         on_started: Callable[[Sequence[ProcessRecord]], None] | None = None,
+        hangs: HangWatch | None = None,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 
@@ -190,9 +216,10 @@ class Supervisor:
         `services_stop`: who decides when the servers stop (see `ServicesStop`); None =
         when this node's trainers are all done.
         `on_started`: called once every process was started (the "running" summary).
+        `hangs`: the hang rule (its deadline joins the loop's) and SIGUSR1's stack dumps.
         """
         start_mono = time.monotonic()
-        rnd = _Round(on_failure=on_failure)
+        rnd = _Round(on_failure=on_failure, hangs=hangs)
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
             wake_fd = stack.enter_context(signals_to_pipe())
@@ -208,6 +235,10 @@ class Supervisor:
             tee = self._start_tee(rnd, sel, stack)
             if on_started is not None:
                 on_started([p.record for p in rnd.procs])
+            if hangs is not None:
+                hangs.start_round(self.plan.job_id, lambda: self._watched(rnd))
+                if hangs.fd is not None:
+                    sel.register(hangs.fd, selectors.EVENT_READ, ("stacks", hangs))
             self._maybe_stop_services(rnd, services_stop)  # a node without trainers: now
 
             while any(p.alive for p in rnd.procs):
@@ -226,12 +257,15 @@ class Supervisor:
                         sel.unregister(key.fd)
                         if rnd.phase is Phase.RUNNING:
                             self._stop_services(rnd, "every trainer of the job finished")
+                    elif kind == "stacks":
+                        self._stack_request(rnd, payload)
                     elif kind == "tee" and tee is not None:
                         payload.drain()
                         tee.pump()
                 if tee is not None and self._tee_poll is not None:
                     tee.pump()
                 self._check_deadline(rnd)
+                self._check_hang(rnd)
                 self._maybe_stop_services(rnd, services_stop)
 
             self._release_groups(rnd)
@@ -372,6 +406,9 @@ class Supervisor:
     def _launcher_signals(self, rnd: _Round, fd: int) -> None:
         for signum in read_signals(fd):
             name = signal_name(signum)
+            if signum == DUMP_SIGNAL:
+                self._dump_stacks(rnd, name)
+                continue
             if rnd.phase is Phase.TEARDOWN:
                 # A second interrupt: the user does not want to wait for the grace period.
                 self.console.warn(f"received {name} again: killing the remaining processes now")
@@ -382,6 +419,49 @@ class Supervisor:
                 self.plan.host, self.plan.node_index, name, "", time.time()
             )
             self._fail(rnd, cause)
+
+    def _dump_stacks(self, rnd: _Round, name: str) -> None:
+        if rnd.phase is Phase.TEARDOWN or rnd.hangs is None:
+            self.console.say(f"received {name}: no stacks to take now (the round is ending)")
+            return
+        rnd.hangs.dump(self._watched(rnd), f"received {name}")
+
+    def _stack_request(self, rnd: _Round, hangs: HangWatch) -> None:
+        """Many nodes: another node (or this one) asked for every node's stacks. While
+        tearing down the loop must not block on the others: the request is dropped."""
+        if rnd.phase is Phase.TEARDOWN:
+            hangs.drop_requests()
+            return
+        cause = hangs.answer()
+        if cause is not None:
+            self._fail(rnd, cause)
+
+    def _check_hang(self, rnd: _Round) -> None:
+        """The hang rule's deadline passed: let it look; a cause it returns ends the job."""
+        if rnd.phase is not Phase.RUNNING or rnd.hangs is None:
+            return
+        due = rnd.hangs.next_check()
+        if due is None or time.monotonic() < due:
+            return
+        cause = rnd.hangs.check(self._watched(rnd))
+        if cause is not None:
+            self._fail(rnd, cause)
+
+    @staticmethod
+    def _watched(rnd: _Round) -> list[Watched]:
+        """The running trainers, as the hang rule sees them."""
+        return [
+            Watched(
+                p.spec.rank if p.spec.rank is not None else p.spec.local_index,
+                p.popen.pid,
+                p.spec.log_name,
+                p.log.start,
+                p.spec.err_log_name,
+                p.log.err_start,
+            )
+            for p in rnd.procs
+            if p.alive and p.spec.role is Role.TRAINER and p.popen is not None
+        ]
 
     def _remote_cause(self, rnd: _Round, cause: RootCause | None) -> None:
         """Another node failed, or a node was lost: tear down for that cause, not publishing
@@ -507,6 +587,10 @@ class Supervisor:
             timeout = max(0.0, rnd.kill_deadline - time.monotonic())
         if tee is not None and self._tee_poll is not None:
             timeout = self._tee_poll if timeout is None else min(timeout, self._tee_poll)
+        due = rnd.hangs.next_check() if rnd.hangs is not None else None
+        if due is not None and rnd.phase is Phase.RUNNING:
+            left = max(0.0, due - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
         return timeout
 
     # ------------------------------------------------------------------ results

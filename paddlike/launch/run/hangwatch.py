@@ -1,0 +1,312 @@
+"""Hangs and stack dumps of this node's workers, for the supervisor's event loop.
+
+The supervisor owns the loop and the teardown; this object owns the rules. It tells
+the loop when it next wants to look (`next_check`, a monotonic deadline, so no thread
+and no sleep), and the loop calls `check` then, or `dump` on SIGUSR1.
+
+A hang (`--hang_timeout S`): no worker showed a sign of life for S seconds. The signs
+are `stacks.signs_of_life` (its log grew, it called heartbeat() or ran a paddlike
+collective), plus, for a rank that has shown none of them yet, CPU time: a script
+that prints nothing while it imports torch is starting, not hung. Once a rank wrote
+or beat, only writes and beats count (a rank spinning in a collective uses CPU too).
+
+Then the stacks of every worker are taken (py-spy), the grouped summary is printed
+and written under <log_dir>/stacks/<time>/, once per stall: the next dump needs a
+new sign of life first. `--on_hang abort` then ends the job with exit code 124 and
+the summary as its root cause.
+
+Many nodes: each launcher judges its own workers; one whose workers all stalled asks
+every node for its stacks through the store (`peers.stackreq`: the first node to see
+a stall asks, the others' requests for it are dropped), and so does SIGUSR1. Every node
+then collects its ranks, answers with its report and the ages of its ranks' signs of
+life, gathers the others' (a node that does not answer in time is named), and judges
+the job as one: a hang only when no rank of any node showed life for S seconds. Every
+node prints the same summary and writes its ranks' files and the job-wide summary.
+
+`paddlike.logs.hang`/`stacks` and the progress reader are imported on first use only:
+a launch without --hang_timeout and without SIGUSR1 never loads them (start-up cost).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from paddlike.launch.console.output import Console
+from paddlike.launch.plan.policy import hang_cause
+from paddlike.summary import RootCause
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from paddlike.launch.peers.stackreq import StackChannel
+    from paddlike.launch.run.supervisor import Watched
+
+# CPU seconds a silent rank must use between two checks to count as starting up.
+CPU_LIFE = 0.05
+# How often the rule looks at most (it also wakes exactly when a rank could reach S).
+_LONGEST_WAIT = 1.0
+_SHORTEST_WAIT = 0.2
+# How long taking the stacks may take (py-spy's Python pass, then its native pass).
+COLLECT_TIMEOUT = 10.0
+# Many nodes: how long, past the collection, to wait for the other nodes' answers.
+ANSWER_GRACE = 5.0
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class HangWatch:
+    """The hang rule and the stack dumps of one node, for one round at a time."""
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        console: Console,
+        *,
+        host: str,
+        node_index: int,
+        host_label: str,
+        timeout: float | None = None,
+        on_hang: str = "dump",
+        collect_timeout: float = COLLECT_TIMEOUT,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.console = console
+        self.host = host
+        self.node_index = node_index
+        self.host_label = host_label
+        self.timeout = timeout
+        self.on_hang = on_hang
+        self.collect_timeout = collect_timeout
+        self.job_id = ""
+        self._next: float | None = None
+        self._cpu: dict[int, float] = {}  # rank -> CPU seconds at the last check
+        self._cpu_life: dict[int, float] = {}  # rank -> Unix time its CPU time last grew
+        self._reported: float | None = None  # the newest sign of life of the stall dumped
+        self._newest: float | None = None  # the newest local sign of life at the last check
+        self.channel: StackChannel | None = None  # many nodes: this round's stack requests
+        self._workers: Callable[[], Sequence[Watched]] = list
+
+    @property
+    def fd(self) -> int | None:
+        """Many nodes: readable when a stack request came (call `answer`)."""
+        return self.channel.fd if self.channel is not None else None
+
+    def start_round(self, job_id: str, workers: Callable[[], Sequence[Watched]]) -> None:
+        """A new round's workers started now: forget the last round's. `workers` gives
+        the running trainers when a request comes."""
+        self.job_id = job_id
+        self._workers = workers
+        self._newest = None
+        self._cpu.clear()
+        self._cpu_life.clear()
+        self._reported = None
+        self._next = time.monotonic() + _SHORTEST_WAIT if self.timeout else None
+
+    def next_check(self) -> float | None:
+        """The monotonic time `check` wants to run at; None: never (no --hang_timeout)."""
+        return self._next
+
+    # --------------------------------------------------------------------- the rule
+    def check(self, workers: Sequence[Watched]) -> RootCause | None:
+        """Look for a hang now; on one, dump once and, with --on_hang abort, return the
+        root cause that ends the job."""
+        if self.timeout is None:
+            return None
+        from paddlike.logs import hang
+
+        now, now_mono = time.time(), time.monotonic()
+        activity = self._activity(workers, now)
+        found = hang.detect_hang(activity, now, self.timeout)
+        if found is None:
+            idle = [now - t for a in activity if (t := a.last_sign()) is not None]
+            wait = self.timeout - min(idle) if len(idle) == len(activity) and idle else 0.0
+            self._next = now_mono + min(max(wait, _SHORTEST_WAIT), _LONGEST_WAIT)
+            return None
+        self._next = now_mono + _LONGEST_WAIT
+        newest = max(t for a in activity if (t := a.last_sign()) is not None)
+        self._newest = newest
+        if self._reported == newest:
+            return None  # this stall was dumped already
+        self._reported = newest
+        stalled = found.describe()
+        if self.channel is not None:  # the job decides, from every node's view
+            self.channel.request_hang(stalled)
+            return None
+        self.console.warn(f"hang: {stalled} (--hang_timeout {self.timeout:g}); taking stacks")
+        lines, path = self._dump(workers, [stalled])
+        if self.on_hang != "abort":
+            self.console.say("--on_hang dump: the job keeps running")
+            return None
+        dump = str(path.relative_to(self.log_dir) / "summary.txt")
+        return hang_cause(self.host, self.node_index, lines, stalled, dump, time.time())
+
+    def _activity(self, workers: Sequence[Watched], now: float) -> list:
+        from paddlike.distributed import progress as P
+        from paddlike.logs import hang, stacks
+
+        prog = P.read_all(self.log_dir, self.job_id or None, flight=False)
+        logs = {w.rank: w.log_name for w in workers}
+        out = []
+        for w, a in zip(
+            sorted(workers, key=lambda w: w.rank),
+            stacks.signs_of_life(self.log_dir, logs, prog),
+            strict=True,
+        ):
+            p = prog.get(w.rank)
+            if (p is not None and (p.beats or p.ops)) or self._wrote(w):
+                out.append(a)
+                continue
+            cpu = _cpu_seconds(w.pid)
+            if cpu - self._cpu.get(w.rank, 0.0) >= CPU_LIFE:
+                self._cpu_life[w.rank] = now
+            self._cpu[w.rank] = max(cpu, self._cpu.get(w.rank, 0.0))
+            life = self._cpu_life.get(w.rank)
+            if life is not None:
+                a = hang.Activity(a.rank, max(a.last_log or 0.0, life), a.last_progress)
+            out.append(a)
+        return out
+
+    def _wrote(self, w: Watched) -> bool:
+        """The worker wrote to its log, past the launcher's header."""
+        for name, start in ((w.log_name, w.log_start), (w.err_name, w.err_start)):
+            if name is None:
+                continue
+            try:
+                if (self.log_dir / name).stat().st_size > start:
+                    return True
+            except OSError:
+                pass
+        return False
+
+    # --------------------------------------------------------------------- dumps
+    def dump(self, workers: Sequence[Watched], why: str) -> None:
+        """Stacks on request (SIGUSR1): collect, print the summary, write; the job goes on."""
+        if self.channel is not None:
+            self.console.say(f"{why}: asking every node for its stacks")
+            if self.channel.request(f"{why} on node {self.node_index}"):
+                return
+            self.console.warn("the job's store did not answer: taking this node's stacks only")
+        if not workers:
+            self.console.say(f"{why}: no worker is running; no stacks to take")
+            return
+        self.console.say(f"{why}: taking the stacks of {len(workers)} workers")
+        self._dump(workers, [])
+
+    def _dump(self, workers: Sequence[Watched], extra: list[str]) -> tuple[list[str], Path]:
+        from paddlike.distributed import progress as P
+        from paddlike.logs import hang, stacks
+
+        targets = [
+            stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name) for w in workers
+        ]
+        began = time.monotonic()
+        taken = stacks.collect(targets, self.collect_timeout)
+        took = time.monotonic() - began
+        prog = P.read_all(self.log_dir, self.job_id or None)
+        lines = hang.summarize(
+            taken, {r: p.flight for r, p in prog.items()}, hang.find_stragglers(prog.values())
+        )
+        path = stacks.write_dump(self.log_dir, taken, [*lines, *extra], prog)
+        for line in lines:
+            self.console.say(f"  {line}")
+        self.console.say(f"stacks of {len(taken)} ranks in {path} (taken in {took:.1f} s)")
+        return lines, path
+
+    # --------------------------------------------------------------------- many nodes
+    def answer(self) -> RootCause | None:
+        """A stack request came through the store: answer it, gather every node's answer,
+        print and write the job-wide summary; on a job-wide hang with --on_hang abort,
+        the root cause that ends the job."""
+        assert self.channel is not None
+        cause = None
+        for n, body in self.channel.take():
+            cause = self._answer(n, body) or cause
+        return cause
+
+    def drop_requests(self) -> None:
+        """The round is ending: the requests that came are not answered (their askers
+        name this node as not answering)."""
+        if self.channel is not None:
+            self.channel.take()
+
+    def _answer(self, n: int, body: dict[str, Any]) -> RootCause | None:
+        from paddlike.distributed import progress as P
+        from paddlike.logs import hang, stacks
+
+        assert self.channel is not None
+        workers = self._workers()
+        began, now = time.monotonic(), time.time()
+        ages = hang.rebase(self._activity(workers, now), now) if self.timeout else []
+        targets = [stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name)
+                   for w in workers]  # fmt: skip
+        taken = stacks.collect(targets, self.collect_timeout) if targets else {}
+        prog = P.read_all(self.log_dir, self.job_id or None)
+        report = stacks.node_report(taken, prog)
+        report["activity"] = [[a.rank, a.last_log, a.last_progress, a.uses_heartbeat] for a in ages]
+        self.channel.answer(n, report)
+        reports, silent = self.channel.gather(n, self.collect_timeout + ANSWER_GRACE)
+        all_stacks, all_prog = stacks.merge_reports(reports)
+        lines = hang.summarize(
+            all_stacks,
+            {r: p.flight for r, p in all_prog.items()},
+            hang.find_stragglers(all_prog.values()),
+        )
+        if silent:
+            nodes = ", ".join(map(str, silent))
+            lines.append(
+                f"node{'s' if len(silent) > 1 else ''} {nodes} did not answer within "
+                f"{self.collect_timeout + ANSWER_GRACE:g} s (its launcher is busy, gone, "
+                "or cut off from the store)"
+            )
+        extra: list[str] = []
+        k = int(body.get("hang") or 0)
+        if k:
+            self.channel.hangs = max(self.channel.hangs, k)
+            activity = [hang.Activity(*a) for r in reports for a in r.get("activity", [])]
+            found = hang.detect_hang(activity, 0.0, self.timeout) if self.timeout else None
+            if found is None or silent:
+                if body.get("by") == self.node_index:  # the others need not hear of it
+                    why = (
+                        "ranks on other nodes show life"
+                        if found is None
+                        else ("not every node answered")
+                    )
+                    self.console.say(f"{body.get('why')} on this node, but {why}: no hang yet")
+                return None
+            self._reported = self._newest  # this stall is dumped: don't ask about it again
+            extra = [found.describe()]
+            self.console.warn(
+                f"hang: {extra[0]} (--hang_timeout {self.timeout:g}); stacks of every node:"
+            )
+        else:
+            self.console.say(f"stacks requested ({body.get('why')}):")
+        local = {r: s for r, s in taken.items()}
+        path = stacks.write_dump(self.log_dir, local, [*lines, *extra], prog)
+        for line in lines:
+            self.console.say(f"  {line}")
+        took = time.monotonic() - began
+        self.console.say(
+            f"stacks of {len(local)} ranks of this node in {path} (the job's taken in {took:.1f} s)"
+        )
+        if not k or self.on_hang != "abort":
+            if k:
+                self.console.say("--on_hang dump: the job keeps running")
+            return None
+        dump = str(path.relative_to(self.log_dir) / "summary.txt")
+        return hang_cause(self.host, self.node_index, lines, extra[0], dump, time.time())
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (0.0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, ValueError, IndexError):
+        return 0.0
