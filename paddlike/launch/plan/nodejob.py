@@ -103,14 +103,24 @@ def fingerprint(
         "ips": ",".join(ips),
         "devices per node": devices_per_node,
         "nproc_per_node": str(nproc_per_node),
+    }
+    return fp | _job_fields(run_mode, job_id, script, script_args, version)
+
+
+def _job_fields(
+    run_mode: str, job_id: str | None, script: str, script_args: Sequence[str], version: str
+) -> dict[str, str]:
+    """The fields every kind of job shares, after its own: mode, version, what runs, and
+    the job id when one was given (unset, each node would generate its own)."""
+    fields = {
         "run_mode": run_mode,
         "paddlike version": version,
         "training script": script,
         "script arguments": json.dumps(list(script_args)),
     }
     if job_id:
-        fp["job_id"] = job_id
-    return fp
+        fields["job_id"] = job_id
+    return fields
 
 
 def ps_fingerprint(
@@ -136,14 +146,7 @@ def ps_fingerprint(
     if heter_stages:
         fp["heter workers"] = ";".join(",".join(s) for s in heter_stages)
         fp["heter devices"] = ";".join(heter_devices)
-    fp |= {
-        "run_mode": run_mode,
-        "paddlike version": version,
-        "training script": script,
-        "script arguments": json.dumps(list(script_args)),
-    }
-    if job_id:
-        fp["job_id"] = job_id
+    fp |= _job_fields(run_mode, job_id, script, script_args, version)
     fp["nodes"] = ",".join(nodes)
     return fp
 
