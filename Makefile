@@ -98,6 +98,7 @@ bench: $(STAMP) torch-env
 	$(PY) bench/ps.py
 	$(PY) bench/rendezvous.py
 	$(PY) bench/global_view.py
+	$(PY) bench/spawn.py
 
 log-samples: $(STAMP)
 	$(PY) log_samples/regenerate.py

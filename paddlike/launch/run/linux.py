@@ -55,12 +55,22 @@ class Inotify:
             err = ctypes.get_errno()
             raise OSError(err, f"inotify_init1: {os.strerror(err)}")
         self.fd: int = fd
+        self._watches: list[int] = []
 
     def watch(self, path: str | os.PathLike[str]) -> None:
         wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_MODIFY)
         if wd < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"inotify_add_watch {os.fspath(path)}: {os.strerror(err)}")
+        self._watches.append(wd)
+
+    def unwatch_all(self) -> None:
+        """Forget every watch, keeping the descriptor for the next round (closing one
+        waits for the kernel's RCU grace period: 5-15 ms here, per close)."""
+        for wd in self._watches:
+            _libc.inotify_rm_watch(self.fd, wd)
+        self._watches.clear()
+        self.drain()
 
     def drain(self) -> None:
         try:

@@ -363,11 +363,11 @@ class Supervisor:
             return None
         echo.finish_setup()
         try:
-            inotify = linux.Inotify()
+            inotify = _shared_inotify()
         except OSError:
             self._tee_poll = _TEE_POLL
             return echo
-        stack.callback(inotify.close)
+        stack.callback(inotify.unwatch_all)
         try:
             for path in echo.paths:
                 inotify.watch(path)
@@ -626,3 +626,16 @@ def _grew(path: os.PathLike[str], start: int) -> bool:
         return os.stat(path).st_size > start
     except OSError:
         return False
+
+
+_INOTIFY: linux.Inotify | None = None
+
+
+def _shared_inotify() -> linux.Inotify:
+    """One inotify descriptor for every round of this process, never closed: closing one
+    waits for the kernel's RCU grace period (5-15 ms), which a spawn() per test or a
+    restart round would pay each time. The process's exit releases it."""
+    global _INOTIFY
+    if _INOTIFY is None:
+        _INOTIFY = linux.Inotify()
+    return _INOTIFY
