@@ -441,6 +441,9 @@ class Activity:
         return max(signs) if signs else None
 
 
+TOGETHER = 1.0  # seconds: ranks that stopped closer than this stopped "together"
+
+
 @dataclass(frozen=True)
 class Hang:
     stalled_for: float  # seconds since the job's last sign of life
@@ -449,6 +452,8 @@ class Hang:
     def describe(self) -> str:
         first_rank, first_idle = self.order[0]
         text = f"no progress for {self.stalled_for:.0f} s on any rank"
+        if len(self.order) > 1 and first_idle - self.order[-1][1] < TOGETHER:
+            return text + "; every rank stopped within the same second"
         if len(self.order) > 1:
             lo, hi = min(i for _, i in self.order[1:]), max(i for _, i in self.order[1:])
             span = f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
