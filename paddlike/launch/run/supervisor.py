@@ -114,6 +114,7 @@ class _Proc:
     """A running instance of a ProcessSpec."""
 
     __slots__ = (
+        "guarded",
         "kill_sent",
         "log",
         "lost",
@@ -137,6 +138,7 @@ class _Proc:
         self.kill_sent = False  # the launcher sent SIGKILL
         self.returncode: int | None = None
         self.lost = False  # still there long after SIGKILL; given up on
+        self.guarded = False  # its group is registered with the guardian
 
     @property
     def alive(self) -> bool:
@@ -333,6 +335,7 @@ class Supervisor:
             proc.popen = spawn.start(proc.spec, env, proc.log, preexec)
             if self.guardian is not None:
                 self.guardian.add(proc.popen.pid)  # its own session: pgid == pid
+                proc.guarded = True
         except OSError as exc:
             code = spawn.note_start_failure(proc.log, proc.spec, exc)
             proc.record.end_time = time.time()
@@ -578,8 +581,11 @@ class Supervisor:
             if proc.pidfd >= 0:
                 os.close(proc.pidfd)
                 proc.pidfd = -1
-            if proc.popen is not None and self.guardian is not None and not proc.lost:
+            reaped = proc.popen is not None and proc.popen.returncode is not None
+            if reaped and proc.guarded and self.guardian is not None:
+                # its group id may be reused now: the guardian must not kill it later
                 self.guardian.remove(proc.popen.pid)
+                proc.guarded = False
 
     def _timeout(self, rnd: _Round, tee: TeeEcho | None) -> float | None:
         timeout: float | None = None
