@@ -22,7 +22,9 @@ class Communicator(abc.ABC):
     size: int
 
     @abc.abstractmethod
-    def all_reduce(self, x: Any, op: ReduceOp, deadline: float) -> None: ...
+    def all_reduce(self, x: Any, op: ReduceOp, deadline: float, out: Any = None) -> None:
+        """Reduce `x` across the group into `x`, or into `out` (same shape and dtype) leaving
+        `x` unchanged."""
 
     @abc.abstractmethod
     def broadcast(self, x: Any, root: int, deadline: float) -> None: ...

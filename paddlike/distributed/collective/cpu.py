@@ -83,6 +83,28 @@ def _mv(x: np.ndarray) -> memoryview:
     return memoryview(_bytes(x))
 
 
+def _copy_rows(dst: np.ndarray, rows: np.ndarray, a: int) -> None:
+    """dst = bytes a .. a + dst.size of `rows` (2-D uint8, contiguous rows, any row
+    stride) read in C order: a partial first row, whole rows, a partial last row."""
+    width = rows.shape[1]
+    if dst.size == 0:
+        return
+    b = a + dst.size
+    r0, c0 = divmod(a, width)
+    r1, c1 = divmod(b, width)
+    if r0 == r1:
+        dst[:] = rows[r0, c0:c1]
+        return
+    pos = 0
+    if c0:
+        dst[: width - c0] = rows[r0, c0:]
+        pos, r0 = width - c0, r0 + 1
+    whole = (r1 - r0) * width
+    dst[pos : pos + whole].reshape(r1 - r0, width)[...] = rows[r0:r1]
+    if c1:
+        dst[pos + whole :] = rows[r1, :c1]
+
+
 def _fingerprint(sizes: Sequence[int]) -> int:
     """64 bits that differ, in practice, for any two different lists of sizes."""
     data = b"".join(int(v).to_bytes(8, "little") for v in sizes)
@@ -223,8 +245,17 @@ class CpuCommunicator(Communicator):
 
     # --- all_reduce / reduce --------------------------------------------------------------
 
-    def all_reduce(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
-        self._reduce(x, op, deadline, root=None)
+    def all_reduce(
+        self, x: np.ndarray, op: ReduceOp, deadline: float, out: np.ndarray | None = None
+    ) -> None:
+        """In place, or into `out` (same shape and dtype, not overlapping x) leaving x alone."""
+        if out is None or out is x:
+            self._reduce(x, op, deadline, root=None)
+        elif self.arena is not None:
+            self._shm_reduce(x, op, deadline, None, "all_reduce", out)
+        else:  # the TCP paths reduce in place: on a copy
+            out[...] = x
+            self._reduce(out, op, deadline, root=None)
 
     def reduce(self, x: np.ndarray, root: int, op: ReduceOp, deadline: float) -> None:
         self._reduce(x, op, deadline, root=root)
@@ -243,19 +274,22 @@ class CpuCommunicator(Communicator):
             self._tcp_allreduce_ring(x, op, deadline)
 
     def _shm_reduce(
-        self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None, what: str
-    ) -> None:
+        self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None, what: str,
+        out: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
         arena = self.arena
         assert arena is not None
         n, r = self.size, self.rank
-        xf = x.reshape(-1)
+        src = x.reshape(-1)
+        xf = src if out is None else out.reshape(-1)  # where the result goes
         dt = xf.dtype
         per = arena.buffer_bytes // dt.itemsize
         chunks = _ranges(xf.size, per)
         keeps = root is None or r == root
         # Ranks 0 and 1 may reduce into their own slice of x (it is parts[rank], and the ufunc
-        # writes element by element), which saves copying that slice in.
-        in_place = keeps and r <= 1
+        # writes element by element), which saves copying that slice in; with a separate
+        # `out` every rank reads its own slice straight from x and reduces into out.
+        in_place = keeps and (r <= 1 or out is not None)
         scratch = None if keeps else np.empty(_bounds(per, n, 0)[1], dt)
         opcode = OPCODE[what]
         parity = 0
@@ -269,16 +303,17 @@ class CpuCommunicator(Communicator):
             mine = arena.data(r, buf, dt)
             lo, hi = _bounds(m, n, r)
             if in_place:
-                mine[:lo] = xf[a : a + lo]
-                mine[hi:m] = xf[a + hi : b]
+                mine[:lo] = src[a : a + lo]
+                mine[hi:m] = src[a + hi : b]
             else:
-                mine[:m] = xf[a:b]
+                mine[:m] = src[a:b]
             arena.sync(deadline, what)
             if i == 0:
                 arena.check(parity, opcode, x.nbytes, what, OPCODES)
             target = xf[a + lo : a + hi] if keeps else scratch[: hi - lo]  # type: ignore[index]
+            own = target if out is None else src[a + lo : a + hi]
             parts = [
-                target if (in_place and k == r) else arena.data(k, buf, dt)[lo:hi] for k in range(n)
+                own if (in_place and k == r) else arena.data(k, buf, dt)[lo:hi] for k in range(n)
             ]
             reduce_into(op, target, parts, n)
             mine[lo:hi] = target
@@ -514,20 +549,28 @@ class CpuCommunicator(Communicator):
             self.mesh.exchange([], [Recv(root, _mv(x), "scatter")], deadline, "scatter")
 
     def all_to_all(self, outs: list[np.ndarray], ins: list[np.ndarray], deadline: float) -> None:
+        """ins may also be 2-D views with contiguous rows (ops.all_to_all_rows): shared
+        memory copies them straight from their rows; TCP sends packed copies."""
         r = self.rank
-        _bytes(outs[r])[:] = _bytes(ins[r])
+        if ins[r].flags.c_contiguous:
+            _bytes(outs[r])[:] = _bytes(ins[r])
+        else:
+            np.copyto(outs[r], ins[r])
         if self.arena is not None:
             arena = self.arena
             region = arena.buffer_bytes // self.size
             nb = ins[0].nbytes
             chunks = _ranges(nb, region)
+            srcs = [a if a.flags.c_contiguous else a.view(np.uint8) for a in ins]
 
             def before(i: int, buf: int) -> None:
                 a, b = chunks[i]
                 data = arena.data(r, buf)
                 for k in range(self.size):
-                    if k != r:
+                    if k != r and srcs[k] is ins[k]:
                         data[k * region : k * region + b - a] = _bytes(ins[k])[a:b]
+                    elif k != r:
+                        _copy_rows(data[k * region : k * region + b - a], srcs[k], a)
 
             def after(i: int, buf: int) -> None:
                 a, b = chunks[i]
@@ -540,7 +583,7 @@ class CpuCommunicator(Communicator):
             return
         peers = [k for k in range(self.size) if k != r]
         self.mesh.exchange(
-            [Send(k, _mv(ins[k]), "all_to_all") for k in peers],
+            [Send(k, _mv(np.ascontiguousarray(ins[k])), "all_to_all") for k in peers],
             [Recv(k, _mv(outs[k]), "all_to_all") for k in peers],
             deadline,
             "all_to_all",

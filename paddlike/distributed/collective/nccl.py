@@ -380,13 +380,15 @@ class NcclCommunicator(Communicator):
 
     # --- operations ------------------------------------------------------------------------
 
-    def all_reduce(self, x: Any, op: ReduceOp, deadline: float) -> None:
+    def all_reduce(self, x: Any, op: ReduceOp, deadline: float, out: Any = None) -> None:
+        """In place, or into `out` (NCCL's allReduce takes separate send/receive buffers)."""
         self.device.use()  # current device is per thread; async ops run on another
         name, divide = nccl_op(op, x.dtype)
-        self.comm.allReduce(x.data.ptr, x.data.ptr, x.size, self._dt(x, "all_reduce"),
+        dst = x if out is None else out
+        self.comm.allReduce(x.data.ptr, dst.data.ptr, x.size, self._dt(x, "all_reduce"),
                             getattr(self._nccl, name), self._stream())  # fmt: skip
         if divide:
-            x /= self.size
+            dst /= self.size
         self._finish(deadline, "all_reduce")
 
     def reduce(self, x: Any, root: int, op: ReduceOp, deadline: float) -> None:
@@ -453,7 +455,10 @@ class NcclCommunicator(Communicator):
         self._finish(deadline, "reduce_scatter")
 
     def all_to_all(self, outs: list[Any], ins: list[Any], deadline: float) -> None:
+        """ins may be 2-D views with contiguous rows (ops.all_to_all_rows): packed here,
+        as NCCL sends contiguous buffers."""
         self.device.use()  # current device is per thread; async ops run on another
+        ins = [a if a.flags.c_contiguous else self._cp.ascontiguousarray(a) for a in ins]
         outs[self.rank][...] = ins[self.rank]
         peers = [k for k in range(self.size) if k != self.rank]
         self._grouped([(ins[k], k) for k in peers], [(outs[k], k) for k in peers], "all_to_all")

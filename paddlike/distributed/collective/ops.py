@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from . import flight
-from .checks import as_rank, check_array, check_list, check_same
+from .checks import SUPPORTED_DTYPES, as_rank, check_array, check_list, check_same
 from .errors import CollectiveError
 from .group import Group, runtime
 from .reduce_op import ReduceOp, as_reduce_op, check_op_dtype
@@ -100,14 +102,42 @@ def _run(
 
 
 def all_reduce(
-    tensor: Any, op: Any = ReduceOp.SUM, group: Group | None = None, sync_op: bool = True
+    tensor: Any,
+    op: Any = ReduceOp.SUM,
+    group: Group | None = None,
+    sync_op: bool = True,
+    *,
+    out: Any = None,
 ) -> Task | None:
-    """Reduce `tensor` over the group, in place on every rank."""
+    """Reduce `tensor` over the group, in place on every rank; or, given `out` (an array of
+    the same shape and dtype that does not overlap `tensor`), into `out`, leaving `tensor`
+    unchanged: no copy of the input first (the global view's P -> B uses it)."""
     g = _group(group, "all_reduce")
     rop = as_reduce_op(op)
     check_array(tensor, "all_reduce", "tensor")
     check_op_dtype(rop, tensor.dtype, "all_reduce")
-    return _run(g, "all_reduce", lambda d: g.comm.all_reduce(tensor, rop, d), sync_op, tensor)  # type: ignore[union-attr]
+    if out is None or out is tensor:
+        return _run(g, "all_reduce", lambda d: g.comm.all_reduce(tensor, rop, d), sync_op, tensor)  # type: ignore[union-attr]
+    check_same(out, tensor, "all_reduce", "out")
+    if _overlap(out, tensor):
+        raise ValueError(
+            "all_reduce: argument 'out' overlaps 'tensor' without being the same array; pass "
+            "a separate array (or out=None to reduce in place)"
+        )
+
+    def into(d: float) -> None:
+        g.comm.all_reduce(tensor, rop, d, out=out)  # type: ignore[union-attr]
+
+    return _run(g, "all_reduce", into, sync_op, tensor)
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether two arrays may share memory (numpy's or cupy's bounds check: cheap)."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return bool(cupy.may_share_memory(a, b))
+    return bool(np.may_share_memory(a, b))
 
 
 def reduce(
@@ -250,6 +280,50 @@ def all_to_all(
     for i, o in enumerate(outs):
         check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
     return _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), sync_op, ins[0])  # type: ignore[union-attr]
+
+
+def all_to_all_rows(
+    out_tensor_list: list[Any], in_tensor_list: list[Any], group: Group | None = None
+) -> None:
+    """all_to_all (synchronous) whose inputs may be 2-D views with contiguous rows, such
+    as column blocks x[:, lo:hi] of a C-contiguous x: the shared-memory path reads them
+    straight from their rows, so the caller need not pack them first (the global view's
+    S(0) -> S(j) uses it). Not part of the Paddle-shaped API; outputs are contiguous."""
+    g = _group(group, "all_to_all")
+    ins = list(in_tensor_list)
+    if len(ins) != g.nranks or not ins:
+        raise ValueError(
+            f"all_to_all: in_tensor_list has {len(ins)} arrays, expected one per rank of "
+            f"the group ({g.nranks})"
+        )
+    for i, a in enumerate(ins):
+        if not _rows_view(a):
+            if hasattr(a, "flags") and not a.flags.c_contiguous:
+                raise ValueError(
+                    f"all_to_all: in_tensor_list[{i}] (shape {tuple(a.shape)}, strides "
+                    f"{tuple(a.strides)}) is neither C-contiguous nor a 2-D array with "
+                    f"contiguous rows; pass column blocks x[:, lo:hi] of a C-contiguous 2-D x"
+                )
+            check_array(a, "all_to_all", f"in_tensor_list[{i}]")
+        if tuple(a.shape) != tuple(ins[0].shape) or a.dtype != ins[0].dtype:
+            raise ValueError(
+                f"all_to_all: in_tensor_list[{i}] has shape {tuple(a.shape)} and dtype "
+                f"{a.dtype}, expected shape {tuple(ins[0].shape)} and dtype {ins[0].dtype}"
+            )
+    outs = check_list(out_tensor_list, g.nranks, "all_to_all", "out_tensor_list")
+    for i, o in enumerate(outs):
+        check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
+    _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), True, outs[0])  # type: ignore[union-attr]
+
+
+def _rows_view(a: Any) -> bool:
+    """A 2-D array of a supported dtype whose rows are contiguous (any row stride)."""
+    return (
+        getattr(a, "ndim", 0) == 2
+        and np.dtype(a.dtype) in SUPPORTED_DTYPES
+        and a.strides[1] == a.dtype.itemsize
+        and a.strides[0] >= a.shape[1] * a.dtype.itemsize
+    )
 
 
 def alltoall(

@@ -31,11 +31,6 @@ from .transfer import run as transfer
 
 __all__ = ["axis_is_safe", "convert", "move"]
 
-# P -> B of arrays this large (and divisible into equal pieces) runs as reduce_scatter
-# + all_gather: it writes the sum straight into a new array, where all_reduce would need
-# a copy of the input first (the collective API has no out-of-place all_reduce).
-SPLIT_ALL_REDUCE_BYTES = 1 << 20
-
 
 def _dims(s: Sbp) -> set[int]:
     return {s.dim} if isinstance(s, Split) else set()
@@ -94,25 +89,17 @@ def box_axis(
         return x if c == 0 else xp.zeros_like(x)
     # src is P
     if dst is broadcast:
-        return _all_reduce(xp, x, k, c, group)
+        return _all_reduce(xp, x, group)
     assert isinstance(dst, Split)
     return _reduce_scatter(xp, x, k, c, group, dst.dim)
 
 
-def _all_reduce(xp: Any, x: Any, k: int, c: int, group: Any) -> Any:
-    """P -> B into a new array (the input stays untouched)."""
-    import numpy
-
+def _all_reduce(xp: Any, x: Any, group: Any) -> Any:
+    """P -> B into a new array (the input stays untouched): an out-of-place all_reduce,
+    which moves the same bytes as the in-place one."""
     out = buffers.empty(xp, x.shape, x.dtype)
-    if xp is not numpy or x.nbytes < SPLIT_ALL_REDUCE_BYTES or x.size % k:
-        out[...] = x
-        ops.all_reduce(out, group=group)
-        return out
-    src, dst = xp.ascontiguousarray(x).reshape(-1), out.reshape(-1)
-    per = src.size // k
-    mine = dst[c * per : (c + 1) * per]
-    ops.reduce_scatter(mine, [src[r * per : (r + 1) * per] for r in range(k)], group=group)
-    ops.all_gather([dst[r * per : (r + 1) * per] for r in range(k)], mine, group=group)
+    src = x if x.flags.c_contiguous else xp.ascontiguousarray(x)  # (0-d stays 0-d)
+    ops.all_reduce(src, group=group, out=out)
     return out
 
 
@@ -171,12 +158,21 @@ def _all_to_all_rows(
 ) -> Any:  # fmt: skip
     """S(0) -> S(j), even pieces: what rank r receives from each rank lands in the result
     as contiguous rows, so the result is written in place. The parts sent are strided
-    along j and are packed first (an all_to_all taking strided inputs would save that);
-    this rank's own part is copied straight to its rows of the result, which then serve
-    as its input (all_to_all's copy of a slot onto itself is a no-op)."""
+    along j; on numpy they go as 2-D views with contiguous rows (all_to_all_rows), which
+    the shared-memory path copies straight from x, so nothing is packed first."""
     out = buffers.empty(xp, shape, x.dtype)
     outs = [out[lo:hi] for lo, hi in bi]
-    ins = []
+    import numpy
+
+    if xp is numpy:
+        x = numpy.ascontiguousarray(x)
+        rows = int(numpy.prod(x.shape[:j], dtype=numpy.int64))
+        rest = int(numpy.prod(x.shape[j + 1 :], dtype=numpy.int64))
+        wide = x.reshape(rows, x.shape[j] * rest)
+        ins = [wide[:, lo * rest : hi * rest] for lo, hi in bj]
+        ops.all_to_all_rows([o.reshape(ins[0].shape) for o in outs], ins, group=group)
+        return out
+    ins = []  # CuPy: pack the parts; this rank's own goes straight to its rows
     for r, (lo, hi) in enumerate(bj):
         if r == c:
             outs[c][...] = _take(x, j, lo, hi)
