@@ -30,6 +30,7 @@ DUMP_ENV = REPO / "tests" / "workers" / "dump_env.py"
 # secret a one-node job gets (its presence is compared, not its value).
 PER_JOB = {
     "PADDLIKE_JOB_TOKEN",
+    "TORCHELASTIC_ERROR_FILE",
     "PADDLE_TRAINER_ENDPOINTS",
     "PADDLE_CURRENT_ENDPOINT",
     "PADDLE_MASTER",

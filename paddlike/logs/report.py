@@ -16,6 +16,7 @@ imports this module, and must stay light (no numpy, no third-party imports).
 
 from __future__ import annotations
 
+import json
 import os
 import signal as _signal
 from collections.abc import Sequence
@@ -23,6 +24,9 @@ from collections.abc import Sequence
 from paddlike.summary import RootCause
 
 TAIL_LINES = 20
+# A worker's structured error (torch's `@record` writes it to TORCHELASTIC_ERROR_FILE,
+# which the launcher sets to this name next to the worker's log).
+ERROR_FILE_SUFFIX = ".error.json"
 
 # ANSI SGR codes; used only when the caller says the output is a colour terminal.
 _RED = "31"
@@ -106,6 +110,75 @@ def _log_path(log_file: str, log_dir: str | os.PathLike[str] | None) -> str:
     return os.path.join(os.fspath(log_dir), log_file)
 
 
+class WorkerError:
+    """What a worker wrote to its error file: the exception's one line and its traceback."""
+
+    __slots__ = ("message", "path", "timestamp", "traceback")
+
+    def __init__(self, message: str, traceback: str, timestamp: float | None, path: str) -> None:
+        self.message = message
+        self.traceback = traceback
+        self.timestamp = timestamp
+        self.path = path
+
+
+def read_error_file(path: str | os.PathLike[str]) -> WorkerError | None:
+    """torchelastic's error file, in either of torch's formats, or None when absent/unreadable.
+
+    {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "Traceback...",
+                                                            "timestamp": "1700000000"}}}
+    {"message": "ValueError: x", "timestamp": 1700000000}     (a message given as text)
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    body = data.get("message")
+    timestamp = data.get("timestamp")
+    traceback = ""
+    if isinstance(body, dict):
+        extra = body.get("extraInfo") if isinstance(body.get("extraInfo"), dict) else {}
+        traceback = str(extra.get("py_callstack") or "")
+        timestamp = extra.get("timestamp", timestamp)
+        message = str(body.get("message") or "")
+    elif isinstance(body, str):
+        message = body
+    else:
+        return None
+    try:
+        when = float(timestamp) if timestamp is not None else None
+    except (TypeError, ValueError):
+        when = None
+    if when is None:
+        try:
+            when = os.stat(path).st_mtime
+        except OSError:
+            when = None
+    if not message and not traceback:
+        return None
+    return WorkerError(message, traceback, when, os.fspath(path))
+
+
+def cause_error_file(
+    cause: RootCause, log_dir: str | os.PathLike[str] | None = None
+) -> WorkerError | None:
+    """The failed worker's error file, when it wrote one in this run (not a stale file from
+    an earlier run in the same directory: its timestamp must not precede the worker's start)."""
+    if not cause.log_file:
+        return None
+    error = read_error_file(_log_path(cause.log_file, log_dir) + ERROR_FILE_SUFFIX)
+    if error is None:
+        return None
+    if cause.time is not None and error.timestamp is not None:
+        started = cause.time - (cause.duration or 0.0)
+        if error.timestamp < int(started) - 1:  # torch writes whole seconds
+            return None
+    return error
+
+
 def format_tail(lines: Sequence[str], *, color: bool = False, indent: str = "    ") -> str:
     """Log lines quoted with a `| ` margin, so they stand apart from the report's own lines."""
     bar = paint("|", _DIM, color)
@@ -137,9 +210,19 @@ def format_root_cause(
         rows.append(("ran for", format_duration(cause.duration)))
     if cause.log_file:
         rows.append(("log", _log_path(cause.log_file, log_dir)))
+    error = cause_error_file(cause, log_dir)
+    if error is not None and error.message:
+        rows.append(("error", error.message.strip().splitlines()[0]))
     width = max((len(key) for key, _ in rows), default=0)
     out.extend(f"  {key.ljust(width)}  {value}" for key, value in rows)
     tail = list(cause.tail)[-tail_lines:] if tail_lines > 0 else []
+    if error is not None and error.traceback.strip() and tail_lines > 0:
+        lines = error.traceback.rstrip().splitlines()
+        # Quoted only when the log's tail does not already end in the same exception
+        # (it does not when stderr goes elsewhere, or the script printed after it).
+        if not any(line.rstrip() == lines[-1].rstrip() for line in tail):
+            out.append(f"  traceback from {os.path.basename(error.path)}:")
+            out.append(format_tail(lines[-tail_lines:], color=color))
     if cause.log_file:
         name = os.path.basename(cause.log_file)
         if tail:

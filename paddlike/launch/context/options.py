@@ -1,7 +1,11 @@
 """The launcher's command line: parsed and validated once, into one immutable record.
 
 Every option is also read from the environment as ``PADDLIKE_<OPTION_UPPER>``
-(``--log_dir`` <-> ``PADDLIKE_LOG_DIR``); a flag given on the command line wins.
+(``--log_dir`` <-> ``PADDLIKE_LOG_DIR``); a flag given on the command line wins, and
+torchrun's ``PET_<OPTION>`` (Kubeflow's PyTorchJob sets them) comes last. Every long
+option may be spelled with ``-`` for ``_``; torchrun's, Paddle's and OneFlow's options
+that --help does not list are translated, accepted or refused with a reason in the
+section "other launchers' options" (docs/migrating.md has the table).
 The training script and everything after it are passed on verbatim: parsing stops
 at the first positional argument, so a script's own ``--nproc_per_node`` is never
 read as ours.
@@ -94,6 +98,13 @@ class LaunchOptions(NamedTuple):
     # hangs
     hang_timeout: float | None = None  # seconds without a sign of life from any worker
     on_hang: str = "dump"  # "dump" | "abort"
+    # other launchers' options (see "other launchers' options" below)
+    # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
+    # "PADDLE_PORT"): one node then uses the ports from it instead of free ones
+    start_port_from: str | None = None
+    ports_num: int | None = None  # PaddleCloud's TRAINER_PORTS_NUM: ports opened from PADDLE_PORT
+    role: str = "default"  # torchrun's --role: the workers' ROLE_NAME
+    standalone: bool = False  # torchrun's --standalone: one node, its own rendezvous
 
     @property
     def is_ps(self) -> bool:
@@ -151,6 +162,23 @@ def _port(text: str) -> int:
     if not 1 <= value <= 65535:
         raise _Bad("expected a port number 1-65535")
     return value
+
+
+def _nnodes(text: str) -> int:
+    """A node count; torchrun's MIN:MAX only when MIN == MAX (no elastic ranges)."""
+    low, sep, high = text.partition(":")
+    if sep:
+        try:
+            lo, hi = _positive_int(low), _positive_int(high)
+        except _Bad:
+            raise _Bad("expected a positive integer (or torchrun's N:N)") from None
+        if lo != hi:
+            raise _Bad(
+                "a range of node counts needs elastic scaling, which paddlike does not do; "
+                "give one count"
+            )
+        return lo
+    return _positive_int(text)
 
 
 def _positive_float(text: str) -> float:
@@ -333,6 +361,348 @@ _FLAG_TRUE = {"1", "true", "yes", "on"}
 _FLAG_FALSE = {"0", "false", "no", "off", ""}
 
 
+# --- other launchers' options ------------------------------------------------------------
+#
+# Other launchers' command lines: torchrun's, Paddle's two and OneFlow's options.
+#
+# `--help` lists paddlike's options and their aliases (argparse parses those). The
+# options here are the rest of what the other launchers accept: each is translated to
+# ours (``--rdzv_endpoint h:p`` -> ``--master h:p``), accepted where its value is what
+# paddlike does anyway (``--start_method spawn``), or refused with one line saying why
+# (exit 2) — never ignored. docs/migrating.md has the whole table.
+#
+# Spellings: torchrun writes ``--nproc-per-node``; every long option of ours and of this
+# table is accepted with ``-`` or ``_`` (`normalize`). torchrun also reads each option
+# from ``PET_<DEST>`` (its dest upper-cased: ``--nproc-per-node`` -> ``PET_NPROC_PER_NODE``);
+# `PET_OF` and `pet_values` do the same, below the flag and ``PADDLIKE_<OPTION>``.
+
+PET_PREFIX = "PET_"
+
+# our dest -> the PET_ variable torchrun reads for the same option
+PET_OF = {
+    "nnodes": "PET_NNODES",
+    "nproc_per_node": "PET_NPROC_PER_NODE",
+    "node_rank": "PET_NODE_RANK",
+    "master_addr": "PET_MASTER_ADDR",
+    "master_port": "PET_MASTER_PORT",
+    "max_restarts": "PET_MAX_RESTARTS",
+    "job_id": "PET_RDZV_ID",
+    "log_dir": "PET_LOG_DIR",
+    "host": "PET_LOCAL_ADDR",
+    "tee": "PET_LOCAL_RANKS_FILTER",
+    "kill_timeout": "PET_SHUTDOWN_TIMEOUT",
+    "module": "PET_MODULE",
+    "no_python": "PET_NO_PYTHON",
+}
+
+_NOT_ELASTIC = "paddlike runs a fixed set of nodes (no elastic scaling); use --max_restarts"
+_AUTO_PARALLEL = "Paddle's auto-parallel rank mapping and tuner are not part of paddlike"
+
+# Options refused whatever their value: name -> why (the user reads "--name: why").
+REFUSED_OPTIONS = {
+    # torchrun
+    "logs_specs": "paddlike's log layout is fixed (workerlog.N in --log_dir, see docs/logdir.md)",
+    "numa_binding": "no NUMA binding; wrap the script (numactl ... with --no_python) instead",
+    "signals_to_handle": "the launcher always handles SIGINT, SIGTERM and SIGHUP (docs/cli.md)",
+    "duplicate_stdout_filters": "every worker's output is in workerlog.N; filter that file",
+    "duplicate_stderr_filters": "every worker's output is in workerlog.N; filter that file",
+    "virtual_local_rank": "each worker sees its own LOCAL_RANK and FLAGS_selected_gpus",
+    # Paddle's paddle.distributed.launch
+    "auto_parallel_config": _AUTO_PARALLEL,
+    "auto_tuner_json": _AUTO_PARALLEL,
+    "npus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
+    "xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
+    "selected_xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
+    "gloo_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
+    "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
+    "elastic_timeout": _NOT_ELASTIC,
+    # Paddle's fleet.launch
+    "http_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
+    "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
+    "cluster_topo_path": _AUTO_PARALLEL,
+    "rank_mapping_path": _AUTO_PARALLEL,
+    "enable_auto_mapping": _AUTO_PARALLEL,
+    "ranks": _AUTO_PARALLEL,
+    "enable_rank_mapping": _AUTO_PARALLEL,
+    "coordinators": "parameter-server coordinators are not supported (servers and trainers only)",
+    "coordinator_num": "parameter-server coordinators are not supported (servers and trainers "
+    "only)",
+    "elastic_server": _NOT_ELASTIC + ", or --master etcd://host:port for an etcd rendezvous",
+    "elastic_pre_hook": _NOT_ELASTIC,
+    "np": _NOT_ELASTIC + "; the node count is --nnodes",
+    "scale": _NOT_ELASTIC,
+    "force": _NOT_ELASTIC,
+}
+
+_BOOL_TRUE = {"1", "true", "t", "yes", "y", "on"}
+_BOOL_FALSE = {"0", "false", "f", "no", "n", "off"}
+
+# Options accepted only with the values that describe what paddlike does anyway:
+# name -> (accepted values, lower case; why others are refused).
+ONLY_VALUES = {
+    "start_method": (
+        {"spawn"},
+        "workers are always fresh processes (spawn); fork and forkserver are not available",
+    ),
+    "event_log_handler": ({"null"}, "no event handlers; the job's events are in summary.json"),
+    "sort_ip": (_BOOL_FALSE, "node order is the --ips order (or --node_rank); sort --ips yourself"),
+    "enable_gpu_log": (_BOOL_FALSE, "paddlike does not record GPU logs; use nvidia-smi or DCGM"),
+    "auto_cluster_config": (_BOOL_FALSE, _AUTO_PARALLEL),
+    "elastic_level": ({"-1"}, _NOT_ELASTIC),
+    "with_gloo": (
+        {"1"},
+        "parameter-server workers always get Paddle fleet's gloo (PADDLE_WITH_GLOO=1)",
+    ),
+    "log_level": (
+        {"info"},
+        "the launcher prints one level of messages; --dry_run shows every "
+        "process's command and environment",
+    ),
+    "legacy": (_BOOL_TRUE | _BOOL_FALSE, "expected a boolean"),  # both launchers' options are ours
+}
+
+# Options whose values become ours (see `translate_compat`); the rest of the table.
+COMPAT_TRANSLATED = (
+    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
+    "torch_tee", "backend",
+)  # fmt: skip
+COMPAT_SWITCHES = ("standalone", "run_path", "use_env")  # no value
+
+# torchrun's options among the above: read from PET_<NAME> as torchrun does.
+TORCHRUN_OPTIONS = {
+    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
+    "start_method", "event_log_handler", "standalone", "run_path", "logs_specs",
+    "numa_binding", "signals_to_handle", "duplicate_stdout_filters",
+    "duplicate_stderr_filters", "virtual_local_rank",
+}  # fmt: skip
+_PET_NAME = {"torch_tee": "PET_TEE"}  # torchrun's -t/--tee (paddlike's --tee differs)
+_SHORT = {"-r": "redirects", "-t": "torch_tee"}
+
+COMPAT_VALUED = frozenset(REFUSED_OPTIONS) | frozenset(ONLY_VALUES) | frozenset(COMPAT_TRANSLATED)
+COMPAT_OPTIONS = COMPAT_VALUED | frozenset(COMPAT_SWITCHES)
+
+
+class CompatError(ValueError):
+    """One line for `UsageError`: args[0] the option as the user wrote it, args[1] why."""
+
+
+def normalize_spelling(arg: str, known: frozenset[str] | set[str]) -> str:
+    """torchrun's dash spelling to ours: ``--nproc-per-node=2`` -> ``--nproc_per_node=2``.
+
+    Only names that exist with underscores are rewritten, so an unknown option keeps the
+    spelling the user typed in the error message.
+    """
+    if not arg.startswith("--") or "-" not in arg[2:].partition("=")[0]:
+        return arg
+    name, sep, value = arg.partition("=")
+    under = "--" + name[2:].replace("-", "_")
+    return under + sep + value if under in known else arg
+
+
+def pet_name(name: str) -> str:
+    return _PET_NAME.get(name, PET_PREFIX + name.upper())
+
+
+def compat_name(arg: str) -> tuple[str, str | None] | None:
+    """(table name, inline value) when `arg` (normalized) is an option of this table."""
+    if arg in _SHORT:
+        return _SHORT[arg], None
+    if arg[:2] in _SHORT and len(arg) > 2 and not arg.startswith("--"):
+        return _SHORT[arg[:2]], arg[2:].lstrip("=")
+    if not arg.startswith("--"):
+        return None
+    name, sep, value = arg[2:].partition("=")
+    if name in COMPAT_OPTIONS:
+        return name, (value if sep else None)
+    return None
+
+
+def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[str, tuple]:
+    """torchrun's options from PET_<NAME>, for those not given as flags."""
+    found = {}
+    for name in TORCHRUN_OPTIONS | {"torch_tee"}:
+        var = pet_name(name)
+        if name not in given and var in environ:
+            value = environ[var]
+            if name in COMPAT_SWITCHES:
+                if value.strip() in ("", "0"):
+                    continue
+                value = None
+            found[name] = (value, var)
+    return found
+
+
+def _std(text: str, what: str) -> int:
+    """torchrun's Std value (0 none, 1 stdout, 2 stderr, 3 both); maps are refused."""
+    text = text.strip()
+    if ":" in text:
+        raise CompatError(
+            f"per-rank maps ({text!r}) are not supported; choose the workers shown on the "
+            "console with --tee 0,1 or --tee all"
+        )
+    if text not in ("0", "1", "2", "3"):
+        raise CompatError(f"expected 0, 1, 2 or 3 as in torchrun, got {text!r}")
+    if text in ("1", "2"):
+        raise CompatError(
+            f"{text} ({'stdout' if text == '1' else 'stderr'} only) is not supported: a worker's "
+            f"stdout and stderr stay together in workerlog.N; use 0 or 3 ({what})"
+        )
+    return int(text)
+
+
+def _endpoint(text: str, default_port: int) -> str:
+    text = text.strip()
+    _, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return f"{text}:{default_port}"
+    return text
+
+
+_CONF_KEYS = "join_timeout, timeout, keep_alive_interval, keep_alive_max_attempt"
+
+
+def _rdzv_conf(text: str) -> dict[str, str]:
+    """torchrun's key=value,... into our --rdzv_timeout and --heartbeat_timeout."""
+    conf: dict[str, str] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CompatError(f"expected key=value entries, got {item!r}")
+        conf[key.strip()] = value.strip()
+    out = {}
+    for key in ("join_timeout", "timeout"):
+        if key in conf:
+            out["rdzv_timeout"] = conf.pop(key)
+    if "keep_alive_interval" in conf or "keep_alive_max_attempt" in conf:
+        try:
+            interval = float(conf.pop("keep_alive_interval", "5"))
+            attempts = int(conf.pop("keep_alive_max_attempt", "3"))
+        except ValueError:
+            raise CompatError("keep_alive_interval and keep_alive_max_attempt: numbers") from None
+        out["heartbeat_timeout"] = repr(interval * attempts)
+    if conf:
+        key = sorted(conf)[0]
+        why = {
+            "is_host": "the node whose address --rdzv_endpoint (--master) names hosts the store",
+            "last_call_timeout": "paddlike waits for exactly --nnodes nodes (no last call)",
+            "close_timeout": "paddlike waits for exactly --nnodes nodes (no last call)",
+        }.get(key, f"not supported (accepted: {_CONF_KEYS})")
+        raise CompatError(f"key {key!r}: {why}")
+    return out
+
+
+def translate_compat(found: Mapping[str, tuple[str | None, str]]) -> tuple[dict[str, tuple], dict]:
+    """The table's options -> ({our dest: (text, source)}, other fields).
+
+    `found` maps a table name to (value, where it came from). Raises `CompatError`
+    with args (source, why) for a refused option or value.
+    """
+    ours: dict[str, tuple[str, str]] = {}
+    extra: dict[str, object] = {}
+    for name, (value, source) in found.items():
+        texts: dict[str, str] = {}
+        try:
+            _compat_one(name, value, texts, extra)
+        except CompatError as bad:
+            raise CompatError(source, str(bad)) from None
+        ours.update((dest, (text, source)) for dest, text in texts.items())
+    backend = (found.get("rdzv_backend", ("static", ""))[0] or "static").strip()
+    if "rdzv_endpoint" in found:
+        endpoint, source = found["rdzv_endpoint"]
+        endpoint = (endpoint or "").strip()
+        if backend in ("etcd", "etcd-v2") and endpoint:
+            hosts = ",".join(_endpoint(e, 2379) for e in endpoint.split(","))
+            ours["master"] = ("etcd://" + hosts, source)
+        elif endpoint:
+            ours["master"] = (_endpoint(endpoint, 29400), source)
+    elif backend in ("etcd", "etcd-v2"):
+        raise CompatError(found["rdzv_backend"][1], "etcd needs --rdzv_endpoint host:port")
+    return ours, extra
+
+
+def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict) -> None:
+    if name in REFUSED_OPTIONS:
+        raise CompatError(REFUSED_OPTIONS[name])
+    if name in ONLY_VALUES:
+        allowed, why = ONLY_VALUES[name]
+        if (value or "").strip().lower() not in allowed:
+            shown = "/".join(sorted(allowed)) if len(allowed) < 4 else "a boolean"
+            raise CompatError(f"{why} (accepted: {shown}), got {value!r}")
+        return
+    if name == "rdzv_backend":
+        if (value or "").strip() not in ("static", "c10d", "etcd", "etcd-v2"):
+            raise CompatError(f"expected static, c10d, etcd or etcd-v2, got {value!r}")
+    elif name == "rdzv_conf":
+        ours.update(_rdzv_conf(value or ""))
+    elif name == "monitor_interval":
+        try:
+            ok = float(value or "") > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise CompatError(f"expected a number of seconds > 0, got {value!r}")
+        # Accepted: worker exits are noticed at once (pidfd), within any interval.
+    elif name == "role":
+        if not (value or "").strip():
+            raise CompatError("expected a non-empty name")
+        extra["role"] = value.strip()
+    elif name == "redirects":
+        if _std(value or "", "3: output only in the log files, like --tee none") == 3:
+            ours["tee"] = "none"
+    elif name == "torch_tee":
+        if _std(value or "", "3: every local worker on the console, like --tee all") == 3:
+            ours["tee"] = "all"
+    elif name == "backend":
+        word = (value or "").strip().lower()
+        if word == "gloo":
+            ours["gpus"] = "cpu"
+        elif word == "nccl":
+            extra["backend"] = "nccl"
+        elif word != "auto":
+            raise CompatError(
+                f"expected auto, nccl (GPU workers) or gloo (CPU workers), got {value!r}"
+            )
+    elif name == "standalone":
+        extra["standalone"] = True
+    elif name == "run_path":
+        extra["run_path"] = True
+    # use_env: LOCAL_RANK is always in the environment, no --local-rank argument.
+
+
+def split_compat(args: Sequence[str]) -> tuple[list[str], dict[str, tuple[str | None, str]]]:
+    """Take this table's options out of the launcher's (normalized) arguments.
+
+    Returns the arguments for argparse and {name: (value, option as written)}.
+    """
+    rest: list[str] = []
+    found: dict[str, tuple[str | None, str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        hit = compat_name(arg)
+        if hit is None:
+            rest.append(arg)
+            i += 1
+            continue
+        name, value = hit
+        shown = arg.partition("=")[0] if arg.startswith("--") else arg[:2]
+        if name in COMPAT_SWITCHES:
+            if value is not None:
+                raise CompatError(shown, f"takes no value, got {value!r}")
+            i += 1
+        elif value is None:
+            if i + 1 >= len(args):
+                raise CompatError(shown, "expected one argument")
+            value = args[i + 1]
+            i += 2
+        else:
+            i += 1
+        found[name] = (value, shown)
+    return rest, found
+
+
 # --- the parser --------------------------------------------------------------------------
 
 
@@ -369,7 +739,9 @@ class _Parser:
                 "Start a distributed training job: one worker per device (or "
                 "--nproc_per_node CPU workers) on each node in --ips. Every option can "
                 f"also be set from the environment as {OPTION_ENV_PREFIX}<OPTION>, e.g. "
-                f"{OPTION_ENV_PREFIX}LOG_DIR; a flag on the command line wins."
+                f"{OPTION_ENV_PREFIX}LOG_DIR; a flag on the command line wins. Every option "
+                "may be spelled with - in place of _, as torchrun spells them; torchrun's "
+                "PET_<OPTION> variables are read too, below these (docs/migrating.md)."
             ),
             allow_abbrev=False,
         )
@@ -390,13 +762,23 @@ class _Parser:
             "cpu, auto as in torchrun (default: one per visible GPU, or 1)",
         )
         g.add_argument("--run_mode", help="collective (default), ps or ps-heter")
-        g.add_argument("--host", help="this node's address, when it cannot be matched (or POD_IP)")
+        g.add_argument(
+            "--host",
+            "--local_addr",
+            dest="host",
+            help="this node's address, when it cannot be matched (or POD_IP)",
+        )
         g.add_argument("--start_port", help="first port on multi-node jobs (default 6070)")
-        g.add_argument("--job_id", help="job name (default: generated from the time)")
+        g.add_argument(
+            "--job_id",
+            "--rdzv_id",
+            dest="job_id",
+            help="job name (default: generated from the time)",
+        )
 
         g = p.add_argument_group("torchrun/OneFlow compatible")
         g.add_argument("--nnodes", help="number of nodes; must agree with --ips")
-        g.add_argument("--node_rank", help="this node's index in --ips")
+        g.add_argument("--node_rank", "--rank", dest="node_rank", help="this node's index in --ips")
         g.add_argument("--master_addr", help="address where the launchers meet (default: node 0)")
         g.add_argument("--master_port", help="port where the launchers meet (default 6170)")
         g.add_argument(
@@ -413,7 +795,12 @@ class _Parser:
         g.add_argument("--master", help="ip:port or etcd://host:port[,host:port] for rendezvous")
         g.add_argument("--rdzv_timeout", help="seconds to wait for all nodes (default 300)")
         g.add_argument("--heartbeat_timeout", help="seconds before a silent node is lost (10)")
-        g.add_argument("--max_restarts", help="restart rounds after a failure (default 0)")
+        g.add_argument(
+            "--max_restarts",
+            "--max_restart",
+            dest="max_restarts",
+            help="restart rounds after a failure (default 0)",
+        )
         g.add_argument("--job_token", help="shared secret for the launchers' store")
         g.add_argument(
             "--job_token_file", help="file holding the job token (instead of --job_token)"
@@ -421,9 +808,19 @@ class _Parser:
 
         g = p.add_argument_group("parameter server")
         g.add_argument("--server_num", help="servers on this node (implies --run_mode ps)")
-        g.add_argument("--worker_num", help="trainers on this node (implies --run_mode ps)")
+        g.add_argument(
+            "--worker_num",
+            "--trainer_num",
+            dest="worker_num",
+            help="trainers on this node (implies --run_mode ps)",
+        )
         g.add_argument("--servers", help="server endpoints ip:port,... (implies --run_mode ps)")
-        g.add_argument("--workers", help="trainer hosts ip[:port],... (implies --run_mode ps)")
+        g.add_argument(
+            "--workers",
+            "--trainers",
+            dest="workers",
+            help="trainer hosts ip[:port],... (implies --run_mode ps)",
+        )
         g.add_argument(
             "--heter_workers",
             help="heter trainer endpoints ip:port, stages separated by ';' (implies ps-heter)",
@@ -451,7 +848,10 @@ class _Parser:
             help="stdout to workerlog.N, stderr to workerlog.N.err",
         )
         g.add_argument(
-            "--tee", help="local workers shown on the console: 0 (default), 0,1, all, none"
+            "--tee",
+            "--local_ranks_filter",
+            dest="tee",
+            help="local workers shown on the console: 0 (default), 0,1, all, none",
         )
         g.add_argument(
             "--dry_run",
@@ -459,7 +859,12 @@ class _Parser:
             default=None,
             help="print every process, its command and environment; start nothing",
         )
-        g.add_argument("--kill_timeout", help="seconds between SIGTERM and SIGKILL (default 5)")
+        g.add_argument(
+            "--kill_timeout",
+            "--shutdown_timeout",
+            dest="kill_timeout",
+            help="seconds between SIGTERM and SIGKILL (default 5)",
+        )
 
         g = p.add_argument_group("hangs")
         g.add_argument(
@@ -490,7 +895,7 @@ _CHECKS = {
     "host": _text,
     "start_port": _port,
     "job_id": _text,
-    "nnodes": _positive_int,
+    "nnodes": _nnodes,
     "node_rank": _non_negative_int,
     "master_addr": _text,
     "master_port": _port,
@@ -523,33 +928,84 @@ def env_name(dest: str) -> str:
     return OPTION_ENV_PREFIX + dest.upper()
 
 
-def _split_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list]:
+def _split_argv(
+    argv: Sequence[str], parser: argparse.ArgumentParser
+) -> tuple[list[str], list[str]]:
     """Split at the training script: launcher options before it, the script's argv after.
 
     argparse alone would still look at the script's arguments for option prefixes;
-    splitting first guarantees they are passed on untouched.
+    splitting first guarantees they are passed on untouched. The launcher's part comes
+    back with torchrun's dash spellings rewritten to ours (`normalize_spelling`), and
+    Paddle's ``--log_overwrite True|False`` (a value, where ours is a switch) folded.
     """
-    takes_value = {
-        s for a in parser._actions if a.nargs is None for s in a.option_strings if s.startswith("-")
-    }
+    takes_value, known = set(), set()
+    for a in parser._actions:
+        for s in a.option_strings:
+            known.add(s)
+            if a.nargs is None:
+                takes_value.add(s)
+    known.update("--" + name for name in COMPAT_OPTIONS)
+    takes_value.update("--" + name for name in COMPAT_VALUED)
+    takes_value.update(("-r", "-t"))
+    out: list[str] = []
     i = 0
     while i < len(argv):
-        arg = argv[i]
+        arg = normalize_spelling(argv[i], known)
         if arg == "--":
-            return list(argv[:i]), list(argv[i + 1 :])
+            return out, list(argv[i + 1 :])
         if not arg.startswith("-") or arg == "-":
-            return list(argv[:i]), list(argv[i:])
+            return out, list(argv[i:])
+        name, sep, value = arg.partition("=")
+        if name == "--log_overwrite":
+            if not sep and i + 1 < len(argv) and argv[i + 1].lower() in _PADDLE_BOOL:
+                sep, value = "=", argv[i + 1]
+                i += 1
+            if sep:
+                if value.lower() not in _PADDLE_BOOL:
+                    raise UsageError(
+                        f"--log_overwrite: expected no value, or true/false as in Paddle's "
+                        f"launcher, got {value!r}",
+                        "--log_overwrite",
+                    )
+                if value.lower() in _BOOL_TRUE:
+                    out.append(name)
+                i += 1
+                continue
+        out.append(arg)
         if arg in takes_value:
+            if i + 1 < len(argv):
+                out.append(argv[i + 1])
             i += 2
         else:
             i += 1
-    return list(argv), []
+    return out, []
+
+
+_PADDLE_BOOL = _BOOL_TRUE | _BOOL_FALSE
+
+
+def _compat(ours: list[str], environ: Mapping[str, str]) -> tuple[list[str], dict, dict]:
+    """Other launchers' options (flags, then PET_ variables) -> (argparse's part, our
+    options as text, other fields); `UsageError` for what paddlike refuses."""
+    try:
+        rest, found = split_compat(ours)
+        for name, hit in pet_values(environ, found).items():
+            found[name] = hit
+        texts, extra = translate_compat(found)
+    except CompatError as bad:
+        source, why = bad.args
+        option = source if source.startswith("-") else "--" + source[4:].lower()
+        shown = source if source.startswith("-") else f"{option} (from {source})"
+        raise UsageError(f"{shown}: {why}", option) from None
+    extra["_sources"] = {name: source for name, (_, source) in found.items()}
+    return rest, texts, extra
 
 
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOptions:
     """Parse and validate the launcher's command line; raise `UsageError` on bad input."""
     parser = _Parser.build()
     ours, script = _split_argv(argv, parser)
+    ours, compat_texts, extra = _compat(ours, environ)
     ns = parser.parse_args(ours)  # only our options: positionals come from `script`
     if not script:
         raise UsageError(
@@ -557,12 +1013,27 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
             "training_script [args ...]",
             "training_script",
         )
+    sources = extra.pop("_sources")
     raw: dict[str, object] = {}
     given: set[str] = set()
     for dest, check in _CHECKS.items():
         value, source = getattr(ns, dest), f"--{dest}"
+        theirs, origin = compat_texts.get(dest, (None, ""))
+        if theirs is not None and not origin.startswith(PET_PREFIX):
+            if value is not None and value != theirs:
+                raise UsageError(
+                    f"--{dest}: {value!r} contradicts {origin} (which means --{dest} "
+                    f"{theirs}); drop one of them",
+                    f"--{dest}",
+                )
+            value, source = theirs, f"--{dest} (from {origin})"
         if value is None and env_name(dest) in environ:
             value, source = environ[env_name(dest)], f"--{dest} (from {env_name(dest)})"
+        if value is None and theirs is not None:
+            value, source = theirs, f"--{dest} (from {origin})"
+        for other in (PET_OF.get(dest), _PADDLE_ENV.get(dest)):
+            if value is None and other is not None and other in environ:
+                value, source = environ[other], f"--{dest} (from {other})"
         if value is None:
             continue
         try:
@@ -571,14 +1042,19 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
             hint = _HINTS.get(dest, "")
             raise UsageError(f"{source}: {bad}, got {value!r}{hint}", f"--{dest}") from None
         given.add(dest)
+        if dest == "start_port":
+            raw["start_port_from"] = source.partition("(from ")[2].rstrip(")") or source
+    _paddlecloud_ports(raw, environ)
     for dest in _FLAGS:
         value = getattr(ns, dest)
-        if value is None and env_name(dest) in environ:
-            text = environ[env_name(dest)].strip().lower()
+        for var in (env_name(dest), PET_OF.get(dest)):
+            if value is not None or var is None or var not in environ:
+                continue
+            text = environ[var].strip().lower()
             if text not in _FLAG_TRUE | _FLAG_FALSE:
                 raise UsageError(
-                    f"--{dest} (from {env_name(dest)}): expected 1/true/yes or 0/false/no, "
-                    f"got {environ[env_name(dest)]!r}",
+                    f"--{dest} (from {var}): expected 1/true/yes or 0/false/no, "
+                    f"got {environ[var]!r}",
                     f"--{dest}",
                 )
             value = text in _FLAG_TRUE
@@ -597,6 +1073,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         del raw["gpus"]
     if isinstance(raw.get("nproc_per_node"), str):
         raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
+    _apply_compat_extra(raw, extra, sources)
     raw["ips_given"] = "ips" in given
     raw["run_mode"] = _infer_run_mode(raw, given)
     options = LaunchOptions(
@@ -604,6 +1081,54 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     )
     _check_combinations(options)
     return options
+
+
+# Paddle's launcher reads these for the same options (below PADDLIKE_ and PET_).
+_PADDLE_ENV = {"start_port": "PADDLE_START_PORT"}
+
+
+def _paddlecloud_ports(raw: dict[str, object], environ: Mapping[str, str]) -> None:
+    """PaddleCloud opens TRAINER_PORTS_NUM ports from PADDLE_PORT for the job: the first
+    port when --start_port (or PADDLE_START_PORT) is not given. Both must be set: paddlike
+    sets PADDLE_PORT alone in a parameter-server process's own environment."""
+    port, num = environ.get("PADDLE_PORT"), environ.get("TRAINER_PORTS_NUM")
+    if port is None or num is None:
+        return
+    for var, text, check in (
+        ("PADDLE_PORT", port, _port),
+        ("TRAINER_PORTS_NUM", num, _positive_int),
+    ):
+        try:
+            check(text)
+        except _Bad as bad:
+            raise UsageError(f"{var}: {bad}, got {text!r} (PaddleCloud's ports)", var) from None
+    if "start_port_from" not in raw:
+        raw["start_port"], raw["start_port_from"] = int(port), "PADDLE_PORT"
+    if raw["start_port_from"] == "PADDLE_PORT":
+        raw["ports_num"] = int(num)
+
+
+def _apply_compat_extra(raw: dict[str, object], extra: dict, sources: dict[str, str]) -> None:
+    """Fields of other launchers' options that are not ours by another name."""
+    if "role" in extra:
+        raw["role"] = extra["role"]
+    if extra.get("standalone"):
+        raw["standalone"] = True
+    if extra.get("run_path") and (raw.get("module") or raw.get("no_python")):
+        other = "--module" if raw.get("module") else "--no_python"
+        raise UsageError(
+            f"{sources['run_path']}: runs the script by its path; cannot be combined with {other}",
+            "--run_path",
+        )
+    if extra.get("backend") == "nccl":
+        # Fleet's --backend nccl: GPU workers; torchrun's word for "one per GPU, or exit 2".
+        if raw.get("cpu_only"):
+            raise UsageError(
+                f"{sources['backend']}: 'nccl' needs GPU workers, but --devices is cpu",
+                "--backend",
+            )
+        if "nproc_per_node" not in raw and "nproc_per_node_kind" not in raw:
+            raw["nproc_per_node_kind"] = "gpu"
 
 
 def _infer_run_mode(raw: Mapping[str, object], given: set[str]) -> str:
@@ -665,6 +1190,16 @@ def _check_combinations(o: LaunchOptions) -> None:
                 "(each node starts the roles whose address is its own)",
                 missing,
             )
+    if o.is_ps:
+        _check_ps_counts(o)
+    if o.standalone:
+        _check_standalone(o)
+    if o.role != "default" and o.is_ps:
+        raise UsageError(
+            f"--role: torchrun's worker role ({o.role!r}) is for collective jobs; parameter-"
+            "server jobs name their roles themselves (TRAINING_ROLE)",
+            "--role",
+        )
     if o.ips_given and o.nnodes is not None and o.nnodes != len(o.ips):
         raise UsageError(
             f"--nnodes: {o.nnodes} contradicts --ips, which lists {len(o.ips)} ({','.join(o.ips)})",
@@ -683,6 +1218,52 @@ def _check_combinations(o: LaunchOptions) -> None:
             f"--gpus {','.join(o.gpus)}",
             "--nproc_per_node",
         )
+
+
+def _check_ps_counts(o: LaunchOptions) -> None:
+    """Counts (--server_num/--worker_num/--heter_worker_num) describe one node's job.
+
+    On several nodes each launcher would start its own one-node job — every trainer
+    id 0, every world size 1 — so the combination is refused: the lists name every
+    process of a many-node job, in the order of their ids.
+    """
+    if o.servers is not None or o.workers is not None:
+        return
+    counts = [d for d in ("server_num", "worker_num", "heter_worker_num") if getattr(o, d)]
+    if not counts:
+        return
+    many = (
+        f"--ips lists {len(o.ips)} nodes"
+        if len(o.ips) > 1
+        else f"--nnodes is {o.nnodes}"
+        if o.nnodes is not None and o.nnodes > 1
+        else ""
+    )
+    if many:
+        raise UsageError(
+            f"--{counts[0]}: counts describe a one-node parameter-server job, but {many}; "
+            "on several nodes list every server and trainer with --servers ip:port,... and "
+            "--workers ip,... (the same lists on every node; see docs/ps.md)",
+            f"--{counts[0]}",
+        )
+
+
+def _check_standalone(o: LaunchOptions) -> None:
+    """torchrun's --standalone: one node on 127.0.0.1 with its own rendezvous (a free port);
+    what a one-node paddlike job does anyway. Options naming other nodes contradict it."""
+    for dest, bad in (
+        ("master", o.master is not None),
+        ("nnodes", o.nnodes is not None and o.nnodes > 1),
+        ("ips", len(o.ips) > 1),
+        ("node_rank", bool(o.node_rank)),
+    ):
+        if bad:
+            raise UsageError(
+                f"--standalone: a one-node job with its own rendezvous, but --{dest} "
+                f"{getattr(o, dest) if dest != 'ips' else ','.join(o.ips)} names another node "
+                "or a shared rendezvous; drop one of them",
+                "--standalone",
+            )
 
 
 def _check_heter(o: LaunchOptions) -> None:

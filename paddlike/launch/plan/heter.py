@@ -18,6 +18,7 @@ from paddlike.launch.plan.plan import (
     PsLayout,
     Role,
     _command,
+    _error_file_env,
     _log_names,
     plan_ps,
     ps_common_env,
@@ -77,7 +78,7 @@ def _heter_processes(
                 }
                 gpu = (str(on_node),) if layout.heter_devices[k] == "gpu" else ()
                 log, err = _log_names(Role.HETER, len(out), options.redirect_stdout_and_stderr)
-                env = dict(sorted(env.items()))
+                env = dict(sorted({**env, **_error_file_env(facts, log)}.items()))
                 out.append(ProcessSpec(Role.HETER, rank, len(out), gpu, ep, env, argv, log, err))
                 on_node += 1
             rank += 1

@@ -127,6 +127,25 @@ def _command(options: LaunchOptions, python: str) -> tuple[str, ...]:
     return (python, "-u", options.training_script, *args)
 
 
+ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+ERROR_FILE_SUFFIX = ".error.json"
+
+
+def error_file_name(log_name: str) -> str:
+    """Where a worker's `@record` (torch.distributed.elastic) writes its exception:
+    workerlog.0 -> workerlog.0.error.json, next to the log, so no directory has to be
+    made for it; the failure report shows it (`paddlike.logs.report.read_error_file`)."""
+    return log_name + ERROR_FILE_SUFFIX
+
+
+def _error_file_env(facts: JobFacts, log_name: str) -> dict[str, str]:
+    """torchrun always sets TORCHELASTIC_ERROR_FILE; scripts and torch's own tests read it.
+    A user's own value (for every worker alike) is kept."""
+    if ERROR_FILE in facts.environ:
+        return {}
+    return {ERROR_FILE: facts.log_dir.rstrip("/") + "/" + error_file_name(log_name)}
+
+
 def _log_names(role: Role, local_index: int, split: bool) -> tuple[str, str | None]:
     """workerlog.N holds stdout and stderr; with --redirect_stdout_and_stderr, stderr
     goes to workerlog.N.err (stdout stays in workerlog.N, which the console and
@@ -244,7 +263,7 @@ def plan_collective(
         contract.WORLD_DEVICE_IDS: ",".join(world_ids),
         contract.DISTRI_BACKEND: "nccl" if gpu else "gloo",
         contract.GROUP_WORLD_SIZE: str(len(layout.hosts)),
-        contract.ROLE_NAME: "default",
+        contract.ROLE_NAME: options.role,
         contract.ROLE_WORLD_SIZE: str(world),
         contract.TORCHELASTIC_RUN_ID: facts.job_id,
         contract.TORCHELASTIC_RESTART_COUNT: str(facts.restart_count),
@@ -274,6 +293,7 @@ def plan_collective(
         if gpu:
             env[contract.SELECTED_GPUS] = local_ids[local]
         log, err = _log_names(Role.TRAINER, local, options.redirect_stdout_and_stderr)
+        env.update(_error_file_env(facts, log))
         processes.append(
             ProcessSpec(
                 role=Role.TRAINER,
@@ -346,6 +366,7 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
             contract.CURRENT_ENDPOINT: ep,
         }
         log, err = _log_names(Role.SERVER, local, split)
+        env.update(_error_file_env(facts, log))
         processes.append(
             ProcessSpec(Role.SERVER, rank, local, (), ep, dict(sorted(env.items())), argv, log, err)
         )
@@ -372,6 +393,7 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
             contract.CURRENT_ENDPOINT: ep,
         }
         log, err = _log_names(Role.TRAINER, local, split)
+        env.update(_error_file_env(facts, log))
         processes.append(
             ProcessSpec(
                 Role.TRAINER, rank, local, (), ep, dict(sorted(env.items())), argv, log, err

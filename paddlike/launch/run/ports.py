@@ -166,3 +166,97 @@ def free_ports(n: int, host: str = "") -> tuple[int, ...]:
         if port not in ports:
             ports.append(port)
     return tuple(ports)
+
+
+class PortTakenError(PortError):
+    """A port the user gave (--start_port, PADDLE_START_PORT, PADDLE_PORT) cannot be used:
+    bad input rather than bad luck, so exit 2 like every other bad option."""
+
+    exit_code = 2
+
+
+def _bindable(host: str, port: int) -> OSError | None:
+    """None when `port` can be bound on `host` now; else the error (as a worker would get it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As servers bind (SO_REUSEADDR): a port in TIME_WAIT after the last job is usable.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
+
+
+def _held_by_other(
+    entry: Path, me: int, now: float, ttl: float, seen: dict[int, float | None]
+) -> bool:
+    """A live claim of another launcher (this launcher's own, from an earlier restart
+    round, is no obstacle: its workers are gone)."""
+    try:
+        owner = int(entry.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return owner != me and not _entry_expired(entry, now, ttl, seen)
+
+
+def claim_ports(
+    start: int,
+    n: int,
+    host: str = "",
+    *,
+    source: str = "--start_port",
+    limit: int | None = None,
+    registry_dir: Path | None = None,
+    ttl: float = TTL,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> tuple[int, ...]:
+    """Claim the `n` consecutive ports from `start` on `host`, as `reserve_ports` reserves
+    free ones: each must be bindable now and not held by another launcher's registry entry.
+
+    `source` names where `start` came from (for the message); `limit`, when the platform
+    opened only so many ports from `start` (PaddleCloud's TRAINER_PORTS_NUM), caps `n`.
+    Raises `PortTakenError` (exit 2) naming the first port that cannot be used:
+
+        claim_ports(6070, 3)  -> (6070, 6071, 6072)
+        6071 in use           -> "--start_port 6070: port 6071 on 127.0.0.1 is in use (...)"
+    """
+    if limit is not None and n > limit:
+        raise PortTakenError(
+            f"{source} {start}: this node needs {n} consecutive ports, but only {limit} "
+            f"were opened from {start}; open more or run fewer workers"
+        )
+    if start + n - 1 > 65535:
+        raise PortTakenError(f"{source} {start}: leaves no room for {n} ports below 65536")
+    registry = registry_dir or default_registry_dir()
+    with contextlib.suppress(FileExistsError):
+        registry.mkdir(mode=0o777, parents=True)
+        os.chmod(registry, 0o1777)
+    me = os.getpid()
+    started = _process_start_time(me)
+    wanted = tuple(range(start, start + n))
+    where = host or "*"
+    lock_fd = _lock(registry / "lock", lock_timeout)
+    try:
+        now = time.time()
+        seen: dict[int, float | None] = {me: started}
+        for port in wanted:
+            entry = registry / str(port)
+            if _held_by_other(entry, me, now, ttl, seen):
+                raise PortTakenError(
+                    f"{source} {start}: port {port} on {where} was just given to another "
+                    f"launcher's workers ({entry}); pick another {source}"
+                )
+            error = _bindable(host, port)
+            if error is not None:
+                raise PortTakenError(
+                    f"{source} {start}: port {port} on {where} is in use "
+                    f"({error.strerror}); pick another {source} (this node needs "
+                    f"{start}-{start + n - 1})"
+                )
+        for port in wanted:
+            tmp = registry / f".{port}.{me}"
+            tmp.write_text(f"{me} {started} {now}\n")
+            os.replace(tmp, registry / str(port))
+        return wanted
+    finally:
+        os.close(lock_fd)

@@ -1,0 +1,125 @@
+"""Given ports on one node: --start_port / PADDLE_START_PORT, PaddleCloud's PADDLE_PORT +
+TRAINER_PORTS_NUM. The ports from the start are claimed as they are, or refused (exit 2)
+naming the port that cannot be used; free ports are not substituted."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from paddlike.launch.context.options import UsageError, parse_options
+from paddlike.launch.run.ports import PortTakenError, claim_ports, free_ports
+
+CLAIM = """
+import json, sys
+from pathlib import Path
+from paddlike.launch.run.ports import claim_ports
+print(json.dumps(claim_ports(int(sys.argv[2]), 2, "127.0.0.1", registry_dir=Path(sys.argv[1]))),
+      flush=True)
+sys.stdin.readline()  # hold the claim until told to exit
+"""
+
+
+def _free_run(n: int) -> int:
+    """A start port whose n consecutive ports are free right now."""
+    for _ in range(50):
+        start = free_ports(1, "127.0.0.1")[0]
+        if start + n > 65535:
+            continue
+        try:
+            socks = []
+            for port in range(start, start + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return start
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    pytest.skip("no run of free ports found")
+
+
+def test_the_given_consecutive_ports_are_claimed(tmp_path):
+    start = _free_run(3)
+    assert claim_ports(start, 3, "127.0.0.1", registry_dir=tmp_path) == (start, start + 1,
+                                                                            start + 2)  # fmt: skip
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [
+        start, start + 1, start + 2
+    ]  # fmt: skip
+
+
+def test_a_port_in_use_is_named_and_is_bad_input(tmp_path):
+    start = _free_run(3)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", start + 1))
+        busy.listen()
+        with pytest.raises(
+            PortTakenError,
+            match=rf"^--start_port {start}: port {start + 1} on "
+            r"127.0.0.1 is in use \(.*\); pick another --start_port",
+        ) as info:
+            claim_ports(start, 3, "127.0.0.1", registry_dir=tmp_path)  # fmt: skip
+    assert info.value.exit_code == 2
+    assert not [p for p in tmp_path.iterdir() if p.name.isdigit()]  # nothing half-claimed
+
+
+def test_a_port_another_launcher_just_claimed_is_refused(tmp_path):
+    start = _free_run(3)
+    holder = subprocess.Popen([sys.executable, "-c", CLAIM, str(tmp_path), str(start + 1)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert json.loads(holder.stdout.readline()) == [start + 1, start + 2]
+        with pytest.raises(PortTakenError, match=rf"port {start + 1} on 127.0.0.1 was just given "
+                           "to another launcher's workers"):  # fmt: skip
+            claim_ports(start, 2, "127.0.0.1", source="PADDLE_START_PORT", registry_dir=tmp_path)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+def test_the_same_launcher_claims_its_ports_again_in_the_next_round(tmp_path):
+    start = _free_run(2)
+    first = claim_ports(start, 2, "127.0.0.1", registry_dir=tmp_path)
+    assert claim_ports(start, 2, "127.0.0.1", registry_dir=tmp_path) == first
+
+
+def test_paddleclouds_port_count_caps_what_a_node_may_claim(tmp_path):
+    with pytest.raises(PortTakenError, match=r"^PADDLE_PORT 7000: this node needs 3 consecutive "
+                       r"ports, but only 2 were opened from 7000"):  # fmt: skip
+        claim_ports(7000, 3, "127.0.0.1", source="PADDLE_PORT", limit=2, registry_dir=tmp_path)
+
+
+def test_ports_past_65535_are_refused(tmp_path):
+    with pytest.raises(PortTakenError, match="leaves no room for 3 ports"):
+        claim_ports(65534, 3, registry_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "start", "source", "num"),
+    [
+        ([], {}, 6070, None, None),
+        (["--start_port", "7000"], {}, 7000, "--start_port", None),
+        ([], {"PADDLIKE_START_PORT": "7050"}, 7050, "PADDLIKE_START_PORT", None),
+        ([], {"PADDLE_START_PORT": "7100"}, 7100, "PADDLE_START_PORT", None),
+        ([], {"PADDLE_PORT": "7200", "TRAINER_PORTS_NUM": "4"}, 7200, "PADDLE_PORT", 4),
+        ([], {"PADDLE_PORT": "7200"}, 6070, None, None),  # a PS process's own variable alone
+        (["--start_port", "7000"], {"PADDLE_PORT": "7200", "TRAINER_PORTS_NUM": "4"}, 7000,
+         "--start_port", None),
+    ],
+)  # fmt: skip
+def test_where_the_start_port_comes_from(argv, env, start, source, num):
+    o = parse_options([*argv, "t.py"], env)
+    assert (o.start_port, o.start_port_from, o.ports_num) == (start, source, num)
+
+
+def test_bad_paddlecloud_port_variables_are_named():
+    with pytest.raises(UsageError, match=r"^TRAINER_PORTS_NUM: expected a positive integer"):
+        parse_options(["t.py"], {"PADDLE_PORT": "7200", "TRAINER_PORTS_NUM": "x"})
+    with pytest.raises(UsageError, match=r"^--start_port \(from PADDLE_START_PORT\): expected"):
+        parse_options(["t.py"], {"PADDLE_START_PORT": "99999"})
