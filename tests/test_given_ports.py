@@ -5,6 +5,7 @@ naming the port that cannot be used; free ports are not substituted."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -123,3 +124,50 @@ def test_bad_paddlecloud_port_variables_are_named():
         parse_options(["t.py"], {"PADDLE_PORT": "7200", "TRAINER_PORTS_NUM": "x"})
     with pytest.raises(UsageError, match=r"^--start_port \(from PADDLE_START_PORT\): expected"):
         parse_options(["t.py"], {"PADDLE_START_PORT": "99999"})
+
+
+ENDPOINT = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], f"ep.{os.environ['RANK']}.json"), "w") as f:
+    json.dump([os.environ["PADDLE_CURRENT_ENDPOINT"], os.environ["MASTER_PORT"]], f)
+"""
+
+
+def _launch(tmp_path, *options: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    script = tmp_path / "ep.py"
+    script.write_text(ENDPOINT)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE")}
+    cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2", *options]
+    cmd += ["--log_dir", str(tmp_path / "log"), str(script), str(tmp_path)]
+    return subprocess.run(
+        cmd, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "env"),
+    [(("--start_port", "{start}"), {}), ((), {"PADDLE_PORT": "{start}", "TRAINER_PORTS_NUM": "3"})],
+)
+def test_a_one_node_launch_gives_its_workers_the_given_ports(tmp_path, options, env):
+    start = _free_run(3)
+    fill = {"start": start}
+    done = _launch(
+        tmp_path,
+        *(o.format(**fill) for o in options),
+        env={k: v.format(**fill) for k, v in env.items()},
+    )
+    assert done.returncode == 0, done.stderr
+    got = sorted(json.loads((tmp_path / f"ep.{r}.json").read_text())[0] for r in range(2))
+    assert got == [f"127.0.0.1:{start}", f"127.0.0.1:{start + 1}"]
+    assert json.loads((tmp_path / "ep.0.json").read_text())[1] == str(start + 2)
+
+
+def test_a_one_node_launch_whose_given_port_is_taken_starts_nothing(tmp_path):
+    start = _free_run(3)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", start + 1))
+        busy.listen()
+        done = _launch(tmp_path, "--start_port", str(start))
+    assert done.returncode == 2, done.stderr
+    assert f"port {start + 1}" in done.stderr and "in use" in done.stderr
+    assert not list(tmp_path.glob("ep.*.json"))

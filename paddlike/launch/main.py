@@ -34,10 +34,17 @@ def describe(
 ) -> Described:
     """Options, node, devices, this node's job and a preview plan; raises `UsageError` on
     bad input, `PortError` when one node's PS ports cannot be reserved."""
+    return describe_options(parse_options(argv, environ), environ, python=python)
+
+
+def describe_options(
+    options: LaunchOptions, environ: Mapping[str, str], *, python: str = sys.executable
+) -> Described:
+    """`describe` from parsed options (so that a failure here can still be told to the
+    other nodes: `_fail_before_the_rendezvous`)."""
     from paddlike.launch.plan.nodejob import new_job_id
     from paddlike.launch.plan.plan import JobFacts
 
-    options = parse_options(argv, environ)
     _check_command_exists(options, environ)
     log_dir = os.path.abspath(options.log_dir)
     job = _node_job(options, environ)
@@ -87,7 +94,7 @@ def _preview_ports(options: LaunchOptions, job: NodeJob) -> Callable[[int], Sequ
 
     if not job.reserve:
         return lambda node: ()
-    if job.nnodes > 1:
+    if job.nnodes > 1 or options.start_port_from:  # one node: the ports it will claim
         ports = start_port_ports(options.start_port, job.reserve - 1)
         return lambda node: ports
     if options.dry_run:
@@ -146,6 +153,19 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _fail_before_the_rendezvous(
+    options: LaunchOptions, environ: Mapping[str, str], message: str
+) -> int:
+    """This node's one line first; then, on many nodes, the others are told why this node
+    will not join (`peers.startfail`: a few seconds at most), so that they stop too."""
+    code = _fail(message)
+    if not options.dry_run and ((options.nnodes or 1) > 1 or len(options.ips) > 1):
+        from paddlike.launch.peers.startfail import tell_start_failure
+
+        tell_start_failure(options, environ, message)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """python -m paddlike.launch [options] training_script [args...]; returns the exit code."""
     from paddlike.launch.run.ports import PortError
@@ -153,9 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     environ = os.environ
     try:
-        described = describe(argv, environ)
+        options = parse_options(argv, environ)
     except UsageError as exc:
         return _fail(str(exc))
+    try:
+        described = describe_options(options, environ)
+    except UsageError as exc:
+        return _fail_before_the_rendezvous(options, environ, str(exc))
     except PortError as exc:
         return _fail(str(exc), 1)
     if described.options.dry_run:
@@ -164,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_plan(described.preview, described.log_dir), flush=True)
         if described.job.nnodes > 1 and not described.options.is_ps:
             print("(many nodes: ports shown from --start_port; a real launch negotiates them)")
+        if not described.job.rank_known:
+            print("(no --node_rank: shown as node 0; the rendezvous assigns the node ranks)")
         return 0
     from paddlike.launch.run.job import run_job
 

@@ -113,6 +113,8 @@ class NodeMatch(NamedTuple):
     # address is known here (the others are ""); every launcher publishes its own at the
     # rendezvous, which then gives the node list
     discovered: bool = False
+    # no --node_rank: the rendezvous assigns it (`node_index` is 0 until then, a placeholder)
+    rank_known: bool = True
 
     @property
     def address(self) -> str:
@@ -324,19 +326,32 @@ def match_node_by_rank(
     address of the route to A. The other entries stay "" until the rendezvous.
     """
     nnodes = int(options.nnodes or 1)
-    if options.node_rank is None:
+    if options.node_rank is None and not options.master and not options.master_addr:
         raise UsageError(
             f"--node_rank: needed with --nnodes {nnodes} when --ips is not given (0 on the "
-            "node at --master_addr, 1..N-1 on the others); or give --ips with one entry per node",
+            "node at --master_addr, 1..N-1 on the others); or give every node the same "
+            "--master ip:port (node ranks are then assigned at the rendezvous), or --ips "
+            "with one entry per node",
             "--node_rank",
         )
-    rank = options.node_rank
     host, port, option = _meeting_host(options)
     master_ip = _resolve_for(option, host, resolve)
     local = local if local is not None else LocalAddresses.scan()
     etcd = bool(options.master and options.master.startswith("etcd://"))
     given = options.host if options.host is not None else environ.get(POD_IP) or None
     given_option = "--host" if options.host is not None else POD_IP
+    if options.node_rank is None:
+        if etcd:
+            raise UsageError(
+                f"--node_rank: needed with --nnodes {nnodes} and etcd when --ips is not given "
+                "(ranks are assigned at the rendezvous only at node 0's store, --master "
+                "ip:port); or give --ips with one entry per node",
+                "--node_rank",
+            )
+        return _match_unranked(
+            nnodes, master_ip, host, port, option, given, given_option, local, resolve, route
+        )
+    rank = options.node_rank
     if rank == 0 and not etcd and not local.is_local(master_ip):
         raise UsageError(
             f"--node_rank: 0 hosts the launchers' store at {option} {host} ({master_ip}), but "
@@ -376,6 +391,46 @@ def match_node_by_rank(
     )
 
 
+def _match_unranked(
+    nnodes: int,
+    master_ip: str,
+    host: str,
+    port: int,
+    option: str,
+    given: str | None,
+    given_option: str,
+    local: LocalAddresses,
+    resolve: Callable[[str], str],
+    route: Callable[[str, int], str],
+) -> NodeMatch:
+    """The identical command on every node (no --node_rank): this node's address is
+    --host / POD_IP, else the master's when it is ours (then it may host the store, and
+    is node 0), else the route's source towards it. The rank comes from the rendezvous."""
+    if given is not None:
+        addr, why = _resolve_for(given_option, given, resolve), f"named by {given_option}"
+    elif local.is_local(master_ip):
+        addr, why = master_ip, f"{option} {host} is an address of this node"
+    else:
+        try:
+            addr = route(master_ip, port)
+        except OSError as err:
+            raise UsageError(
+                f"{option}: no route from this node to {host} ({master_ip}): "
+                f"{err.strerror or err}; pass --host with this node's address",
+                option,
+            ) from None
+        why = f"the address this node reaches {option} {host} from"
+    return NodeMatch(
+        entries=(addr,) + ("",) * (nnodes - 1),
+        hosts=(addr,) + ("",) * (nnodes - 1),
+        node_index=0,
+        interface=local.interface_of(addr),
+        reason=f"rank assigned at the rendezvous, {addr}: {why}",
+        discovered=True,
+        rank_known=False,
+    )
+
+
 class PsNode(NamedTuple):
     """This node in parameter-server mode: the role lists (resolved) and our address.
 
@@ -409,6 +464,12 @@ def match_ps_node(
     """
     if options.servers is None or options.workers is None:
         node = match_node(options, environ, local=local, resolve=resolve)
+        if not node.rank_known:  # ranks at the rendezvous are for collective jobs only
+            raise UsageError(
+                f"--node_rank: needed with --nnodes {node.nnodes} in parameter-server mode "
+                "when --ips is not given; or give --ips with one entry per node",
+                "--node_rank",
+            )
         return PsNode(node.address, node.interface, node.reason)
     local = local if local is not None else LocalAddresses.scan()
     resolved: dict[str, str] = {}

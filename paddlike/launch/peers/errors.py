@@ -14,6 +14,20 @@ class FingerprintMismatch(RendezvousError):
     exit_code = 2
 
 
+class NodeFailedToStart(RendezvousError):
+    """Another node's launcher could not start (its error, published by `peers.startfail`):
+    every node exits 2, as that node did."""
+
+    exit_code = 2
+
+
+class RendezvousFull(RendezvousError):
+    """More launchers than --nnodes came to a rendezvous that assigns ranks (a job already
+    complete, or one started twice): this launcher exits 2; the job is left alone."""
+
+    exit_code = 2
+
+
 class RendezvousTimeout(RendezvousError):
     exit_code = 1
 

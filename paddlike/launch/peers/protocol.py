@@ -8,9 +8,14 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``rdzv/<r>/node/<i>``       | node i, create-only          | its `NodeEntry` (JSON)         |
 | ``rdzv/<r>/arrived``        | every launcher, add          | arrival count (tickets)        |
 | ``rdzv/<r>/count``          | every launcher, add          | entries published              |
+| ``rdzv/<r>/by-ticket/<t>``  | arrival t (ranks assigned at | its `NodeEntry` (index: the    |
+|                             | the rendezvous, round 0)     | rank it asks for, or -1)       |
+| ``rdzv/<r>/order``          | the N-th arrival, once       | tickets in node order (JSON)   |
 | ``rdzv/<r>/complete``       | the last arrival or a        | ``ok``, ``failed:``/           |
 |                             | failing node, create-only    | ``mismatch:`` + message,       |
-|                             |                              | ``aborted:`` + a cause         |
+|                             |                              | ``aborted:`` + a cause,        |
+|                             | (round 0: also a node that   | ``failed_start:`` + message    |
+|                             | cannot start, `startfail`)   |                                |
 | ``rdzv/<r>/left/<ticket>``  | every launcher               | it read the verdict            |
 | ``job/<r>/abort``           | first failure, create-only   | the job's root cause           |
 | ``job/<r>/end/<i>``         | node i (or its monitor)      | ``ok``/``failed``/``lost``     |
@@ -46,6 +51,15 @@ def arrived_key(round_: int) -> str:
 
 def count_key(round_: int) -> str:
     return rdzv_key(round_, "count")
+
+
+def ticket_key(round_: int, ticket: int) -> str:
+    """An entry published under its arrival ticket: its rank is not known yet."""
+    return rdzv_key(round_, "by-ticket", ticket)
+
+
+def order_key(round_: int) -> str:
+    return rdzv_key(round_, "order")
 
 
 def complete_key(round_: int) -> str:
@@ -102,6 +116,8 @@ COMPLETE_OK = b"ok"
 FAILED_PREFIX = b"failed:"  # then the message of the node whose deadline passed first
 MISMATCH_PREFIX = b"mismatch:"  # then the message; every node exits 2
 ABORTED_PREFIX = b"aborted:"  # then an encoded RootCause: a launcher stopped (a signal)
+# then a message naming a launcher that could not start (its own error line): exit 2
+FAILED_START_PREFIX = b"failed_start:"
 
 END_OK = b"ok"
 END_FAILED = b"failed"
@@ -121,6 +137,14 @@ def decode_cause(raw: bytes) -> RootCause:
     d = json.loads(raw)
     known = set(RootCause.FIELDS)
     return RootCause(**{k: v for k, v in d.items() if k in known})
+
+
+def encode_order(tickets: list[int]) -> bytes:
+    return json.dumps(tickets).encode()
+
+
+def decode_order(raw: bytes) -> list[int]:
+    return [int(t) for t in json.loads(raw)]
 
 
 def encode_entry(entry: NodeEntry) -> bytes:

@@ -32,18 +32,22 @@ from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import (
     FingerprintMismatch,
+    NodeFailedToStart,
     RendezvousAborted,
     RendezvousError,
+    RendezvousFull,
     RendezvousTimeout,
 )
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.plan.agreement import (
+    assign_ranks,
     check_fingerprints,
     claim_message,
     job_id_in_force,
     missing_nodes,
     rival_message,
     same_job,
+    who,
 )
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing
 
@@ -75,8 +79,12 @@ class Rendezvous:
         progress: Callable[[str, float, float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rival_check: Callable[[int, list[int]], str | None] | None = None,
+        assign: bool = False,
     ) -> None:
         self.kv = kv
+        # ranks assigned here (the identical command on every node): entries go under
+        # arrival tickets, the N-th arrival orders them (`agreement.assign_ranks`)
+        self.assign = assign
         self.node_index = node_index
         self.nnodes = nnodes
         self.hosts = hosts
@@ -93,6 +101,8 @@ class Rendezvous:
         ticket = None
         try:
             ticket = self.ticket = self.kv.add(p.arrived_key(round_), 1)
+            if self.assign:
+                return self._join_by_ticket(entry, round_, ticket)
             return self._join(entry, round_)
         except StoreError as exc:
             raise RendezvousError(
@@ -126,13 +136,7 @@ class Rendezvous:
                 raise FingerprintMismatch(message)
             if self.kv.add(p.count_key(round_), 1) == self.nnodes:
                 self.kv.compare_set(complete, None, p.COMPLETE_OK)
-            status = self._wait_complete(round_, started, deadline)
-            if status.startswith(p.ABORTED_PREFIX):
-                raise RendezvousAborted(status[len(p.ABORTED_PREFIX) :])
-            if status.startswith(p.MISMATCH_PREFIX):
-                raise FingerprintMismatch(status[len(p.MISMATCH_PREFIX) :].decode())
-            if status.startswith(p.FAILED_PREFIX):
-                raise RendezvousTimeout(status[len(p.FAILED_PREFIX) :].decode())
+            _check_verdict(self._wait_complete(round_, started, deadline))
             entries = []
             for i in range(self.nnodes):
                 raw = self.kv.get(p.node_key(round_, i), timeout=max(1.0, deadline - self.clock()))
@@ -147,18 +151,85 @@ class Rendezvous:
         if problem:
             raise FingerprintMismatch(problem)
         return RendezvousResult(
-            round_, tuple(entries), job_id_in_force(entries), self.clock() - started
+            round_, tuple(entries), job_id_in_force(entries), self.clock() - started, entry.index
         )
+
+    def _join_by_ticket(self, entry: NodeEntry, round_: int, ticket: int) -> RendezvousResult:
+        """Ranks assigned here: publish under the arrival ticket; the N-th arrival writes
+        the order (one key) and the verdict; every node reads the order and its place."""
+        started = self.clock()
+        deadline = started + self.timeout
+        where = self.kv.address
+        complete = p.complete_key(round_)
+        if ticket > self.nnodes:
+            raise RendezvousFull(self._full_message(round_, ticket, entry))
+        try:
+            self.kv.set(p.ticket_key(round_, ticket), p.encode_entry(entry))
+            if self.kv.add(p.count_key(round_), 1) == self.nnodes:
+                arrivals = [
+                    (t, p.decode_entry(self.kv.get(p.ticket_key(round_, t), timeout=5.0)))
+                    for t in range(1, self.nnodes + 1)
+                ]
+                order = assign_ranks(arrivals, self.nnodes)
+                if isinstance(order, str):
+                    self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + order.encode())
+                else:
+                    self.kv.set(p.order_key(round_), p.encode_order(order))
+                    self.kv.compare_set(complete, None, p.COMPLETE_OK)
+            _check_verdict(self._wait_complete(round_, started, deadline))
+            left = max(1.0, deadline - self.clock())
+            order = p.decode_order(self.kv.get(p.order_key(round_), timeout=left))
+            entries = [
+                p.decode_entry(self.kv.get(p.ticket_key(round_, t), timeout=left))._replace(index=i)
+                for i, t in enumerate(order)
+            ]
+        except StoreError as exc:
+            if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
+                raise self._timeout(round_) from exc
+            raise RendezvousError(
+                f"rendezvous: lost the store at {where} (node 0's launcher gone?): {exc}"
+            ) from exc
+        problem = check_fingerprints(entries)
+        if problem:
+            raise FingerprintMismatch(problem)
+        return RendezvousResult(
+            round_,
+            tuple(entries),
+            job_id_in_force(entries),
+            self.clock() - started,
+            order.index(ticket),
+        )
+
+    def _full_message(self, round_: int, ticket: int, entry: NodeEntry) -> str:
+        n = self.nnodes
+        if self.kv.try_get(p.complete_key(round_)) == p.COMPLETE_OK:
+            why = f"the job there is complete already: its {n} nodes (--nnodes {n}) have met"
+        else:
+            why = f"{ticket} launchers arrived for --nnodes {n}: this one is one too many"
+        return (
+            f"rendezvous: {who(entry)} was refused at the store {self.kv.address}: {why}; "
+            "start it together with the job's other nodes, or give it a --master (or "
+            "--nnodes) of its own"
+        )
+
+    def _absent(self, round_: int) -> str | None:
+        """Who is still missing, for the progress line and the timeout; None: nobody."""
+        if self.assign:
+            came = int(self.kv.try_get(p.count_key(round_)) or b"0")
+            return None if came >= self.nnodes else f"{self.nnodes - came} of {self.nnodes} nodes"
+        self.missing = missing_nodes(self.nnodes, self._present(round_))
+        return describe_missing(self.missing, self.hosts) if self.missing else None
 
     def _present(self, round_: int) -> list[int]:
         return [i for i in range(self.nnodes) if self.kv.try_get(p.node_key(round_, i)) is not None]
 
     def _timeout(self, round_: int) -> RendezvousTimeout:
-        missing = missing_nodes(self.nnodes, self._present(round_))
+        absent = self._absent(round_)
         return RendezvousTimeout(
             f"rendezvous timed out after {self.timeout:g} s (--rdzv_timeout) at the store "
-            f"{self.kv.address}: {describe_missing(missing, self.hosts)} never joined; start "
-            "the launcher there with the same command"
+            f"{self.kv.address}: {absent} never joined: no "
+            "launcher there contacted the store (one that fails to start says why here when "
+            "it can reach the store); start the launcher there with the same command"
         )
 
     def _wait_complete(self, round_: int, started: float, deadline: float) -> bytes:
@@ -180,19 +251,30 @@ class Rendezvous:
             if now < next_check:
                 continue
             next_check = now + 1.0
-            missing = missing_nodes(self.nnodes, self._present(round_))
-            self.missing = missing
+            absent = self._absent(round_)
+            missing = self.missing if not self.assign else []
             rival = self.rival_check(round_, missing) if missing and self.rival_check else None
             if rival:
                 self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + rival.encode())
                 return self.kv.get(complete, timeout=1.0)
-            if missing:
+            if absent:
                 self.progress(
-                    f"rendezvous at {self.kv.address}: waiting for "
-                    f"{describe_missing(missing, self.hosts)}",
+                    f"rendezvous at {self.kv.address}: waiting for {absent}",
                     now - started,
                     self.timeout,
                 )
+
+
+def _check_verdict(status: bytes) -> None:
+    """The round's verdict: return on "ok", else raise the error every node reports."""
+    if status.startswith(p.ABORTED_PREFIX):
+        raise RendezvousAborted(status[len(p.ABORTED_PREFIX) :])
+    if status.startswith(p.MISMATCH_PREFIX):
+        raise FingerprintMismatch(status[len(p.MISMATCH_PREFIX) :].decode())
+    if status.startswith(p.FAILED_START_PREFIX):
+        raise NodeFailedToStart(status[len(p.FAILED_START_PREFIX) :].decode())
+    if status.startswith(p.FAILED_PREFIX):
+        raise RendezvousTimeout(status[len(p.FAILED_PREFIX) :].decode())
 
 
 def find_rival(

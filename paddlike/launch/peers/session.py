@@ -34,7 +34,12 @@ from paddlike.distributed.store import (
 from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout, StoreRefused
+from paddlike.launch.peers.errors import (
+    RendezvousError,
+    RendezvousTimeout,
+    StoreHostError,
+    StoreRefused,
+)
 from paddlike.launch.peers.kv import (
     CONNECT_CHUNK,
     KV,
@@ -79,13 +84,17 @@ class StorePeers:
         rdzv_timeout: float,
         heartbeat_timeout: float,
         progress: Progress,
-        make_watch: Callable[[int, Sequence[str]], JobWatch],
+        make_watch: Callable[[int, Sequence[str], int], JobWatch],
         connect: Callable[[], KV],
         server: StoreServer | None = None,
         master: tuple[str, int] | None = None,
         token: bytes | None = None,
+        assign: bool = False,
     ) -> None:
         self.kv = kv
+        # round 0 assigns the node ranks (the identical command on every node); `node_index`
+        # is this node's from then on (before it: the rank asked for, or a placeholder)
+        self.assign = assign
         self.node_index = node_index
         self.nnodes = nnodes
         self.hosts = list(hosts)
@@ -140,6 +149,7 @@ class StorePeers:
                     job_id=options.job_id,
                     node_index=job.index,
                     hosts=job.hosts,
+                    assign=job.assign_ranks,
                     rdzv_timeout=options.rdzv_timeout,
                     heartbeat_timeout=options.heartbeat_timeout,
                     progress=progress,
@@ -150,6 +160,8 @@ class StorePeers:
                 master=job.master,
                 node_index=job.index,
                 hosts=job.hosts,
+                assign=job.assign_ranks,
+                rank_known=job.rank_known,
                 token=options.job_token.encode() if options.job_token else None,
                 rdzv_timeout=options.rdzv_timeout,
                 heartbeat_timeout=options.heartbeat_timeout,
@@ -171,10 +183,16 @@ class StorePeers:
         heartbeat_timeout: float,
         progress: Progress,
         waiting: Callable[[str], None] = lambda what: None,
+        assign: bool = False,
+        rank_known: bool = True,
     ) -> StorePeers:
         """Node 0 starts the store at `master`; every node connects (retrying to the timeout,
         with a progress line while node 0's store is not up). `waiting` is told what the
-        launcher waits for before the session exists (for an interrupt's message)."""
+        launcher waits for before the session exists (for an interrupt's message).
+
+        Without a rank (`rank_known` False: ranks assigned at the rendezvous) a node whose
+        address is the master's tries to host the store, and is node 0 if it can; when
+        another launcher holds the port already (several nodes on one machine), it joins."""
         server = None
         address = f"{master[0]}:{master[1]}"
         # torchrun style on one machine: every node's address is the master's; only node 0
@@ -183,7 +201,11 @@ class StorePeers:
             # torchrun style: the other nodes' addresses are unknown until they publish them,
             # so any peer may connect (a --job_token still keeps strangers out)
             allowed = hosts if all(hosts) else None
-            server = host_store(master[0], master[1], allowed_hosts=allowed, token=token)
+            try:
+                server = host_store(master[0], master[1], allowed_hosts=allowed, token=token)
+            except StoreHostError:
+                if rank_known:
+                    raise
         store_host = "node 0" if server is None else "this node"
         what = f"waiting for {store_host} ({address}) to host the launchers' store"
         waiting(what)
@@ -196,7 +218,8 @@ class StorePeers:
                 server.close()
             raise RendezvousTimeout(
                 f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store at "
-                f"{address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}"
+                f"{address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}; a node 0 that "
+                "cannot start keeps its store up only a few seconds to say why (see its output)"
             ) from exc
         except StoreAuthError as exc:
             if server is not None:
@@ -207,7 +230,7 @@ class StorePeers:
                 server.close()
             raise
 
-        def make_watch(round_: int, hosts: Sequence[str]) -> JobWatch:
+        def make_watch(round_: int, hosts: Sequence[str], node_index: int) -> JobWatch:
             return tcp_store_watch(
                 address=master,
                 token=token,
@@ -235,6 +258,7 @@ class StorePeers:
             server=server,
             master=master,
             token=token,
+            assign=assign,
         )
 
     @classmethod
@@ -249,6 +273,7 @@ class StorePeers:
         heartbeat_timeout: float,
         progress: Progress,
         waiting: Callable[[str], None] = lambda what: None,
+        assign: bool = False,
     ) -> StorePeers:
         """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
         (TTL --heartbeat_timeout) and marks itself alive under it."""
@@ -289,7 +314,7 @@ class StorePeers:
             kv.close()
             raise
 
-        def make_watch(round_: int, hosts: Sequence[str]) -> JobWatch:
+        def make_watch(round_: int, hosts: Sequence[str], node_index: int) -> JobWatch:
             return JobWatch(
                 connect=kv.sharing_lease,
                 kv=kv,
@@ -314,6 +339,7 @@ class StorePeers:
             connect=kv.sharing_lease,
         )
         session.keeps_keys = True
+        session.assign = assign
         return session
 
     # -- the rounds --
@@ -328,6 +354,9 @@ class StorePeers:
                 return None  # only a store's host can have a rival
             return find_rival(entry, round_, self.hosts, missing, self.master[1], self.token)
 
+        assign = self.assign and round_ == 0  # later rounds keep the ranks round 0 gave
+        if assign and self.server is not None and entry.index < 0:
+            entry = entry._replace(index=0)  # the node hosting the launchers' store is node 0
         rdzv = Rendezvous(
             kv=self.kv,
             node_index=self.node_index,
@@ -336,6 +365,7 @@ class StorePeers:
             timeout=self.rdzv_timeout,
             progress=self.progress,
             rival_check=rival_check,
+            assign=assign,
         )
         self._rdzv, self._round = rdzv, round_
         self._waiting = f"waiting for the other nodes at the rendezvous at {self.kv.address}"
@@ -351,6 +381,7 @@ class StorePeers:
         # (a LauncherSignal leaves `_rdzv` set: `publish_stop` aborts this rendezvous)
         self._rdzv = None
         self.hosts = list(result.hosts)
+        self.node_index = result.own_index(self.node_index)
         self._waiting = f"running round {round_}"
         return result
 
@@ -385,7 +416,7 @@ class StorePeers:
         several nodes: the servers stop when every trainer of the job is done)."""
         for old in self._watches:
             old.stop()
-        w = self._make_watch(round_, self.hosts)
+        w = self._make_watch(round_, self.hosts, self.node_index)
         w.log_dir = log_dir
         w.services = w.services_stop() if services else None
         w.stacks = StackChannel(

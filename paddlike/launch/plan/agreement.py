@@ -98,3 +98,45 @@ def rival_message(mine: NodeEntry, theirs: NodeEntry, address: str) -> str:
         f"has {mine.fingerprint.get(f, '<unset>')!r}; so both believe they are node 0 and each "
         f"hosts its own rendezvous (the other at {address}); run the same command on every node"
     )
+
+
+def _address_key(host: str) -> tuple[int, ...]:
+    """IPv4 addresses in numeric order (10.0.0.9 before 10.0.0.10); others after them."""
+    parts = host.split(".")
+    if len(parts) == 4 and all(p.isdigit() for p in parts):
+        return (0, *map(int, parts))
+    return (1, *map(ord, host))
+
+
+def assign_ranks(arrivals: Sequence[tuple[int, NodeEntry]], nnodes: int) -> list[int] | str:
+    """Node ranks for launchers that came without one (the identical command on every
+    node): the arrival tickets in node order, or a message when they cannot be given.
+
+    `arrivals`: (arrival ticket, entry); an entry's index is the rank it asks for (the
+    store's host asks for 0, --node_rank for its own), -1 when it asks for none. Ranks
+    asked for are kept; the others are given, in the order of the address each node
+    joined from (numeric), ties by arrival, to the ranks left free.
+
+    (1, b: -1), (2, store host a: 0), (3, 10.0.0.2: -1), (4, 10.0.0.10: -1)
+      -> [2, 3, 4]                           (a, then 10.0.0.2, then 10.0.0.10)
+    """
+    asked: dict[int, NodeEntry] = {}
+    by_rank: dict[int, int] = {}
+    for ticket, e in arrivals:
+        if e.index < 0:
+            continue
+        if e.index >= nnodes:
+            return (
+                f"rendezvous: {who(e)} asks for node rank {e.index}, out of range for "
+                f"--nnodes {nnodes}; give --node_rank 0..{nnodes - 1} or none"
+            )
+        if e.index in asked:
+            return claim_message(asked[e.index], e)
+        asked[e.index], by_rank[e.index] = e, ticket
+    free = [r for r in range(nnodes) if r not in by_rank]
+    rest = sorted(
+        ((t, e) for t, e in arrivals if e.index < 0), key=lambda a: (_address_key(a[1].host), a[0])
+    )
+    for rank, (ticket, _) in zip(free, rest, strict=False):
+        by_rank[rank] = ticket
+    return [by_rank[r] for r in range(nnodes)]

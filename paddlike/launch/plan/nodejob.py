@@ -56,6 +56,10 @@ class NodeJob(NamedTuple):
     reserve: int
     plan: Callable[[RendezvousResult, JobFacts], LaunchPlan]
     servers_wait_for_job: bool = False
+    # torchrun style (no --ips): round 0's rendezvous gives the node list and the ranks
+    # (`agreement.assign_ranks`); without --node_rank, `index` is a placeholder until then
+    assign_ranks: bool = False
+    rank_known: bool = True
 
     @property
     def nnodes(self) -> int:
@@ -66,10 +70,19 @@ class NodeJob(NamedTuple):
         return self.hosts[self.index]
 
     def entry(self, ports: Sequence[int], *, hostname: str, pid: int, job_id: str) -> NodeEntry:
-        """What this node publishes at a rendezvous."""
+        """What this node publishes at a rendezvous (index -1: a rank to be assigned)."""
+        index = self.index if self.rank_known else -1
         return NodeEntry(
-            self.index, self.host, hostname, pid, tuple(ports), self.fingerprint, job_id=job_id
+            index, self.host, hostname, pid, tuple(ports), self.fingerprint, job_id=job_id
         )
+
+    def placed(self, result: RendezvousResult) -> NodeJob:
+        """This job once a rendezvous placed it: its index and the node list from `result`
+        (the rank assigned there, kept for the later rounds)."""
+        index = result.own_index(self.index)
+        if index == self.index and self.rank_known and result.hosts == self.hosts:
+            return self
+        return self._replace(hosts=tuple(result.hosts), index=index, rank_known=True)
 
     def preview_world(
         self, ports_of: Callable[[int], Sequence[int]], job_id: str
@@ -159,9 +172,8 @@ def collective_node_job(
     hosts, nproc = tuple(node.hosts), devices.nproc
 
     def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
-        return plan_collective(
-            options, collective_layout(result, node.node_index, nproc), devices, facts
-        )
+        index = result.own_index(node.node_index)  # assigned at the rendezvous, or ours
+        return plan_collective(options, collective_layout(result, index, nproc), devices, facts)
 
     many = len(hosts) > 1
     return NodeJob(
@@ -182,6 +194,8 @@ def collective_node_job(
         ),
         reserve=collective_ports_needed(nproc),
         plan=plan,
+        assign_ranks=node.discovered,
+        rank_known=node.rank_known,
     )
 
 

@@ -36,6 +36,11 @@ class RendezvousResult(NamedTuple):
     nodes: tuple[NodeEntry, ...]
     job_id: str  # the job id in force: the common one, or node 0's generated one
     elapsed: float
+    index: int = -1  # this node's place in `nodes` (-1: its entry's own index)
+
+    def own_index(self, default: int) -> int:
+        """This node's index: assigned at the rendezvous, else `default` (its own)."""
+        return self.index if self.index >= 0 else default
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -87,6 +87,7 @@ class HangWatch:
         self._cpu: dict[int, float] = {}  # rank -> CPU seconds at the last check
         self._cpu_life: dict[int, float] = {}  # rank -> Unix time its CPU time last grew
         self._reported: float | None = None  # the newest sign of life of the stall dumped
+        self._quiet_until = 0.0  # no hang check before this (monotonic): see _after_collection
         self._newest: float | None = None  # the newest local sign of life at the last check
         self.channel: StackChannel | None = None  # many nodes: this round's stack requests
         self._workers: Callable[[], Sequence[Watched]] = list
@@ -105,7 +106,16 @@ class HangWatch:
         self._cpu.clear()
         self._cpu_life.clear()
         self._reported = None
+        self._quiet_until = 0.0
         self._next = time.monotonic() + _SHORTEST_WAIT if self.timeout else None
+
+    def _after_collection(self) -> None:
+        """py-spy pauses each rank while it reads its stack, for up to the collection's
+        deadline: give every rank a whole --hang_timeout after it to show life again,
+        or the pause itself would read as the next hang."""
+        if self.timeout is not None:
+            self._quiet_until = time.monotonic() + self.timeout
+            self._next = max(self._next or 0.0, self._quiet_until)
 
     def next_check(self) -> float | None:
         """The monotonic time `check` wants to run at; None: never (no --hang_timeout)."""
@@ -120,6 +130,9 @@ class HangWatch:
         from paddlike.logs import hang
 
         now, now_mono = time.time(), time.monotonic()
+        if now_mono < self._quiet_until:  # ranks were paused by py-spy until lately
+            self._next = self._quiet_until
+            return None
         activity = self._activity(workers, now)
         found = hang.detect_hang(activity, now, self.timeout)
         if found is None:
@@ -206,6 +219,7 @@ class HangWatch:
         ]
         began = time.monotonic()
         taken = stacks.collect(targets, self.collect_timeout)
+        self._after_collection()
         took = time.monotonic() - began
         prog = P.read_all(self.log_dir, self.job_id or None)
         lines = hang.summarize(
@@ -245,6 +259,7 @@ class HangWatch:
         targets = [stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name)
                    for w in workers]  # fmt: skip
         taken = stacks.collect(targets, self.collect_timeout) if targets else {}
+        self._after_collection()
         prog = P.read_all(self.log_dir, self.job_id or None)
         report = stacks.node_report(taken, prog)
         report["activity"] = [[a.rank, a.last_log, a.last_progress, a.uses_heartbeat] for a in ages]

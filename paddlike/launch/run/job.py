@@ -49,7 +49,7 @@ from paddlike.launch.plan.policy import (
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.logdir import LogDir, LogDirBusy, LogDirError
-from paddlike.launch.run.ports import PortError, reserve_ports
+from paddlike.launch.run.ports import PortError, claim_ports, reserve_ports
 from paddlike.launch.run.record import RunRecord
 from paddlike.launch.run.signals import LauncherSignal, signals_raise
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
@@ -62,6 +62,7 @@ class _Where:
     def __init__(self) -> None:
         self.waiting = "starting"
         self.peers: Peers | None = None
+        self.job: NodeJob | None = None  # once a rendezvous placed it (its rank assigned)
 
     @property
     def what(self) -> str:
@@ -111,6 +112,14 @@ def _run(
         logdir = LogDir.open(log_dir, overwrite=options.log_overwrite, host=job.host)
     except (LogDirBusy, LogDirError) as exc:
         console.error(f"--log_dir: {exc}")
+        if job.nnodes > 1:  # the others would wait for this node: tell them why it stops
+            from paddlike.launch.peers.startfail import tell_start_failure
+
+            where.waiting = "telling the other nodes why this launcher cannot start"
+            index = job.index if job.rank_known else None  # else a placeholder until then
+            tell_start_failure(
+                options, environ, f"--log_dir: {exc}", node_index=index, address=job.host
+            )
         return 2
     with logdir:
         try:
@@ -123,7 +132,7 @@ def _run(
         where.peers = peers
         try:
             code = _rounds(
-                peers, options, job, environ, python, logdir, console, progress, guardian
+                peers, options, job, environ, python, logdir, console, progress, guardian, where
             )
         except LauncherSignal:
             raise  # run_job tells the others first, then closes the peers
@@ -158,6 +167,7 @@ def _rounds(
     console: Console,
     progress: ProgressLine,
     guardian: Guardian | None,
+    where: _Where,
 ) -> int:
     """Rounds (`policy.run_rounds`) until one succeeds on every node, or restarts run out."""
     hostname = socket.gethostname()
@@ -178,8 +188,9 @@ def _rounds(
     job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
 
     def one_round(round_: int) -> RoundEnd:
+        nonlocal job
         try:
-            ports = reserve_ports(job.reserve, job.host) if job.reserve else ()
+            ports = _ports(options, job)
             entry = job.entry(ports, hostname=hostname, pid=os.getpid(), job_id=generated_job_id)
             try:
                 result = peers.rendezvous(round_, entry)
@@ -192,6 +203,8 @@ def _rounds(
         except (RendezvousError, PortError) as exc:
             console.error(str(exc))
             return RoundEnd(getattr(exc, "exit_code", 1), RootCause(reason=str(exc)))
+        job = where.job = job.placed(result)  # a rank assigned at the rendezvous is kept
+        hangs.node_index, hangs.host = job.index, job.host
         facts = JobFacts(
             result.job_id,
             python,
@@ -239,6 +252,23 @@ def _rounds(
     return run_rounds(options.max_restarts, one_round, console.say)
 
 
+def _ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
+    """This round's ports: on one node the consecutive ones from a given start
+    (--start_port, PADDLE_START_PORT, PaddleCloud's PADDLE_PORT), else free ones reserved
+    here (many nodes trade them at the rendezvous)."""
+    if not job.reserve:
+        return ()
+    if options.start_port_from and job.nnodes == 1:
+        return claim_ports(
+            options.start_port,
+            job.reserve,
+            job.host,
+            source=options.start_port_from,
+            limit=options.ports_num,
+        )
+    return reserve_ports(job.reserve, job.host)
+
+
 def conclude_round(
     console: Console,
     record: RunRecord,
@@ -272,6 +302,7 @@ def _stopped_by_signal(sig: LauncherSignal, where: _Where, job: NodeJob, console
     """One line, the other nodes told (when connected), exit 128+N."""
     what = where.what
     peers = where.peers
+    job = where.job or job
     told = False
     if peers is not None:
         cause = launcher_signal_cause(job.host, job.index, sig.name, what, time.time())
