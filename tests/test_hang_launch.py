@@ -120,7 +120,8 @@ def test_a_quiet_job_that_keeps_calling_heartbeat_is_not_hung_and_sigusr1_dumps_
     (dump,) = dumps(tmp_path / "log")
     assert sorted(p.name for p in dump.glob("rank.*.txt")) == [f"rank.{r}.txt" for r in range(3)]
     assert asked.stdout.splitlines()[-1] == f"stacks of 3 ranks in {dump}"
-    assert any(line.startswith("straggler: rank 2 is ") for line in asked.stdout.splitlines())
+    # (which rank straggles is timing on a shared machine: test_hang_jobs.py's straggler
+    # test checks the report on a job built to make it unambiguous)
 
 
 def test_hang_options_come_from_the_command_line_or_the_environment_and_are_off_by_default():

@@ -24,7 +24,8 @@ def _options(*argv: str):  # type: ignore[no-untyped-def]
     [
         ((), None, ("10.0.0.1", 6170)),
         ((), "10.0.0.5:7000", ("10.0.0.5", 7000)),
-        (("--master_port", "7000"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
+        # --master_port is the workers' port: the launchers stay at PADDLE_MASTER
+        (("--master_port", "7100"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
         (("--master_addr", "10.0.0.5"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
         (("--master", "10.0.0.5:7000"), "10.0.0.5:7000", ("10.0.0.5", 7000)),
         (("--master", "etcd://10.0.0.9:2379"), "10.0.0.5:7000", ("10.0.0.1", 6170)),
@@ -41,12 +42,16 @@ def test_the_launchers_meet_at_the_schedulers_paddle_master_unless_told_otherwis
     [
         (("--master", "10.0.0.6:7000"), "--master"),
         (("--master_addr", "10.0.0.6"), "--master_addr"),
-        (("--master_port", "7001"), "--master_port"),
     ],
 )
 def test_an_option_that_contradicts_paddle_master_is_a_usage_error(argv, option):
     with pytest.raises(UsageError, match=rf"^{option}: .* contradicts PADDLE_MASTER=10.0.0.5:7000"):
         launchers_master(_options(*argv), HOSTS, "10.0.0.5:7000")
+
+
+def test_a_master_port_that_is_paddle_masters_port_is_a_usage_error():
+    with pytest.raises(UsageError, match=r"^--master_port: 7000 is the workers' port on node 0"):
+        launchers_master(_options("--master_port", "7000"), HOSTS, "10.0.0.5:7000")
 
 
 def test_a_paddle_master_without_a_port_is_a_usage_error():

@@ -159,7 +159,7 @@ def test_ctrl_c_while_waiting_for_the_other_nodes_exits_130_without_a_traceback(
     # Two "nodes" on loopback; the other one never comes, so this launcher waits.
     script = _write(tmp_path, "ok.py", "print('never started')\n")
     cmd = [sys.executable, "-m", "paddlike.launch", "--ips", "127.0.0.1,127.0.0.2"]
-    cmd += ["--node_rank", str(node_rank), "--master_port", str(_free_port())]
+    cmd += ["--node_rank", str(node_rank), "--master", f"127.0.0.1:{_free_port()}"]
     cmd += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / "log"), str(script)]
     proc = subprocess.Popen(
         cmd,

@@ -13,6 +13,7 @@ import pytest
 from paddlike.launch.plan.plan import ProcessSpec, Role
 from paddlike.launch.run.logdir import (
     HEADER_PREFIX,
+    JobClaim,
     LogDir,
     LogDirBusy,
     LogDirError,
@@ -155,3 +156,63 @@ def test_owner_file_is_json_and_goes_away_on_close(tmp_path):
         owner = json.loads((tmp_path / ".paddlike.owner").read_text())
         assert owner["pid"] == os.getpid() and owner["host"] == "h"
     assert not (tmp_path / ".paddlike.owner").exists()
+
+
+FP = {"ips": "nodea,nodeb", "training script": "train.py"}
+JOB = JobClaim.of(job_id=None, meeting="198.18.0.1:6170", fingerprint=FP)
+
+
+def test_a_node_of_the_same_job_takes_a_directory_of_its_own_named_by_its_address(tmp_path):
+    with LogDir.open(tmp_path, overwrite=False, host="198.18.0.1", job=JOB) as first:
+        with LogDir.open(tmp_path, overwrite=False, host="198.18.0.2", job=JOB) as second:
+            assert first.path == tmp_path and first.shared_with is None
+            assert second.path == tmp_path / "198.18.0.2"
+            assert second.shared_with is not None
+            assert second.shared_with["pid"] == os.getpid()
+            assert second.shared_with["host"] == "198.18.0.1"
+            assert (second.path / ".paddlike.lock").exists()  # a lock of its own
+            # a third node of the job on the same host as the second: the next name
+            with LogDir.open(tmp_path, overwrite=False, host="198.18.0.2", job=JOB) as third:
+                assert third.path == tmp_path / "198.18.0.2.2"
+            _write_run(second, "H", b"node b\n")
+        _write_run(first, "H", b"node a\n")
+    assert (tmp_path / "workerlog.0").read_text() == "H\nnode a\n"
+    assert (tmp_path / "198.18.0.2" / "workerlog.0").read_text() == "H\nnode b\n"
+
+
+def test_a_launcher_of_another_job_is_refused_naming_the_holder_and_its_job(tmp_path):
+    other = JobClaim.of(job_id=None, meeting="198.18.0.1:7000", fingerprint=FP)
+    holder = rf"launcher pid {os.getpid()} on host 198\.18\.0\.1 .*for another job"
+    with LogDir.open(tmp_path, overwrite=False, host="198.18.0.1", job=JOB):
+        with pytest.raises(LogDirBusy, match=holder + r" \(the job meeting at 198\.18\.0\.1:6170"):
+            LogDir.open(tmp_path, overwrite=False, host="198.18.0.2", job=other)
+        with pytest.raises(LogDirBusy, match=rf"launcher pid {os.getpid()}"):
+            LogDir.open(tmp_path, overwrite=False, host="198.18.0.2")  # a one-node job
+    assert not (tmp_path / "198.18.0.2").exists()
+
+
+def test_a_one_node_job_holding_the_directory_refuses_a_many_node_job(tmp_path):
+    with (
+        LogDir.open(tmp_path, overwrite=False, host="198.18.0.1"),
+        pytest.raises(LogDirBusy, match="for another job;"),
+    ):
+        LogDir.open(tmp_path, overwrite=False, host="198.18.0.2", job=JOB)
+
+
+def test_a_node_whose_configuration_differs_is_told_so(tmp_path):
+    changed = JobClaim.of(job_id=None, meeting="198.18.0.1:6170", fingerprint=FP | {"x": "1"})
+    with (
+        LogDir.open(tmp_path, overwrite=False, host="198.18.0.1", job=JOB),
+        pytest.raises(LogDirBusy, match="with another configuration than this node's"),
+    ):
+        LogDir.open(tmp_path, overwrite=False, host="198.18.0.2", job=changed)
+
+
+def test_the_job_id_when_given_names_the_job_and_the_meeting_otherwise():
+    again = JobClaim.of(job_id=None, meeting="198.18.0.1:6170", fingerprint=dict(FP))
+    assert again == JOB
+    assert JOB.key != JobClaim.of(job_id=None, meeting="198.18.0.1:6171", fingerprint=FP).key
+    by_id = JobClaim.of(job_id="j1", meeting="a:1", fingerprint=FP)
+    assert by_id.key == JobClaim.of(job_id="j1", meeting="a:1", fingerprint={}).key
+    assert by_id.key != JobClaim.of(job_id="j2", meeting="a:1", fingerprint=FP).key
+    assert by_id.what == "job j1"

@@ -70,7 +70,10 @@ def test_a_missing_script_on_node_1_ends_node_0_within_5_s_naming_it(tmp_path: P
 
 
 @pytest.mark.netns
-def test_node_1s_busy_log_dir_ends_node_0_within_5_s_naming_it(tmp_path: Path) -> None:
+def test_node_1s_log_dir_held_by_another_job_ends_node_0_within_5_s_naming_it(
+    tmp_path: Path,
+) -> None:
+    """(Nodes of one job that share a directory both run: test_many_nodes_shared_log_dir.)"""
     script = write_worker(tmp_path)
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('holding', flush=True)\ntime.sleep(60)\n")
@@ -92,6 +95,7 @@ def test_node_1s_busy_log_dir_ends_node_0_within_5_s_naming_it(tmp_path: Path) -
     assert (pa.returncode, pb.returncode) == (2, 2), (out_a, out_b)
     assert gap < 5, (gap, out_a)
     assert f"log directory {busy} is in use by launcher pid {holder.pid}" in out_b, out_b
+    assert "for another job" in out_b, out_b
     assert f"node 1, {b.addr}) could not start: --log_dir: log directory {busy} is in use" in (
         out_a
     ), out_a
@@ -125,7 +129,7 @@ def test_a_missing_script_on_loopback_node_1_ends_node_0_at_once(tmp_path: Path)
 
     def launcher(rank: int, path: Path) -> subprocess.Popen[bytes]:
         cmd = [*LAUNCH, "--ips", "127.0.0.1,127.0.0.2", "--node_rank", str(rank)]
-        cmd += ["--master_port", str(port), *SLOW, "--log_dir", str(tmp_path / f"l{rank}")]
+        cmd += ["--master", f"127.0.0.1:{port}", *SLOW, "--log_dir", str(tmp_path / f"l{rank}")]
         return subprocess.Popen([*cmd, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     procs = [launcher(0, script), launcher(1, tmp_path / "nope.py")]
@@ -193,7 +197,8 @@ def test_a_node_that_never_contacted_the_store_is_named_as_such_at_the_timeout(
     script = tmp_path / "ok.py"
     script.write_text("print('ran')\n")
     cmd = [*LAUNCH, "--ips", "127.0.0.1,127.0.0.2", "--node_rank", "0", "--rdzv_timeout", "1"]
-    cmd += ["--master_port", str(_free_port()), "--log_dir", str(tmp_path / "l0"), str(script)]
+    cmd += ["--master", f"127.0.0.1:{_free_port()}", "--log_dir", str(tmp_path / "l0")]
+    cmd += [str(script)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert (

@@ -49,7 +49,8 @@ def test_nodes_given_only_their_rank_and_the_master_get_ranks_and_the_same_endpo
         seen = _ranks_and_endpoints(tmp_path / f"l{i}")
         assert sorted(r for r, _ in seen) == [2 * i, 2 * i + 1]
         assert {e for _, e in seen} == {",".join(eps)}
-    assert f"rendezvous with 2 nodes at {a.addr}:7345" in outs[1]
+    # --master_port is the workers' port (torchrun's meaning): the launchers meet at the next
+    assert f"rendezvous with 2 nodes at {a.addr}:7346" in outs[1]
 
 
 def test_node_rank_0_away_from_the_master_address_is_a_usage_error(tmp_path):

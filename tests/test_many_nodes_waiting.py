@@ -31,7 +31,7 @@ def _loopback_launcher(tmp_path: Path, ips: str, rank: int, port: int) -> subpro
     """A launcher for "node `rank`" of nodes on loopback addresses (127.0.0.x)."""
     script = tmp_path / "ok.py"
     script.write_text(OK_SCRIPT)
-    cmd = [*LAUNCH, "--ips", ips, "--node_rank", str(rank), "--master_port", str(port)]
+    cmd = [*LAUNCH, "--ips", ips, "--node_rank", str(rank), "--master", f"127.0.0.1:{port}"]
     cmd += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / f"log{rank}"), str(script)]
     return subprocess.Popen(
         cmd,

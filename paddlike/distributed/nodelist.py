@@ -8,7 +8,7 @@ Every node runs the same ``python3 train.py``; the script says where the nodes a
     dist.init_parallel_env()           # (until parallel.py calls the hook: nodelist's)
 
 At `init_parallel_env()` the process that ran the script becomes this node's launcher:
-it describes the job exactly as ``python -m paddlike.launch --ips A,B --master_port 9988
+it describes the job exactly as ``python -m paddlike.launch --ips A,B --master A:9988
 --nproc_per_node 2 train.py ARGS`` would (this node's index from its own address, node 0
 the master, the launchers' rendezvous on node 0's ctrl_port, the usual log directory)
 and supervises `n` children that re-run the same script with the launched environment
@@ -156,7 +156,9 @@ def launch_argv() -> list[str]:
                 "same port on every node"
             )
         argv += ["--ips", ",".join(_state.addrs)]
-    if _state.port is not None:
+    if _state.port is not None and _state.addrs:  # where the nodes meet: Paddle's --master
+        argv += ["--master", f"{_state.addrs[0]}:{_state.port}"]
+    elif _state.port is not None:
         argv += ["--master_port", str(_state.port)]
     if _state.devices is not None:
         argv += ["--nproc_per_node", str(_state.devices)]

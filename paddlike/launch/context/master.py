@@ -11,19 +11,49 @@ from collections.abc import Sequence
 from paddlike.launch.context.options import DEFAULT_MASTER_PORT, LaunchOptions, UsageError
 
 
-def master_address(
-    master: str | None, master_addr: str | None, master_port: int | None, hosts: Sequence[str]
-) -> tuple[str, int]:
-    """Where the launchers meet.
+def workers_port(options: LaunchOptions) -> int | None:
+    """The workers' MASTER_PORT on node 0 when the user chose it, else None (picked free).
 
-    --master 10.0.0.5:7000                    -> ("10.0.0.5", 7000)
-    --master_addr 10.0.0.5 --master_port 7000 -> ("10.0.0.5", 7000)
-    --ips a,b (neither given)                 -> (hosts[0], 6170)
+    torchrun and OneFlow give --master_port that meaning (the port of rank 0's host the
+    workers' store listens on: the one a firewall or a Kubernetes service opens), and so
+    does paddlike for collective jobs. Parameter-server workers have no MASTER_PORT:
+    there --master_port stays where the launchers meet.
+    """
+    if options.master_port_given and not options.is_ps:
+        return options.master_port
+    return None
+
+
+def master_address(
+    master: str | None,
+    master_addr: str | None,
+    master_port: int | None,
+    hosts: Sequence[str],
+    *,
+    workers: int | None = None,
+) -> tuple[str, int]:
+    """Where the launchers meet. `workers`: the workers' port when --master_port gave it
+    (`workers_port`); the launchers then take the next one, unless --master says where.
+
+    --master 10.0.0.5:7000                          -> ("10.0.0.5", 7000)
+    --master_addr 10.0.0.5 --master_port 7000, PS   -> ("10.0.0.5", 7000)
+    --master_addr 10.0.0.5 --master_port 7000       -> ("10.0.0.5", 7001)  (workers: 7000)
+    --ips a,b (neither given)                       -> (hosts[0], 6170)
     """
     if master and not master.startswith("etcd://"):
         host, _, port = master.rpartition(":")
         return host, int(port)
-    return (master_addr or hosts[0], master_port or DEFAULT_MASTER_PORT)
+    host = master_addr or hosts[0]
+    if workers is None:
+        return host, master_port or DEFAULT_MASTER_PORT
+    if workers >= 65535:
+        raise UsageError(
+            f"--master_port: {workers} is the workers' port, and the launchers meet at the "
+            "port after it, which does not exist; give a lower --master_port, or --master "
+            "ip:port for the launchers",
+            "--master_port",
+        )
+    return host, workers + 1
 
 
 def launchers_master(
@@ -31,14 +61,38 @@ def launchers_master(
 ) -> tuple[str, int]:
     """`master_address`, except that a scheduler's PADDLE_MASTER (PaddleCloud) is used when
     neither --master nor --master_addr is given; an explicit option that contradicts it is
-    a UsageError naming both.
+    a UsageError naming both. A --master_port that is also where the launchers meet
+    (collective jobs: the workers' port) is a UsageError: one port cannot host both stores.
 
     PADDLE_MASTER=10.0.0.5:7000                        -> ("10.0.0.5", 7000)
-    PADDLE_MASTER=10.0.0.5:7000, --master_port 7000    -> ("10.0.0.5", 7000)
+    PADDLE_MASTER=10.0.0.5:7000, --master_port 7100    -> ("10.0.0.5", 7000) (workers: 7100)
     PADDLE_MASTER=10.0.0.5:7000, --master 10.0.0.6:7000 -> UsageError (--master)
     """
-    given = master_address(options.master, options.master_addr, options.master_port, hosts)
-    if not scheduler_master or (options.master and options.master.startswith("etcd://")):
+    workers = workers_port(options)
+    meet = _launchers_master(options, hosts, scheduler_master, workers)
+    if workers is not None and meet[1] == workers and not uses_etcd(options):
+        where = (
+            f"--master {options.master}" if options.master else f"PADDLE_MASTER={scheduler_master}"
+        )
+        raise UsageError(
+            f"--master_port: {workers} is the workers' port on node 0, but the launchers "
+            f"meet there too ({where}); give the launchers another port, or drop --master_port "
+            "(the workers' port is then picked free)",
+            "--master_port",
+        )
+    return meet
+
+
+def _launchers_master(
+    options: LaunchOptions,
+    hosts: Sequence[str],
+    scheduler_master: str | None,
+    workers: int | None,
+) -> tuple[str, int]:
+    given = master_address(
+        options.master, options.master_addr, options.master_port, hosts, workers=workers
+    )
+    if not scheduler_master or uses_etcd(options):
         return given
     host, sep, port_text = scheduler_master.rpartition(":")
     if not sep or not port_text.isdigit() or not host:
@@ -58,7 +112,7 @@ def launchers_master(
             f"{scheduler_master} set by the scheduler; drop one of them",
             "--master_addr",
         )
-    if options.master_port not in (DEFAULT_MASTER_PORT, theirs[1]):
+    if workers is None and options.master_port not in (DEFAULT_MASTER_PORT, theirs[1]):
         raise UsageError(
             f"--master_port: {options.master_port} contradicts PADDLE_MASTER="
             f"{scheduler_master} set by the scheduler; drop one of them",

@@ -72,6 +72,9 @@ class LaunchOptions(NamedTuple):
     node_rank: int | None = None
     master_addr: str | None = None
     master_port: int = DEFAULT_MASTER_PORT
+    # --master_port (or PET_MASTER_PORT, PADDLIKE_MASTER_PORT) came from the user: then it
+    # is the workers' MASTER_PORT on node 0, as torchrun's; see context/master.py
+    master_port_given: bool = False
     module: bool = False
     no_python: bool = False
     # multi-node (wired by the rendezvous)
@@ -780,7 +783,12 @@ class _Parser:
         g.add_argument("--nnodes", help="number of nodes; must agree with --ips")
         g.add_argument("--node_rank", "--rank", dest="node_rank", help="this node's index in --ips")
         g.add_argument("--master_addr", help="address where the launchers meet (default: node 0)")
-        g.add_argument("--master_port", help="port where the launchers meet (default 6170)")
+        g.add_argument(
+            "--master_port",
+            help="the workers' MASTER_PORT on node 0, as in torchrun; the launchers then meet "
+            "at the next port, unless --master says where (default: launchers at 6170, "
+            "the workers' port picked free)",
+        )
         g.add_argument(
             "-m", "--module", action="store_true", default=None, help="run the script as a module"
         )
@@ -1075,6 +1083,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
     _apply_compat_extra(raw, extra, sources)
     raw["ips_given"] = "ips" in given
+    raw["master_port_given"] = "master_port" in given
     raw["run_mode"] = _infer_run_mode(raw, given)
     options = LaunchOptions(
         training_script=script[0], training_script_args=tuple(script[1:]), **raw

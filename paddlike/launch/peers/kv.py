@@ -67,7 +67,7 @@ def host_store(
         return StoreServer(host, port, allowed_hosts=allowed_hosts, token=token).start()
     except OSError as exc:
         raise StoreHostError(
-            f"--master_port: cannot host the launchers' store at {host}:{port}: "
+            f"--master: cannot host the launchers' store at {host}:{port}: "
             f"{exc.strerror or exc}; another job's store may hold it, pick another port"
         ) from exc
 

@@ -24,8 +24,12 @@ def collective_ports_needed(nproc: int) -> int:
     return nproc + 1
 
 
-def collective_layout(world: RendezvousResult, node_index: int, nproc: int) -> EndpointLayout:
+def collective_layout(
+    world: RendezvousResult, node_index: int, nproc: int, master_port: int | None = None
+) -> EndpointLayout:
     """Endpoints from every node's published ports: trainers first, then the store port.
+    `master_port`: the workers' store port the user gave (--master_port, which node 0
+    claims and publishes as its last port); None: node 0's last published port.
 
     node 0 ports (40001, 40002, 40003), node 1 (50001, 50002, 50003), nproc 2
       -> trainers 0:40001 0:40002 1:50001 1:50002, workers' store on node 0 at 40003
@@ -34,7 +38,7 @@ def collective_layout(world: RendezvousResult, node_index: int, nproc: int) -> E
         world.hosts,
         node_index,
         tuple(n.ports[:nproc] for n in world.nodes),
-        master_port=world.nodes[0].ports[nproc],
+        master_port=master_port if master_port is not None else world.nodes[0].ports[nproc],
     )
 
 

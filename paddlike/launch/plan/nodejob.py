@@ -17,7 +17,12 @@ from collections.abc import Callable, Sequence
 from paddlike import __version__
 from paddlike.launch import NamedTuple
 from paddlike.launch.context.devices import DeviceAssignment
-from paddlike.launch.context.master import launchers_master, master_address, ps_master_port
+from paddlike.launch.context.master import (
+    launchers_master,
+    master_address,
+    ps_master_port,
+    workers_port,
+)
 from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import collective_layout, collective_ports_needed
@@ -60,6 +65,9 @@ class NodeJob(NamedTuple):
     # (`agreement.assign_ranks`); without --node_rank, `index` is a placeholder until then
     assign_ranks: bool = False
     rank_known: bool = True
+    # --master_port given (collective): the workers' MASTER_PORT, claimed by node 0 as the
+    # last of its ports instead of a free one; None: node 0 reserves a free one
+    workers_port: int | None = None
 
     @property
     def nnodes(self) -> int:
@@ -167,35 +175,42 @@ def ps_fingerprint(
 def collective_node_job(
     options: LaunchOptions, node: NodeMatch, devices: DeviceAssignment
 ) -> NodeJob:
-    """Collective mode: ports reserved here and traded at the rendezvous; raises UsageError
-    when --master* contradict the scheduler's PADDLE_MASTER."""
+    """Collective mode: ports reserved here and traded at the rendezvous (a --master_port
+    is the workers' store port, claimed on node 0); raises UsageError when --master*
+    contradict the scheduler's PADDLE_MASTER or put both stores on one port."""
     hosts, nproc = tuple(node.hosts), devices.nproc
+    port = workers_port(options)
 
     def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
         index = result.own_index(node.node_index)  # assigned at the rendezvous, or ours
-        return plan_collective(options, collective_layout(result, index, nproc), devices, facts)
+        layout = collective_layout(result, index, nproc, master_port=port)
+        return plan_collective(options, layout, devices, facts)
 
     many = len(hosts) > 1
+    shared = fingerprint(
+        # torchrun style: every node knows only the count until the rendezvous
+        ips=(f"{len(hosts)} nodes, found at the rendezvous",) if node.discovered else hosts,
+        devices_per_node=devices.per_node,
+        nproc_per_node=nproc,
+        run_mode=options.run_mode,
+        job_id=options.job_id,
+        script=options.training_script,
+        script_args=options.training_script_args,
+    )
+    if port is not None:  # every node's workers must meet at the same MASTER_PORT
+        shared["master_port (the workers')"] = str(port)
     return NodeJob(
         hosts=hosts,
         index=node.node_index,
         interface=node.interface,
         reason=node.reason,
         master=launchers_master(options, hosts, node.scheduler_master) if many else None,
-        fingerprint=fingerprint(
-            # torchrun style: every node knows only the count until the rendezvous
-            ips=(f"{len(hosts)} nodes, found at the rendezvous",) if node.discovered else hosts,
-            devices_per_node=devices.per_node,
-            nproc_per_node=nproc,
-            run_mode=options.run_mode,
-            job_id=options.job_id,
-            script=options.training_script,
-            script_args=options.training_script_args,
-        ),
+        fingerprint=shared,
         reserve=collective_ports_needed(nproc),
         plan=plan,
         assign_ranks=node.discovered,
         rank_known=node.rank_known,
+        workers_port=port,
     )
 
 

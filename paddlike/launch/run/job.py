@@ -33,6 +33,8 @@ from paddlike.launch.console.report import (
     report_remote_failure,
     report_success,
 )
+from paddlike.launch.context.master import uses_etcd
+from paddlike.launch.context.node import resolve_ipv4
 from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.peers.api import Peers
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
@@ -48,7 +50,7 @@ from paddlike.launch.plan.policy import (
 )
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
-from paddlike.launch.run.logdir import LogDir, LogDirBusy, LogDirError
+from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, claim_ports, reserve_ports
 from paddlike.launch.run.record import RunRecord
 from paddlike.launch.run.signals import LauncherSignal, signals_raise
@@ -109,19 +111,23 @@ def _run(
     log_dir = os.path.abspath(options.log_dir)
     where.waiting = f"opening the log directory {log_dir}"
     try:
-        logdir = LogDir.open(log_dir, overwrite=options.log_overwrite, host=job.host)
+        logdir = LogDir.open(
+            log_dir, overwrite=options.log_overwrite, host=job.host, job=_job_claim(options, job)
+        )
     except (LogDirBusy, LogDirError) as exc:
-        console.error(f"--log_dir: {exc}")
-        if job.nnodes > 1:  # the others would wait for this node: tell them why it stops
-            from paddlike.launch.peers.startfail import tell_start_failure
-
-            where.waiting = "telling the other nodes why this launcher cannot start"
-            index = job.index if job.rank_known else None  # else a placeholder until then
-            tell_start_failure(
-                options, environ, f"--log_dir: {exc}", node_index=index, address=job.host
-            )
-        return 2
+        return _cannot_start(f"--log_dir: {exc}", options, job, environ, console, where)
+    if logdir.shared_with is not None:
+        holder = logdir.shared_with
+        console.say(
+            f"log directory {log_dir} is held by launcher pid {holder.get('pid')} on host "
+            f"{holder.get('host')} of this job: this node writes to {logdir.path}"
+        )
     with logdir:
+        if job.workers_port is not None and job.nnodes > 1:
+            try:  # node 0 claims --master_port before the others wait for it
+                _ports(options, job)
+            except PortError as exc:
+                return _cannot_start(str(exc), options, job, environ, console, where)
         try:
             peers = _open_peers(options, job, progress, where)
         except RendezvousError as exc:
@@ -141,6 +147,44 @@ def _run(
             raise
         peers.close()
         return code
+
+
+def _cannot_start(
+    message: str,
+    options: LaunchOptions,
+    job: NodeJob,
+    environ: Mapping[str, str],
+    console: Console,
+    where: _Where,
+) -> int:
+    """This node cannot start: one line here, and (many nodes) the others told through the
+    store when it can be reached, so that they do not wait for this node. Exit 2."""
+    console.error(message)
+    if job.nnodes > 1:
+        from paddlike.launch.peers.startfail import tell_start_failure
+
+        where.waiting = "telling the other nodes why this launcher cannot start"
+        index = job.index if job.rank_known else None  # else a placeholder until then
+        tell_start_failure(options, environ, message, node_index=index, address=job.host)
+    return 2
+
+
+def _job_claim(options: LaunchOptions, job: NodeJob) -> JobClaim | None:
+    """Which job this is, for the log directory, before the rendezvous (None on one
+    node: a one-node job never shares its directory). Every node of one job computes
+    the same: the job id, else where the launchers meet and the fingerprint."""
+    if job.nnodes == 1:
+        return None
+    if uses_etcd(options):
+        meeting = options.master or ""
+    elif job.master is not None:
+        host, port = job.master
+        with contextlib.suppress(OSError, UnicodeError):
+            host = resolve_ipv4(host)  # "nodea" on one node and its address on another
+        meeting = f"{host}:{port}"
+    else:
+        meeting = ""
+    return JobClaim.of(job_id=options.job_id, meeting=meeting, fingerprint=job.fingerprint)
 
 
 def _open_peers(
@@ -255,18 +299,57 @@ def _rounds(
 def _ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
     """This round's ports: on one node the consecutive ones from a given start
     (--start_port, PADDLE_START_PORT, PaddleCloud's PADDLE_PORT), else free ones reserved
-    here (many nodes trade them at the rendezvous)."""
+    here (many nodes trade them at the rendezvous). A --master_port (collective) is the
+    workers' store port: node 0 claims it as its last port instead of a free one, and a
+    taken one ends the round with exit 2 naming it."""
     if not job.reserve:
         return ()
+
+    def may_host_store() -> bool:  # no rank yet: node 0 is the node the master names
+        try:
+            return job.master is not None and socket.gethostbyname(job.master[0]) == job.host
+        except OSError:
+            return False
+
+    claim_workers_port = job.workers_port is not None and (
+        job.nnodes == 1 or (job.index == 0 if job.rank_known else may_host_store())
+    )
+    trainers = job.reserve - 1 if claim_workers_port else job.reserve
     if options.start_port_from and job.nnodes == 1:
-        return claim_ports(
+        ports = claim_ports(
             options.start_port,
-            job.reserve,
+            trainers,
             job.host,
             source=options.start_port_from,
             limit=options.ports_num,
         )
-    return reserve_ports(job.reserve, job.host)
+    else:
+        ports = reserve_ports(trainers, job.host)
+        while job.workers_port in ports:  # free by chance: the workers' port is not theirs
+            ports = reserve_ports(trainers, job.host)
+    if not claim_workers_port:
+        return ports
+    assert job.workers_port is not None
+    if job.workers_port in ports:
+        from paddlike.launch.run.ports import PortTakenError
+
+        raise PortTakenError(
+            f"--master_port {job.workers_port}: also a trainer port from "
+            f"{options.start_port_from} {options.start_port} (this node needs "
+            f"{ports[0]}-{ports[-1]} for its trainers); give ports that do not overlap"
+        )
+    # Ports belong to a network namespace, the registry to the machine: "nodes" that are
+    # namespaces of one machine must not block each other's --master_port.
+    from paddlike.launch.run.ports import default_registry_dir
+
+    registry = default_registry_dir()
+    with contextlib.suppress(OSError):
+        ns, first = (os.stat(f"/proc/{pid}/ns/net").st_ino for pid in ("self", "1"))
+        if ns != first:
+            registry = registry / f"netns-{ns}"
+    port = job.workers_port
+    claimed = claim_ports(port, 1, job.host, source="--master_port", registry_dir=registry)
+    return (*ports, *claimed)
 
 
 def conclude_round(

@@ -5,16 +5,22 @@
                     "\\nPADDLE_PSERVERS_IP_PORT_LIST: " and the servers the same way
     workerlog.N     a worker's stdout and stderr; one header line per run
     .paddlike.lock  the lock (flock) two launchers on one directory contend for
-    .paddlike.owner who holds it: pid, host, hostname, start time (JSON)
+    .paddlike.owner who holds it: pid, host, hostname, start time, and for a job of
+                    several nodes the job it runs (JSON)
+    <host>/         a node of the same job that found the directory held (a shared
+                    home over NFS): the same files, its own lock (docs/logdir.md)
 
 The lock is what keeps a second launcher from interleaving its workers' output
-with ours; its message names the holder so the user can find and stop it.
+with ours; its message names the holder so the user can find and stop it. Nodes of
+one job are not rivals: the first takes the directory, each later one a directory of
+its own inside it, named by its address, found by `python -m paddlike.logs`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -23,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from paddlike.contract import STAGE_ID
+from paddlike.launch import NamedTuple
 from paddlike.launch.plan.plan import ProcessSpec, Role
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -37,6 +44,36 @@ SERVER_ENDPOINTS_LINE = "PADDLE_PSERVERS_IP_PORT_LIST: "
 HETER_ENDPOINTS_LINE = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: "
 # Every run header in a worker log starts with this; `paddlike.logs` splits runs on it.
 HEADER_PREFIX = "==== paddlike run "
+# How many nodes of one job on one host may share a directory (loopback test clusters):
+# the second takes <host>.2, and so on.
+MAX_SAME_HOST = 64
+
+
+class JobClaim(NamedTuple):
+    """Which job of several nodes a launcher runs, as it can tell before the rendezvous.
+
+    `key` is equal on every node of one job and differs between jobs: derived from the
+    job id when one was given, else from where the launchers meet and the configuration
+    every node must share (the rendezvous's fingerprint). `what` names it for messages.
+    """
+
+    key: str
+    what: str
+
+    @classmethod
+    def of(cls, *, job_id: str | None, meeting: str, fingerprint: dict[str, str]) -> JobClaim:
+        """job_id given: that names the job. Else the meeting address and the
+        fingerprint: two concurrent jobs cannot meet at one address, and one job's nodes
+        must agree on the fingerprint (a node that disagrees is another job to us)."""
+        if job_id:
+            basis: object = {"job_id": job_id}
+            what = f"job {job_id}"
+        else:
+            basis = {"meeting": meeting, "fingerprint": fingerprint}
+            script = fingerprint.get("training script", "")
+            what = f"the job meeting at {meeting}" + (f" running {script}" if script else "")
+        digest = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()
+        return cls(digest[:32], what)
 
 
 class LogDirBusy(Exception):
@@ -104,37 +141,55 @@ def format_header(spec: ProcessSpec, *, job_id: str, restart: int, when: float) 
 class LogDir:
     """A locked log directory. Use as a context manager: `with LogDir.open(...) as logdir:`."""
 
-    def __init__(self, path: Path, lock: int, *, overwrite: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        lock: int,
+        *,
+        overwrite: bool,
+        shared_with: dict[str, Any] | None = None,
+    ) -> None:
         self.path = path
         self._lock = lock
         self._overwrite = overwrite
         self._opened: set[str] = set()  # files already truncated/headed by this launcher
+        # The owner of the directory given, when it is a launcher of the same job and
+        # this one took a directory of its own inside it (None: we hold the one given).
+        self.shared_with = shared_with
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, overwrite: bool, host: str) -> LogDir:
-        """Create `path` if needed and take its lock, or raise LogDirBusy naming the holder."""
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool,
+        host: str,
+        job: JobClaim | None = None,
+    ) -> LogDir:
+        """Create `path` if needed and take its lock, or raise LogDirBusy naming the holder.
+
+        With `job` (a job of several nodes): when the holder is a launcher of the same
+        job, take `<path>/<host>/` (`<host>.2` ... when nodes of the job share a host)
+        with its own lock instead; a holder of another job is still refused."""
         root = Path(path).absolute()
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LogDirError(f"cannot create log directory {root}: {exc.strerror}") from exc
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise LogDirError(f"log directory {root} is not writable")
-        # fcntl.flock rather than the filelock package: the same kernel lock, released by
-        # the kernel when the launcher dies however it dies, without the ~40 ms that
-        # importing filelock adds to every launch (start-up time is a feature here).
-        lock = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock)
-            raise LogDirBusy(_busy_message(root)) from None
-        try:
-            _write_owner(root, host)
-        except BaseException:
-            os.close(lock)
-            raise
-        return cls(root, lock, overwrite=overwrite)
+        taken = _try_lock(root, host, job)
+        if isinstance(taken, int):
+            return cls(root, taken, overwrite=overwrite)
+        holder = taken
+        if job is None or holder is None or holder.get("job") != job.key:
+            raise LogDirBusy(_busy_message(root, holder, job))
+        base = _dir_name(host)
+        for n in range(1, MAX_SAME_HOST + 1):
+            sub = root / (base if n == 1 else f"{base}.{n}")
+            inner = _try_lock(sub, host, job)
+            if isinstance(inner, int):
+                return cls(sub, inner, overwrite=overwrite, shared_with=holder)
+            if inner is None or inner.get("job") != job.key:  # not one of ours: say whose
+                raise LogDirBusy(_busy_message(sub, inner, job))
+        raise LogDirBusy(
+            f"log directory {root} and {MAX_SAME_HOST} node directories in it for host "
+            f"{host} are in use by launchers of {job.what}; pass another --log_dir"
+        )
 
     def __enter__(self) -> LogDir:
         return self
@@ -254,43 +309,93 @@ def read_tail_since(path: str | os.PathLike[str], start: int, lines: int = 20) -
     return data.decode("utf-8", errors="replace").splitlines()[-lines:] if lines > 0 else []
 
 
+def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, Any] | None:
+    """Create `root` and take its lock: the lock's fd; else the holder's owner record
+    (None when it cannot be read)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LogDirError(f"cannot create log directory {root}: {exc.strerror}") from exc
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise LogDirError(f"log directory {root} is not writable")
+    # fcntl.flock rather than the filelock package: the same kernel lock, released by
+    # the kernel when the launcher dies however it dies, without the ~40 ms that
+    # importing filelock adds to every launch (start-up time is a feature here).
+    lock = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return _read_owner(root)
+    try:
+        _write_owner(root, host, job)
+    except BaseException:
+        os.close(lock)
+        raise
+    return lock
+
+
+def _dir_name(host: str) -> str:
+    """A node's directory name: its address, with anything a path cannot hold replaced."""
+    name = "".join(c if c.isalnum() or c in ".-_:" else "_" for c in host)
+    return name if name.strip(".") else "node"
+
+
 def _ends_with_newline(path: Path, size: int) -> bool:
     with open(path, "rb") as f:
         f.seek(size - 1)
         return f.read(1) == b"\n"
 
 
-def _write_owner(root: Path, host: str) -> None:
-    owner = {
+def _write_owner(root: Path, host: str, job: JobClaim | None) -> None:
+    owner: dict[str, Any] = {
         "pid": os.getpid(),
         "host": host,
         "hostname": os.uname().nodename,
         "since": time.time(),
     }
+    if job is not None:
+        owner["job"] = job.key
+        owner["job_what"] = job.what
     tmp = root / f"{OWNER_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(owner) + "\n")
     os.replace(tmp, root / OWNER_FILE)
 
 
-def _busy_message(root: Path, wait: float = 1.0) -> str:
-    """Name the holder. Its owner file appears right after it takes the lock: allow a moment."""
+def _read_owner(root: Path, wait: float = 1.0) -> dict[str, Any] | None:
+    """The holder's owner record. It appears right after the holder takes the lock:
+    allow a moment; None when it cannot be read by then."""
     deadline = time.monotonic() + wait
-    owner: dict[str, Any] | None = None
-    while owner is None:
+    while True:
         try:
             owner = json.loads((root / OWNER_FILE).read_text())
+            return owner if isinstance(owner, dict) else None
         except (OSError, ValueError):
             if time.monotonic() >= deadline:
-                break
+                return None
             time.sleep(0.01)  # the holder is between flock and its owner-file rename
+
+
+def _busy_message(root: Path, owner: dict[str, Any] | None, job: JobClaim | None) -> str:
+    """Name the holder (and, for a job of several nodes, that it runs another job)."""
     if owner is None:
         return (
             f"log directory {root} is in use by another launcher (its pid is unknown); "
             f"wait for it to finish or pass another --log_dir"
         )
     since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
+    other = ""
+    if job is not None:
+        theirs = owner.get("job_what")
+        if theirs == job.what:  # same address and script: another option differs
+            other = (
+                f", for {theirs} but with another configuration than this node's "
+                "(compare the two command lines)"
+            )
+        else:
+            other = f", for another job ({theirs})" if theirs else ", for another job"
     return (
         f"log directory {root} is in use by launcher pid {owner.get('pid')} on host "
-        f"{owner.get('host')} ({owner.get('hostname')}), running since {since}; "
+        f"{owner.get('host')} ({owner.get('hostname')}), running since {since}{other}; "
         f"wait for it to finish or pass another --log_dir"
     )
