@@ -1,6 +1,12 @@
 """Many-node rendezvous time and cross-node teardown latency, on network-namespace nodes.
 
-    python bench/rendezvous.py [--runs 3] [--nodes 2,4,8]
+    python bench/rendezvous.py [--runs 3] [--nodes 2,4,8,16]
+    python bench/rendezvous.py --simulated 64,256,1024 [--backends store,etcd]
+
+--simulated: N `Rendezvous` participants as threads of this process (no launchers, no
+workers) against node 0's store (a child process on loopback) and a loopback etcd (when
+the binary exists): time from a common start until every node has the verdict, and the
+key+value bytes and store calls all nodes made, with their growth from one size to the next.
 
 Needs root and `ip netns` (skips with the reason otherwise). Each node is a namespace
 on a private bridge (tests/netns.py); one worker per node. Rows (median of --runs):
@@ -18,18 +24,27 @@ on a private bridge (tests/netns.py); one worker per node. Rows (median of --run
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from paddlike.distributed.store import StoreClient  # noqa: E402
+from paddlike.launch.peers.etcd import EtcdStore  # noqa: E402
+from paddlike.launch.peers.rendezvous import Rendezvous  # noqa: E402
+from paddlike.launch.plan.world import NodeEntry  # noqa: E402
 from tests.netns import Cluster, netns_cluster, netns_unavailable_reason  # noqa: E402
 
 PY = sys.executable
@@ -138,11 +153,225 @@ def _ok(value: float, target: float) -> str:
     return "ok" if value <= target else "SLOW"
 
 
+# --- simulated nodes: N `Rendezvous` participants in this process ------------------------
+
+SIM_FINGERPRINT = {  # about the size of a launcher's real fingerprint
+    "nnodes": "",
+    "nproc_per_node": "8",
+    "training script": "/home/user/project/train.py",
+    "script args": "--epochs 10 --batch-size 64",
+    "devices": "gpu",
+    "run_mode": "collective",
+    "job_id": "",
+    "paddlike": "0.1.0",
+}
+
+
+class CountingKV:
+    """One simulated node's store connection, counting the key and value bytes it moves
+    (requests and replies, without framing): the store's own byte count, computed."""
+
+    def __init__(self, kv) -> None:  # type: ignore[no-untyped-def]
+        self.kv, self.address = kv, kv.address
+        self.sent = self.received = self.calls = 0
+        if hasattr(kv, "missing"):  # node 0's store looks up many keys in one call; etcd not
+            self.missing = self._missing
+
+    def _missing(self, keys: list[str]) -> list[str]:
+        lacking = self.kv.missing(keys)
+        self.calls += 1
+        self.sent += sum(len(k) for k in keys)
+        self.received += sum(len(k) for k in lacking)
+        return lacking
+
+    def _count(self, key: str, value: bytes | str | None = None, reply: bytes | None = None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        self.sent += len(key) + (len(value) if value is not None else 0)
+        self.received += len(reply) if reply is not None else 0
+        return reply
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self.kv.set(key, value)
+        self._count(key, value)
+
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        return self._count(key, reply=self.kv.get(key, timeout=timeout))
+
+    def try_get(self, key: str) -> bytes | None:
+        return self._count(key, reply=self.kv.try_get(key))
+
+    def add(self, key: str, amount: int = 1) -> int:
+        value = self.kv.add(key, amount)
+        self._count(key, b"%d" % amount, b"%d" % value)
+        return value
+
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+        got = self.kv.compare_set(key, expected, desired)
+        self._count(key, (expected or b"") + desired, got)
+        return got
+
+    def close(self) -> None:
+        self.kv.close()
+
+
+def _sim_entry(i: int, n: int) -> NodeEntry:
+    host = f"198.18.{i // 250}.{i % 250 + 1}"
+    return NodeEntry(
+        i, host, f"node{i}", 1000 + i, (6170, 6171 + i), {**SIM_FINGERPRINT, "nnodes": str(n)}
+    )
+
+
+def simulate(n: int, connect, timeout: float) -> tuple[float, int, int, str]:  # type: ignore[no-untyped-def]
+    """N launchers' rendezvous as threads of this process, against one store reached with
+    `connect()`: (seconds from the common start to the last node's verdict, bytes moved,
+    store calls, "" or the first error)."""
+    kvs = [CountingKV(connect()) for _ in range(n)]
+    hosts = [_sim_entry(i, n).host for i in range(n)]
+    go = threading.Barrier(n + 1)
+    errors: list[str] = []
+    done: list[float] = []
+
+    def node(i: int) -> None:
+        rdzv = Rendezvous(kvs[i], i, n, hosts, timeout)
+        go.wait()
+        try:
+            result = rdzv.join(_sim_entry(i, n))
+            if len(result.nodes) != n or result.nodes[n - 1].host != hosts[n - 1]:
+                errors.append(f"node {i}: wrong world")
+        except Exception as exc:  # reported in the table, not raised: other sizes still run
+            errors.append(f"node {i}: {type(exc).__name__}: {exc}"[:200])
+        done.append(time.monotonic())
+
+    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    go.wait()
+    started = time.monotonic()
+    for t in threads:
+        t.join(timeout + 30)
+    for kv in kvs:
+        with contextlib.suppress(Exception):
+            kv.close()
+    elapsed = (max(done) if len(done) == n else time.monotonic()) - started
+    moved = sum(kv.sent + kv.received for kv in kvs)
+    return elapsed, moved, sum(kv.calls for kv in kvs), errors[0] if errors else ""
+
+
+@contextlib.contextmanager
+def _loopback_etcd() -> Iterator[tuple[str, int]]:
+    """An etcd on loopback for the simulation, killed at the end whatever happens."""
+    from tests.test_etcd import _etcd_argv, _free_port
+
+    with tempfile.TemporaryDirectory(prefix="bench-etcd-") as tmp:
+        port = _free_port()
+        argv = _etcd_argv(Path(tmp) / "etcd", "127.0.0.1", port, _free_port())
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    url = f"http://127.0.0.1:{port}/health"
+                    with urllib.request.urlopen(url, timeout=1) as r:
+                        if json.loads(r.read()).get("health") == "true":
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("etcd did not become healthy in 20 s")
+                time.sleep(0.05)  # etcd's health endpoint offers nothing to wait on
+            yield ("127.0.0.1", port)
+        finally:
+            _stop(proc)
+
+
+def _growth(rows: list[tuple[int, float, int]], i: int) -> str:
+    if i == 0:
+        return "-"
+    (n0, t0, b0), (n1, t1, b1) = rows[i - 1], rows[i]
+    k = n1 / n0
+    return f"x{t1 / t0:.1f} time, x{b1 / b0:.1f} bytes for x{k:g} nodes"
+
+
+# node 0's store in a process of its own, as on a cluster (there it runs in node 0's
+# launcher, not in the process of the other nodes' launchers)
+STORE_PROCESS = """
+import sys
+from paddlike.distributed.store import StoreServer
+server = StoreServer("127.0.0.1", 0).start()
+print(server.address[1], flush=True)
+sys.stdin.read()  # until the benchmark closes our stdin (or dies)
+"""
+
+
+@contextlib.contextmanager
+def _store_process() -> Iterator[tuple[str, int]]:
+    """Node 0's store on loopback in a child process, killed at the end whatever happens."""
+    argv = [PY, "-c", STORE_PROCESS]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env())
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit("the store process did not start")
+        yield ("127.0.0.1", int(line))
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def _backend(backend: str, n: int, stack: contextlib.ExitStack, timeout: float):  # type: ignore[no-untyped-def]
+    """A connect() for one size: a fresh store, or a fresh key prefix on the one etcd."""
+    if backend == "store":
+        address = stack.enter_context(_store_process())
+        return lambda: StoreClient(*address, timeout=timeout)
+    endpoint = stack.enter_context(_loopback_etcd())
+    return lambda: EtcdStore([endpoint], job_id=f"sim{n}", timeout=timeout)
+
+
+def simulated_main(sizes: list[int], backends: list[str], timeout: float) -> None:
+    """The table of simulated-node rendezvous per backend and N."""
+    print(f"simulated nodes: threads of one process, {os.cpu_count()} cores, loopback; node 0's")
+    print("store in a process of its own (as in node 0's launcher), etcd as a local server;")
+    print("bytes = keys and values moved between the nodes and the store (both ways)\n")
+    print(f"{'backend':<8} {'nodes':>6} {'time':>9} {'bytes':>13} {'calls':>10}  growth / note")
+    for backend in backends:
+        if backend == "etcd" and shutil.which("etcd") is None:
+            print(f"{backend:<8} skipped: no etcd binary")
+            continue
+        rows: list[tuple[int, float, int]] = []
+        for n in sizes:
+            with contextlib.ExitStack() as stack:
+                elapsed, moved, calls, error = simulate(
+                    n, _backend(backend, n, stack, timeout), timeout
+                )
+            rows.append((n, elapsed, moved))
+            note = error or _growth(rows, len(rows) - 1)
+            goal = "  (goal <= 2 s)" if backend == "store" and n == 1024 else ""
+            print(f"{backend:<8} {n:>6} {elapsed:>8.3f}s {moved:>13,} {calls:>10,}  {note}{goal}")
+            sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--nodes", default="2,4,8")
+    parser.add_argument("--nodes", default="2,4,8,16")
+    parser.add_argument(
+        "--simulated",
+        metavar="N,N,...",
+        help="instead: N simulated nodes (threads of this process) per size, e.g. 64,256,1024",
+    )
+    parser.add_argument("--backends", default="store,etcd", help="for --simulated")
+    parser.add_argument("--sim_timeout", type=float, default=60.0, help="for --simulated")
     args = parser.parse_args()
+    if args.simulated:
+        sizes = [int(n) for n in args.simulated.split(",")]
+        simulated_main(sizes, args.backends.split(","), args.sim_timeout)
+        return
     reason = netns_unavailable_reason()
     if reason:
         print(f"skipped: {reason}")

@@ -118,7 +118,29 @@ def test_the_protocols_keys_are_the_ones_the_launchers_write():
         "rdzv/0/left/2",
         "rdzv/0/node/0",
         "rdzv/0/node/1",
+        "rdzv/0/world",
     ]
+
+
+class ReadCountingKV(MemoryKV):
+    """Counts the reads of each key, to show what a round costs the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: dict[str, int] = {}
+
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().get(key, timeout)
+
+
+def test_each_node_reads_one_world_value_rather_than_every_nodes_entry():
+    kv = ReadCountingKV()
+    results = _join_all(kv, [_entry(i) for i in range(3)])
+    assert [r.ports for r in results] == [((4000, 5000), (4001, 5001), (4002, 5002))] * 3
+    assert kv.reads[p.world_key(0)] == 3
+    # only the last arrival reads the entries, to write the world
+    assert [kv.reads.get(p.node_key(0, i), 0) for i in range(3)] == [1, 1, 1]
 
 
 def _watch(kv: MemoryKV, node: int, clock: StepClock | None = None) -> JobWatch:

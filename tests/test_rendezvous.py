@@ -11,7 +11,7 @@ import pytest
 from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.launch.context.master import master_address
 from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousError, RendezvousTimeout
-from paddlike.launch.peers.protocol import decode_entry, encode_entry
+from paddlike.launch.peers.protocol import decode_entry, decode_world, encode_entry, encode_world
 from paddlike.launch.peers.rendezvous import Rendezvous
 from paddlike.launch.plan.agreement import (
     check_fingerprints,
@@ -90,6 +90,14 @@ def test_node_entries_round_trip_through_bytes() -> None:
     assert decode_entry(encode_entry(e)) == e
 
 
+def test_a_world_round_trips_every_entry_with_its_own_fingerprint_in_field_order() -> None:
+    odd = dict(reversed(_fp(nproc_per_node=4).items()))  # another value, another field order
+    entries = [_entry(0), _entry(1, fp=odd, ports=(7, 8, 9)), _entry(2)]
+    back = decode_world(encode_world(entries))
+    assert back == tuple(entries)
+    assert [list(e.fingerprint) for e in back] == [list(e.fingerprint) for e in entries]
+
+
 # --- against a live store, nodes as threads --------------------------------------------
 
 
@@ -119,6 +127,16 @@ def _join_all(store: StoreServer, entries: list[NodeEntry], nnodes: int, timeout
     for t in threads:
         t.join(timeout=60)
     return results, lines
+
+
+def test_the_store_names_the_keys_it_lacks_in_one_call(store: StoreServer) -> None:
+    with StoreClient(*store.address) as kv:
+        kv.set("rdzv/0/node/1", b"x")
+        assert kv.missing(["rdzv/0/node/0", "rdzv/0/node/1", "rdzv/0/node/2"]) == [
+            "rdzv/0/node/0",
+            "rdzv/0/node/2",
+        ]
+        assert kv.missing(["rdzv/0/node/1"]) == [] and kv.missing([]) == []
 
 
 def test_all_nodes_get_every_nodes_ports_in_node_order(store: StoreServer) -> None:

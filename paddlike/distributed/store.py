@@ -825,6 +825,19 @@ class StoreClient:
                 f"keys {missing} did not appear in the store at {self.address} within {t:g} s"
             )
 
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        """Which of `keys` the store lacks right now, in one call instead of one per key:
+        a `wait` with no time to wait, whose TIMEOUT reply lists them (so any server of
+        this protocol answers it). Keys must not contain ","."""
+        keys = list(keys)
+        if not keys:
+            return []
+        r = self._call(_Wait.request(keys, 0), f"look-up of {len(keys)} keys")
+        if r.status == OK:  # type: ignore[attr-defined]
+            return []
+        listed = r.bytes_().decode()
+        return listed.split(",") if listed else []
+
     def barrier(self, name: str, world_size: int, timeout: float | None = None) -> None:
         """Block until `world_size` callers reached barrier `name`. Reusable: the n-th use of a
         name waits for the n-th group of arrivals."""

@@ -11,6 +11,8 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``rdzv/<r>/by-ticket/<t>``  | arrival t (ranks assigned at | its `NodeEntry` (index: the    |
 |                             | the rendezvous, round 0)     | rank it asks for, or -1)       |
 | ``rdzv/<r>/order``          | the N-th arrival, once       | tickets in node order (JSON)   |
+| ``rdzv/<r>/world``          | the last (N-th) arrival,     | every entry in node order, in  |
+|                             | once, before ``complete``    | one value (`encode_world`)     |
 | ``rdzv/<r>/complete``       | the last arrival or a        | ``ok``, ``failed:``/           |
 |                             | failing node, create-only    | ``mismatch:`` + message,       |
 |                             |                              | ``aborted:`` + a cause,        |
@@ -28,7 +30,9 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Sequence
 
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
@@ -60,6 +64,12 @@ def ticket_key(round_: int, ticket: int) -> str:
 
 def order_key(round_: int) -> str:
     return rdzv_key(round_, "order")
+
+
+def world_key(round_: int) -> str:
+    """Every node's entry in one value: each node reads one key, not N (O(N) store calls
+    for the round instead of O(N²))."""
+    return rdzv_key(round_, "world")
 
 
 def complete_key(round_: int) -> str:
@@ -171,4 +181,36 @@ def decode_entry(raw: bytes) -> NodeEntry:
         ports=tuple(int(p) for p in d["ports"]),
         fingerprint={str(k): str(v) for k, v in d["fingerprint"].items()},
         job_id=str(d.get("job_id", "")),
+    )
+
+
+def encode_world(entries: Sequence[NodeEntry]) -> bytes:
+    """Every entry in node order, each fingerprint stored once however many nodes share it
+    (they usually all do): about 70 bytes a node rather than a whole entry's 300."""
+    fingerprints: dict[tuple[tuple[str, str], ...], int] = {}
+    nodes = []
+    for e in entries:
+        # the fingerprint's field order is kept: it is the order mismatches are reported in
+        fp = fingerprints.setdefault(tuple(e.fingerprint.items()), len(fingerprints))
+        nodes.append([e.index, e.host, e.hostname, e.pid, list(e.ports), fp, e.job_id])
+    return json.dumps({"fingerprints": [dict(f) for f in fingerprints], "nodes": nodes}).encode()
+
+
+@functools.lru_cache(maxsize=8)
+def decode_world(raw: bytes) -> tuple[NodeEntry, ...]:
+    """The entries of `encode_world`. Cached: launchers simulated in one process (tests,
+    bench/rendezvous.py) decode one world once; the entries are shared, read-only."""
+    d = json.loads(raw)
+    fps = [{str(k): str(v) for k, v in f.items()} for f in d["fingerprints"]]
+    return tuple(
+        NodeEntry(
+            index=int(n[0]),
+            host=str(n[1]),
+            hostname=str(n[2]),
+            pid=int(n[3]),
+            ports=tuple(int(p) for p in n[4]),
+            fingerprint=fps[int(n[5])],
+            job_id=str(n[6]),
+        )
+        for n in d["nodes"]
     )

@@ -8,11 +8,13 @@ first ``--ips`` entry and port 6170). Each launcher, node 0 included, then:
 2. publishes its `NodeEntry` (host, the ports it reserved locally, a fingerprint of
    its configuration) create-only: a second launcher claiming the same node index is
    an error naming both;
-3. counts itself in; the last to arrive marks the round complete. Everyone waits
-   for that one key, printing one progress line naming the nodes still missing;
-4. reads every node's entry and decides, identically on every node, whether the
-   fingerprints agree (`plan.agreement`). The endpoints then come from the published
-   ports, so no port is ever assumed free on another host.
+3. counts itself in; the last to arrive reads every entry, writes them all as one
+   value (the round's "world") and marks the round complete. Everyone waits for that
+   one key, printing one progress line naming the nodes still missing;
+4. reads the world (one key, not one per node: a round costs the store O(N) calls, not
+   O(N²)) and decides, identically on every node, whether the fingerprints agree
+   (`plan.agreement`). The endpoints then come from the published ports, so no port
+   is ever assumed free on another host.
 
 Two launchers that each believe they are node 0 (``--ips`` in another order, no
 ``--master``) each host a store of their own and would wait for each other until the
@@ -25,6 +27,7 @@ the verdict (`Rendezvous.linger`). Keys and payloads: `peers.protocol`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Sequence
 
@@ -94,6 +97,7 @@ class Rendezvous:
         self.rival_check = rival_check
         self.missing: list[int] = []  # last seen missing, for messages
         self.ticket: int | None = None  # this launcher's arrival number (``left/<ticket>``)
+        self._unseen: tuple[int, list[int]] | None = None  # (round, nodes not seen yet)
 
     def join(self, entry: NodeEntry, round_: int = 0) -> RendezvousResult:
         """Meet the others; every launcher that arrived marks when it has read the verdict
@@ -135,28 +139,32 @@ class Rendezvous:
                 self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + message.encode())
                 raise FingerprintMismatch(message)
             if self.kv.add(p.count_key(round_), 1) == self.nnodes:
+                left = max(1.0, deadline - self.clock())
+                everyone = [
+                    p.decode_entry(self.kv.get(p.node_key(round_, i), timeout=left))
+                    for i in range(self.nnodes)
+                ]
+                self.kv.set(p.world_key(round_), p.encode_world(everyone))
                 self.kv.compare_set(complete, None, p.COMPLETE_OK)
             _check_verdict(self._wait_complete(round_, started, deadline))
-            entries = []
-            for i in range(self.nnodes):
-                raw = self.kv.get(p.node_key(round_, i), timeout=max(1.0, deadline - self.clock()))
-                entries.append(p.decode_entry(raw))
+            left = max(1.0, deadline - self.clock())
+            entries, problem = _agreement(self.kv.get(p.world_key(round_), timeout=left))
         except StoreError as exc:
             if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
                 raise self._timeout(round_) from exc
             raise RendezvousError(
                 f"rendezvous: lost the store at {where} (node 0's launcher gone?): {exc}"
             ) from exc
-        problem = check_fingerprints(entries)
         if problem:
             raise FingerprintMismatch(problem)
         return RendezvousResult(
-            round_, tuple(entries), job_id_in_force(entries), self.clock() - started, entry.index
+            round_, entries, job_id_in_force(entries), self.clock() - started, entry.index
         )
 
     def _join_by_ticket(self, entry: NodeEntry, round_: int, ticket: int) -> RendezvousResult:
         """Ranks assigned here: publish under the arrival ticket; the N-th arrival writes
-        the order (one key) and the verdict; every node reads the order and its place."""
+        the order (one key), the entries in that order (the world) and the verdict; every
+        node reads the order (its place) and the world."""
         started = self.clock()
         deadline = started + self.timeout
         where = self.kv.address
@@ -174,27 +182,26 @@ class Rendezvous:
                 if isinstance(order, str):
                     self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + order.encode())
                 else:
+                    by_ticket = dict(arrivals)
+                    ranked = [by_ticket[t]._replace(index=i) for i, t in enumerate(order)]
                     self.kv.set(p.order_key(round_), p.encode_order(order))
+                    self.kv.set(p.world_key(round_), p.encode_world(ranked))
                     self.kv.compare_set(complete, None, p.COMPLETE_OK)
             _check_verdict(self._wait_complete(round_, started, deadline))
             left = max(1.0, deadline - self.clock())
             order = p.decode_order(self.kv.get(p.order_key(round_), timeout=left))
-            entries = [
-                p.decode_entry(self.kv.get(p.ticket_key(round_, t), timeout=left))._replace(index=i)
-                for i, t in enumerate(order)
-            ]
+            entries, problem = _agreement(self.kv.get(p.world_key(round_), timeout=left))
         except StoreError as exc:
             if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
                 raise self._timeout(round_) from exc
             raise RendezvousError(
                 f"rendezvous: lost the store at {where} (node 0's launcher gone?): {exc}"
             ) from exc
-        problem = check_fingerprints(entries)
         if problem:
             raise FingerprintMismatch(problem)
         return RendezvousResult(
             round_,
-            tuple(entries),
+            entries,
             job_id_in_force(entries),
             self.clock() - started,
             order.index(ticket),
@@ -221,7 +228,26 @@ class Rendezvous:
         return describe_missing(self.missing, self.hosts) if self.missing else None
 
     def _present(self, round_: int) -> list[int]:
-        return [i for i in range(self.nnodes) if self.kv.try_get(p.node_key(round_, i)) is not None]
+        """The nodes whose entry is in the store. One read of the count when all are (the
+        usual case); else a look at the nodes not seen before only (entries never go), so
+        a node waiting for a straggler does not read every entry each second."""
+        if int(self.kv.try_get(p.count_key(round_)) or b"0") >= self.nnodes:
+            return list(range(self.nnodes))
+        unseen = self._unseen[1] if self._unseen and self._unseen[0] == round_ else None
+        candidates = range(self.nnodes) if unseen is None else unseen
+        still = self._lacking(round_, list(candidates))
+        self._unseen = (round_, still)
+        gone = set(still)
+        return [i for i in range(self.nnodes) if i not in gone]
+
+    def _lacking(self, round_: int, nodes: list[int]) -> list[int]:
+        """The nodes among `nodes` without an entry: one store call where the store can
+        look up many keys at once (node 0's store), else one per node (etcd)."""
+        missing = getattr(self.kv, "missing", None)
+        if missing is None:
+            return [i for i in nodes if self.kv.try_get(p.node_key(round_, i)) is None]
+        by_key = {p.node_key(round_, i): i for i in nodes}
+        return sorted(by_key[k] for k in missing(list(by_key)))
 
     def _timeout(self, round_: int) -> RendezvousTimeout:
         absent = self._absent(round_)
@@ -252,6 +278,8 @@ class Rendezvous:
                 continue
             next_check = now + 1.0
             absent = self._absent(round_)
+            if absent is None:  # all came (for good): only the verdict is left to wait for,
+                next_check = deadline  # so stop looking, which costs the store N calls a second
             missing = self.missing if not self.assign else []
             rival = self.rival_check(round_, missing) if missing and self.rival_check else None
             if rival:
@@ -263,6 +291,15 @@ class Rendezvous:
                     now - started,
                     self.timeout,
                 )
+
+
+@functools.lru_cache(maxsize=8)
+def _agreement(world: bytes) -> tuple[tuple[NodeEntry, ...], str | None]:
+    """The round's entries and the fingerprint verdict on them (None: they agree), the
+    same pure function of the same bytes on every node. Cached, like `decode_world`: N
+    launchers simulated in one process check one world once."""
+    entries = p.decode_world(world)
+    return entries, check_fingerprints(entries)
 
 
 def _check_verdict(status: bytes) -> None:

@@ -58,7 +58,8 @@ def claim_message(first: NodeEntry, second: NodeEntry) -> str:
 
 
 def missing_nodes(nnodes: int, present: Sequence[int]) -> list[int]:
-    return [i for i in range(nnodes) if i not in set(present)]
+    here = set(present)
+    return [i for i in range(nnodes) if i not in here]
 
 
 def job_id_in_force(entries: Sequence[NodeEntry]) -> str:
