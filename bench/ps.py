@@ -119,8 +119,9 @@ while True:
 """
 
 
-def raw_zmq(nbytes: int, iters: int) -> tuple[float, float]:
-    """GB/s of (one nbytes frame there and one back, frames one way) to a ROUTER."""
+def raw_zmq(nbytes: int, iters: int, *, one_way: bool = True) -> tuple[float, float | None]:
+    """GB/s of (one nbytes frame there and one back, frames one way) to a ROUTER; without
+    `one_way`, only the round trips (None for the second)."""
     echo = subprocess.Popen(
         [sys.executable, "-c", ECHO, str(nbytes)], stdout=subprocess.PIPE, text=True
     )
@@ -137,16 +138,18 @@ def raw_zmq(nbytes: int, iters: int) -> tuple[float, float]:
             d.send(out, copy=False)
             d.recv(copy=False)
         round_trip = 2 * nbytes * iters / (time.perf_counter() - t0) / 1e9
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            d.send(out[:-1], copy=False)  # nbytes - 1: the echo only counts it
-        d.send(b"ab")
-        d.recv()
-        one_way = (nbytes - 1) * iters / (time.perf_counter() - t0) / 1e9
+        one_way_gbs = None
+        if one_way:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                d.send(out[:-1], copy=False)  # nbytes - 1: the echo only counts it
+            d.send(b"ab")
+            d.recv()
+            one_way_gbs = (nbytes - 1) * iters / (time.perf_counter() - t0) / 1e9
         d.send(b"")
         d.close(linger=1000)
         ctx.term()
-        return round_trip, one_way
+        return round_trip, one_way_gbs
     finally:
         echo.wait(30)
 
@@ -231,16 +234,6 @@ while (batch := ps.recv_forward()) is not None:
         grads = np.ones_like(x)  # the gradient of the activations: same shape and dtype
     ps.send_backward(grads, batch_id)
 """
-RAW_ECHO = """
-import sys, zmq
-ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); port = s.bind_to_random_port("tcp://127.0.0.1")
-print(port, flush=True)
-back = bytearray(int(sys.argv[1]))
-while True:
-    ident, frame = s.recv_multipart(copy=False)
-    if len(frame) == 0: break
-    s.send_multipart([ident, back], copy=False)
-"""
 
 
 def heter_channel(rows: int, cols: int, iters: int) -> float:
@@ -301,28 +294,8 @@ def heter_channel(rows: int, cols: int, iters: int) -> float:
 
 def raw_round_trip(nbytes: int, iters: int) -> float:
     """Seconds per raw ZeroMQ round trip: nbytes DEALER -> ROUTER and nbytes back."""
-    echo = subprocess.Popen(
-        [sys.executable, "-c", RAW_ECHO, str(nbytes)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        port = int(echo.stdout.readline())  # type: ignore[union-attr]
-        ctx = zmq.Context()
-        d = ctx.socket(zmq.DEALER)
-        d.connect(f"tcp://127.0.0.1:{port}")
-        out = np.ones(nbytes, np.uint8)
-        d.send(out, copy=False)
-        d.recv(copy=False)  # warm-up
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            d.send(out, copy=False)
-            d.recv(copy=False)
-        dt = time.perf_counter() - t0
-        d.send(b"")
-        d.close(linger=1000)
-        ctx.term()
-        return dt / iters
-    finally:
-        echo.wait(30)
+    gbs, _ = raw_zmq(nbytes, iters, one_way=False)
+    return 2 * nbytes / (gbs * 1e9)
 
 
 def heter_table(repeat: int, iters: int, rows: int = 256, cols: int = 512) -> None:
