@@ -371,14 +371,7 @@ def match_node_by_rank(
     elif rank == 0 and not etcd:
         addr, why = master_ip, f"address of {option} {host}"
     else:
-        try:
-            addr = route(master_ip, port)
-        except OSError as err:
-            raise UsageError(
-                f"{option}: no route from this node to {host} ({master_ip}): "
-                f"{err.strerror or err}; pass --host with this node's address",
-                option,
-            ) from None
+        addr = _route_to(master_ip, port, host, option, route)
         why = f"the address this node reaches {option} {host} from"
     hosts = tuple(addr if i == rank else "" for i in range(nnodes))
     return NodeMatch(
@@ -389,6 +382,20 @@ def match_node_by_rank(
         reason=f"node {rank} of {nnodes} by --node_rank, {addr}: {why}",
         discovered=True,
     )
+
+
+def _route_to(
+    master_ip: str, port: int, host: str, option: str, route: Callable[[str, int], str]
+) -> str:
+    """This node's address towards the master (the route's source), or the UsageError."""
+    try:
+        return route(master_ip, port)
+    except OSError as err:
+        raise UsageError(
+            f"{option}: no route from this node to {host} ({master_ip}): "
+            f"{err.strerror or err}; pass --host with this node's address",
+            option,
+        ) from None
 
 
 def _match_unranked(
@@ -411,14 +418,7 @@ def _match_unranked(
     elif local.is_local(master_ip):
         addr, why = master_ip, f"{option} {host} is an address of this node"
     else:
-        try:
-            addr = route(master_ip, port)
-        except OSError as err:
-            raise UsageError(
-                f"{option}: no route from this node to {host} ({master_ip}): "
-                f"{err.strerror or err}; pass --host with this node's address",
-                option,
-            ) from None
+        addr = _route_to(master_ip, port, host, option, route)
         why = f"the address this node reaches {option} {host} from"
     return NodeMatch(
         entries=(addr,) + ("",) * (nnodes - 1),

@@ -128,7 +128,6 @@ class Rendezvous:
     def _join(self, entry: NodeEntry, round_: int) -> RendezvousResult:
         started = self.clock()
         deadline = started + self.timeout
-        where = self.kv.address
         mine = p.encode_entry(entry)
         complete = p.complete_key(round_)
         try:
@@ -150,11 +149,7 @@ class Rendezvous:
             left = max(1.0, deadline - self.clock())
             entries, problem = _agreement(self.kv.get(p.world_key(round_), timeout=left))
         except StoreError as exc:
-            if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
-                raise self._timeout(round_) from exc
-            raise RendezvousError(
-                f"rendezvous: lost the store at {where} (node 0's launcher gone?): {exc}"
-            ) from exc
+            raise self._store_failed(exc, round_, deadline) from exc
         if problem:
             raise FingerprintMismatch(problem)
         return RendezvousResult(
@@ -167,7 +162,6 @@ class Rendezvous:
         node reads the order (its place) and the world."""
         started = self.clock()
         deadline = started + self.timeout
-        where = self.kv.address
         complete = p.complete_key(round_)
         if ticket > self.nnodes:
             raise RendezvousFull(self._full_message(round_, ticket, entry))
@@ -192,11 +186,7 @@ class Rendezvous:
             order = p.decode_order(self.kv.get(p.order_key(round_), timeout=left))
             entries, problem = _agreement(self.kv.get(p.world_key(round_), timeout=left))
         except StoreError as exc:
-            if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
-                raise self._timeout(round_) from exc
-            raise RendezvousError(
-                f"rendezvous: lost the store at {where} (node 0's launcher gone?): {exc}"
-            ) from exc
+            raise self._store_failed(exc, round_, deadline) from exc
         if problem:
             raise FingerprintMismatch(problem)
         return RendezvousResult(
@@ -226,6 +216,15 @@ class Rendezvous:
             return None if came >= self.nnodes else f"{self.nnodes - came} of {self.nnodes} nodes"
         self.missing = missing_nodes(self.nnodes, self._present(round_))
         return describe_missing(self.missing, self.hosts) if self.missing else None
+
+    def _store_failed(self, exc: StoreError, round_: int, deadline: float) -> RendezvousError:
+        """A store error while meeting: the rendezvous's timeout once the deadline passed,
+        else the store is gone."""
+        if isinstance(exc, StoreTimeoutError) and self.clock() >= deadline:
+            return self._timeout(round_)
+        return RendezvousError(
+            f"rendezvous: lost the store at {self.kv.address} (node 0's launcher gone?): {exc}"
+        )
 
     def _present(self, round_: int) -> list[int]:
         """The nodes whose entry is in the store. One read of the count when all are (the
