@@ -338,17 +338,7 @@ def _ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
             f"{options.start_port_from} {options.start_port} (this node needs "
             f"{ports[0]}-{ports[-1]} for its trainers); give ports that do not overlap"
         )
-    # Ports belong to a network namespace, the registry to the machine: "nodes" that are
-    # namespaces of one machine must not block each other's --master_port.
-    from paddlike.launch.run.ports import default_registry_dir
-
-    registry = default_registry_dir()
-    with contextlib.suppress(OSError):
-        ns, first = (os.stat(f"/proc/{pid}/ns/net").st_ino for pid in ("self", "1"))
-        if ns != first:
-            registry = registry / f"netns-{ns}"
-    port = job.workers_port
-    claimed = claim_ports(port, 1, job.host, source="--master_port", registry_dir=registry)
+    claimed = claim_ports(job.workers_port, 1, job.host, source="--master_port")
     return (*ports, *claimed)
 
 

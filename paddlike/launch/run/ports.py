@@ -30,8 +30,16 @@ MAX_TRIES_PER_PORT = 200
 
 
 def default_registry_dir() -> Path:
+    """The machine's registry; inside a network namespace of its own, a folder of it per
+    namespace: ports belong to a network namespace, so "nodes" that are namespaces of one
+    machine must not block each other's ports (a fixed --master_port above all)."""
     # Not tempfile.gettempdir(): importing tempfile costs more than the whole reservation.
-    return Path(os.environ.get("TMPDIR") or "/tmp") / "paddlike-ports"
+    registry = Path(os.environ.get("TMPDIR") or "/tmp") / "paddlike-ports"
+    with contextlib.suppress(OSError):
+        ns, first = (os.stat(f"/proc/{pid}/ns/net").st_ino for pid in ("self", "1"))
+        if ns != first:
+            registry = registry / f"netns-{ns}"
+    return registry
 
 
 class PortError(RuntimeError):
