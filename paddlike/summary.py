@@ -21,7 +21,11 @@ Schema (version 1) — `summary.json`:
       "end_time": null | float,
       "restarts": 0,                      # restart rounds this launcher ran
       "processes": [ProcessRecord, ...],  # this node's processes, last round
-      "root_cause": RootCause | null      # job-wide: may name another node's process
+      "root_cause": RootCause | null,     # job-wide: may name another node's process
+      "rounds": [                         # elastic jobs: every round this node ran
+        {"round": 2, "restarts": 0, "members": ["198.18.0.1", ...],
+         "ended": "succeeded" | the cause's reason, "membership": "lost" | ... | null}
+      ]
     }
 
 ProcessRecord: role ("trainer" | "server" | "heter"), rank (global rank within
@@ -33,7 +37,8 @@ log_file (name relative to the log directory), endpoint.
 
 RootCause: host, node_index, role, rank, local_index, exit_code, signal,
 log_file, tail (the last lines of that log, list of str), time, duration (how
-long the failed process ran), reason (one sentence:
+long the failed process ran), membership (elastic jobs: "lost", "left" or "joined"
+when the round ended because its nodes changed; else null), reason (one sentence:
 "trainer rank 1 exited with code 3", "launcher on nodeb received SIGTERM",
 "node 1 (198.18.0.2) stopped sending heartbeats").
 """
@@ -164,6 +169,7 @@ class RootCause(_Record):
         "tail",
         "time",
         "duration",
+        "membership",
     )
     __slots__ = FIELDS
 
@@ -181,6 +187,9 @@ class RootCause(_Record):
         tail: list[str] | None = None,
         time: float | None = None,  # Unix time of the failure
         duration: float | None = None,  # how long the failed process ran, seconds
+        # elastic jobs: "lost" | "left" | "joined" when the round ended for a change of its
+        # nodes (a new round follows, not counted as a restart); None otherwise
+        membership: str | None = None,
     ) -> None:
         self.reason = reason
         self.host = host
@@ -194,6 +203,7 @@ class RootCause(_Record):
         self.tail = [] if tail is None else tail
         self.time = time
         self.duration = duration
+        self.membership = membership
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RootCause:
@@ -216,6 +226,7 @@ class RunSummary(_Record):
         "restarts",
         "processes",
         "root_cause",
+        "rounds",
         "schema",
     )
     __slots__ = FIELDS
@@ -236,6 +247,7 @@ class RunSummary(_Record):
         restarts: int = 0,
         processes: list[ProcessRecord] | None = None,
         root_cause: RootCause | None = None,
+        rounds: list[dict[str, Any]] | None = None,
         schema: int = SCHEMA_VERSION,
     ) -> None:
         self.job_id = job_id
@@ -252,6 +264,7 @@ class RunSummary(_Record):
         self.restarts = restarts
         self.processes = [] if processes is None else processes
         self.root_cause = root_cause
+        self.rounds = [] if rounds is None else rounds
         self.schema = schema
 
     def to_json(self) -> dict[str, Any]:

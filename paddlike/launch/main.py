@@ -187,9 +187,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(format_plan(described.preview, described.log_dir), flush=True)
         if described.job.nnodes > 1 and not described.options.is_ps:
-            print("(many nodes: ports shown from --start_port; a real launch negotiates them)")
-        if not described.job.rank_known:
-            print("(no --node_rank: shown as node 0; the rendezvous assigns the node ranks)")
+            print(
+                "(many nodes: ports shown from --start_port; a real launch negotiates them)",
+                flush=True,  # __main__ ends with os._exit: nothing is flushed after this
+            )
+        elastic = described.job.elastic
+        if elastic is not None:
+            count = (
+                f"{elastic.max_nodes} nodes, a lost one replaced in a new round"
+                if elastic.min_nodes == elastic.max_nodes
+                else f"{elastic.min_nodes}..{elastic.max_nodes} nodes"
+            )
+            print(
+                f"(elastic: {count}; the ranks and the world are found at each round's "
+                f"rendezvous: shown as node 0 of {elastic.max_nodes})",
+                flush=True,
+            )
+        elif not described.job.rank_known:
+            print(
+                "(no --node_rank: shown as node 0; the rendezvous assigns the node ranks)",
+                flush=True,
+            )
         return 0
     from paddlike.launch.run.job import run_job
 

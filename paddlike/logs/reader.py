@@ -36,7 +36,8 @@ _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
 # The facts a paddlike run header carries (paddlike.launch.run.logdir.format_header).
 _HEADER_FACTS = re.compile(
     r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
-    r"local (?P<local>\d+) restart (?P<restart>\d+)(?: stage (?P<stage>\d+))?:"
+    r"local (?P<local>\d+) restart (?P<restart>\d+)(?: round (?P<round>\d+))?"
+    r"(?: stage (?P<stage>\d+))?:"
 )
 
 

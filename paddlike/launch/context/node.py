@@ -203,7 +203,13 @@ def match_node(
     local: LocalAddresses | None = None,
     resolve: Callable[[str], str] = resolve_ipv4,
 ) -> NodeMatch:
-    """Find this node in the node list; raise `UsageError` (one line) when it cannot."""
+    """Find this node in the node list; raise `UsageError` (one line) when it cannot.
+
+    An elastic job (--nnodes MIN:MAX, --elastic_level 0|1) has no node list: it is
+    matched like the identical command on every node, ranks from each round's
+    rendezvous, whatever a scheduler lists (its allocation is not the job's range)."""
+    if options.min_nnodes is not None:
+        return match_node_by_rank(options, environ, local=local, resolve=resolve)
     sched = detect_scheduler(environ)
     if sched is None and not options.ips_given and (options.nnodes or 1) > 1:
         return match_node_by_rank(options, environ, local=local, resolve=resolve)
@@ -326,6 +332,7 @@ def match_node_by_rank(
     address of the route to A. The other entries stay "" until the rendezvous.
     """
     nnodes = int(options.nnodes or 1)
+    elastic = options.min_nnodes is not None  # MAX entries; --node_rank ignored (options)
     if options.node_rank is None and not options.master and not options.master_addr:
         raise UsageError(
             f"--node_rank: needed with --nnodes {nnodes} when --ips is not given (0 on the "
@@ -340,8 +347,10 @@ def match_node_by_rank(
     etcd = bool(options.master and options.master.startswith("etcd://"))
     given = options.host if options.host is not None else environ.get(POD_IP) or None
     given_option = "--host" if options.host is not None else POD_IP
-    if options.node_rank is None:
-        if etcd:
+    if elastic and options.host is None and options.ips_given:
+        given, given_option = options.ips[0], "--ips"  # one entry: this node's address
+    if options.node_rank is None or elastic:
+        if etcd and not elastic:
             raise UsageError(
                 f"--node_rank: needed with --nnodes {nnodes} and etcd when --ips is not given "
                 "(ranks are assigned at the rendezvous only at node 0's store, --master "

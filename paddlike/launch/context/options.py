@@ -82,6 +82,14 @@ class LaunchOptions(NamedTuple):
     rdzv_timeout: float = 300.0
     heartbeat_timeout: float = 10.0
     max_restarts: int = 0
+    # elastic (--nnodes MIN:MAX, --elastic_level 0|1): `nnodes` is MAX, this is MIN;
+    # None for a fixed set of nodes (plan/elastic.py)
+    min_nnodes: int | None = None
+    rdzv_last_call: float = 30.0  # seconds without a new arrival before a round closes
+    elastic_level: int = -1  # Paddle's: -1 off, 0 fault tolerance, 1 scale
+    # Paddle's: seconds a job with MIN..MAX-1 nodes waits for more before a round starts;
+    # sets the last call (over rdzv_last_call) when given
+    elastic_timeout: float | None = None
     job_token: str | None = None
     # parameter server
     server_num: int | None = None
@@ -167,21 +175,36 @@ def _port(text: str) -> int:
     return value
 
 
-def _nnodes(text: str) -> int:
-    """A node count; torchrun's MIN:MAX only when MIN == MAX (no elastic ranges)."""
+def _nnodes(text: str) -> int | tuple[int, int]:
+    """A node count, or torchrun's / Paddle's MIN:MAX: (MIN, MAX) for an elastic range,
+    the count for N:N (a fixed job)."""
+    expected = "expected a positive integer, or MIN:MAX with 1 <= MIN <= MAX (an elastic range)"
     low, sep, high = text.partition(":")
-    if sep:
+    if not sep:
         try:
-            lo, hi = _positive_int(low), _positive_int(high)
+            return _positive_int(text)
         except _Bad:
-            raise _Bad("expected a positive integer (or torchrun's N:N)") from None
-        if lo != hi:
-            raise _Bad(
-                "a range of node counts needs elastic scaling, which paddlike does not do; "
-                "give one count"
-            )
-        return lo
-    return _positive_int(text)
+            raise _Bad(expected) from None
+    try:
+        lo, hi = _positive_int(low), _positive_int(high)
+    except _Bad:
+        raise _Bad(expected) from None
+    if lo > hi:
+        raise _Bad(f"MIN ({lo}) is above MAX ({hi}); expected MIN:MAX with MIN <= MAX")
+    return lo if lo == hi else (lo, hi)
+
+
+ELASTIC_LEVELS = (-1, 0, 1)
+
+
+def _elastic_level(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value not in ELASTIC_LEVELS:
+        raise _Bad("expected -1 (off), 0 (fault tolerance) or 1 (scale)")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -398,7 +421,10 @@ PET_OF = {
     "no_python": "PET_NO_PYTHON",
 }
 
-_NOT_ELASTIC = "paddlike runs a fixed set of nodes (no elastic scaling); use --max_restarts"
+_SCALE_BY_NODES = (
+    "an elastic job scales by starting or stopping nodes within --nnodes MIN:MAX "
+    "(docs/migrating.md#elastic-jobs)"
+)
 _AUTO_PARALLEL = "Paddle's auto-parallel rank mapping and tuner are not part of paddlike"
 
 # Options refused whatever their value: name -> why (the user reads "--name: why").
@@ -418,7 +444,6 @@ REFUSED_OPTIONS = {
     "selected_xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
     "gloo_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
     "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
-    "elastic_timeout": _NOT_ELASTIC,
     # Paddle's fleet.launch
     "http_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
     "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
@@ -430,11 +455,10 @@ REFUSED_OPTIONS = {
     "coordinators": "parameter-server coordinators are not supported (servers and trainers only)",
     "coordinator_num": "parameter-server coordinators are not supported (servers and trainers "
     "only)",
-    "elastic_server": _NOT_ELASTIC + ", or --master etcd://host:port for an etcd rendezvous",
-    "elastic_pre_hook": _NOT_ELASTIC,
-    "np": _NOT_ELASTIC + "; the node count is --nnodes",
-    "scale": _NOT_ELASTIC,
-    "force": _NOT_ELASTIC,
+    "elastic_pre_hook": "no pre-launch hook: run it in the node's start script before "
+    "the launcher; " + _SCALE_BY_NODES,
+    "scale": "no scale command: " + _SCALE_BY_NODES,
+    "force": "no forced rescale: " + _SCALE_BY_NODES,
 }
 
 _BOOL_TRUE = {"1", "true", "t", "yes", "y", "on"}
@@ -451,7 +475,6 @@ ONLY_VALUES = {
     "sort_ip": (_BOOL_FALSE, "node order is the --ips order (or --node_rank); sort --ips yourself"),
     "enable_gpu_log": (_BOOL_FALSE, "paddlike does not record GPU logs; use nvidia-smi or DCGM"),
     "auto_cluster_config": (_BOOL_FALSE, _AUTO_PARALLEL),
-    "elastic_level": ({"-1"}, _NOT_ELASTIC),
     "with_gloo": (
         {"1"},
         "parameter-server workers always get Paddle fleet's gloo (PADDLE_WITH_GLOO=1)",
@@ -467,7 +490,7 @@ ONLY_VALUES = {
 # Options whose values become ours (see `translate_compat`); the rest of the table.
 COMPAT_TRANSLATED = (
     "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
-    "torch_tee", "backend",
+    "torch_tee", "backend", "elastic_server",
 )  # fmt: skip
 COMPAT_SWITCHES = ("standalone", "run_path", "use_env")  # no value
 
@@ -561,11 +584,12 @@ def _endpoint(text: str, default_port: int) -> str:
     return text
 
 
-_CONF_KEYS = "join_timeout, timeout, keep_alive_interval, keep_alive_max_attempt"
+_CONF_KEYS = "join_timeout, timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt"
 
 
 def _rdzv_conf(text: str) -> dict[str, str]:
-    """torchrun's key=value,... into our --rdzv_timeout and --heartbeat_timeout."""
+    """torchrun's key=value,... into our --rdzv_timeout, --rdzv_last_call and
+    --heartbeat_timeout."""
     conf: dict[str, str] = {}
     for item in (t.strip() for t in text.split(",")):
         if not item:
@@ -578,6 +602,8 @@ def _rdzv_conf(text: str) -> dict[str, str]:
     for key in ("join_timeout", "timeout"):
         if key in conf:
             out["rdzv_timeout"] = conf.pop(key)
+    if "last_call_timeout" in conf:
+        out["rdzv_last_call"] = conf.pop("last_call_timeout")
     if "keep_alive_interval" in conf or "keep_alive_max_attempt" in conf:
         try:
             interval = float(conf.pop("keep_alive_interval", "5"))
@@ -589,8 +615,9 @@ def _rdzv_conf(text: str) -> dict[str, str]:
         key = sorted(conf)[0]
         why = {
             "is_host": "the node whose address --rdzv_endpoint (--master) names hosts the store",
-            "last_call_timeout": "paddlike waits for exactly --nnodes nodes (no last call)",
-            "close_timeout": "paddlike waits for exactly --nnodes nodes (no last call)",
+            "close_timeout": "a round closes when MAX nodes joined, or MIN or more and none "
+            "new for --rdzv_last_call seconds (last_call_timeout); there is no separate "
+            "close timeout",
         }.get(key, f"not supported (accepted: {_CONF_KEYS})")
         raise CompatError(f"key {key!r}: {why}")
     return out
@@ -620,6 +647,12 @@ def translate_compat(found: Mapping[str, tuple[str | None, str]]) -> tuple[dict[
             ours["master"] = ("etcd://" + hosts, source)
         elif endpoint:
             ours["master"] = (_endpoint(endpoint, 29400), source)
+        if "elastic_server" in found and ours["master"][1] != found["elastic_server"][1]:
+            raise CompatError(
+                source,
+                f"contradicts {found['elastic_server'][1]} (both say where the launchers "
+                "meet); drop one of them",
+            )
     elif backend in ("etcd", "etcd-v2"):
         raise CompatError(found["rdzv_backend"][1], "etcd needs --rdzv_endpoint host:port")
     return ours, extra
@@ -667,6 +700,13 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
             raise CompatError(
                 f"expected auto, nccl (GPU workers) or gloo (CPU workers), got {value!r}"
             )
+    elif name == "elastic_server":
+        # Paddle fleet's legacy elastic launcher: an etcd server, host:port
+        try:
+            _host_port((value or "").strip(), port_required=True)
+        except _Bad:
+            raise CompatError(f"expected the etcd server as host:port, got {value!r}") from None
+        ours["master"] = "etcd://" + (value or "").strip()
     elif name == "standalone":
         extra["standalone"] = True
     elif name == "run_path":
@@ -780,8 +820,18 @@ class _Parser:
         )
 
         g = p.add_argument_group("torchrun/OneFlow compatible")
-        g.add_argument("--nnodes", help="number of nodes; must agree with --ips")
-        g.add_argument("--node_rank", "--rank", dest="node_rank", help="this node's index in --ips")
+        g.add_argument(
+            "--nnodes",
+            "--np",
+            dest="nnodes",
+            help="number of nodes (must agree with --ips), or MIN:MAX for an elastic job",
+        )
+        g.add_argument(
+            "--node_rank",
+            "--rank",
+            dest="node_rank",
+            help="this node's index in --ips (ignored by elastic jobs)",
+        )
         g.add_argument("--master_addr", help="address where the launchers meet (default: node 0)")
         g.add_argument(
             "--master_port",
@@ -803,6 +853,21 @@ class _Parser:
         g.add_argument("--master", help="ip:port or etcd://host:port[,host:port] for rendezvous")
         g.add_argument("--rdzv_timeout", help="seconds to wait for all nodes (default 300)")
         g.add_argument("--heartbeat_timeout", help="seconds before a silent node is lost (10)")
+        g.add_argument(
+            "--rdzv_last_call",
+            help="elastic jobs: a round closes with MIN or more nodes after this many seconds "
+            "without a new arrival (default 30)",
+        )
+        g.add_argument(
+            "--elastic_level",
+            help="-1 off (default; 1 with --nnodes MIN:MAX), 0 fault tolerance (a fixed "
+            "--nnodes N waits for a replacement node), 1 scale within MIN:MAX",
+        )
+        g.add_argument(
+            "--elastic_timeout",
+            help="elastic jobs (Paddle's meaning): seconds a job with MIN to MAX-1 nodes waits "
+            "for more before a round starts; overrides --rdzv_last_call (default: that)",
+        )
         g.add_argument(
             "--max_restarts",
             "--max_restart",
@@ -910,6 +975,9 @@ _CHECKS = {
     "master": _master,
     "rdzv_timeout": _positive_float,
     "heartbeat_timeout": _positive_float,
+    "rdzv_last_call": _positive_float,
+    "elastic_level": _elastic_level,
+    "elastic_timeout": _non_negative_float,
     "max_restarts": _non_negative_int,
     "job_token": _text,
     "job_token_file": _token_file,
@@ -1082,6 +1150,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     if isinstance(raw.get("nproc_per_node"), str):
         raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
     _apply_compat_extra(raw, extra, sources)
+    _elastic_fields(raw, given)
     raw["ips_given"] = "ips" in given
     raw["master_port_given"] = "master_port" in given
     raw["run_mode"] = _infer_run_mode(raw, given)
@@ -1093,7 +1162,11 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
 
 
 # Paddle's launcher reads these for the same options (below PADDLIKE_ and PET_).
-_PADDLE_ENV = {"start_port": "PADDLE_START_PORT"}
+_PADDLE_ENV = {
+    "start_port": "PADDLE_START_PORT",
+    "nnodes": "PADDLE_ELASTIC_NP",  # Paddle fleet's legacy elastic launcher: MIN[:MAX]
+    "elastic_timeout": "PADDLE_ELASTIC_TIMEOUT",  # fleet's: the wait for more nodes (last call)
+}
 
 
 def _paddlecloud_ports(raw: dict[str, object], environ: Mapping[str, str]) -> None:
@@ -1140,6 +1213,51 @@ def _apply_compat_extra(raw: dict[str, object], extra: dict, sources: dict[str, 
             raw["nproc_per_node_kind"] = "gpu"
 
 
+def _elastic_fields(raw: dict[str, object], given: set[str]) -> None:
+    """--nnodes MIN:MAX and --elastic_level into `nnodes` (MAX) and `min_nnodes` (MIN, set
+    for an elastic job); --node_rank is dropped there (ranks come from each round)."""
+    nnodes = raw.get("nnodes")
+    if isinstance(nnodes, tuple):
+        raw["min_nnodes"], raw["nnodes"] = nnodes
+    level = raw.get("elastic_level", -1)
+    ranged = raw.get("min_nnodes") is not None
+    count = raw.get("nnodes")
+    shown = f"--nnodes {raw['min_nnodes']}:{count}" if ranged else f"--nnodes {count}"
+    if ranged and level == -1 and "elastic_level" in given:
+        raise UsageError(
+            f"--elastic_level: -1 (off) contradicts {shown}, an elastic range; drop "
+            "--elastic_level -1, or give one node count for a fixed job",
+            "--elastic_level",
+        )
+    if level == 1 and not ranged:
+        got = shown if count is not None else "no --nnodes"
+        raise UsageError(
+            f"--elastic_level: 1 (scale) needs a range of nodes, --nnodes MIN:MAX, got {got}; "
+            "for a fixed count that waits for replacements use --elastic_level 0",
+            "--elastic_level",
+        )
+    if level == 0 and not ranged:
+        if not isinstance(count, int) or count < 2:
+            got = shown if count is not None else "no --nnodes"
+            raise UsageError(
+                f"--elastic_level: 0 (fault tolerance) needs --nnodes N with N >= 2 (or "
+                f"MIN:MAX), got {got}; one node has nothing to be elastic about",
+                "--elastic_level",
+            )
+        raw["min_nnodes"] = count  # the world keeps N nodes; survivors wait for a replacement
+    if raw.get("min_nnodes") is None:
+        if "elastic_timeout" in given:
+            raise UsageError(
+                f"--elastic_timeout: only meaningful for an elastic job (--nnodes MIN:MAX or "
+                f"--elastic_level 0), got {raw['elastic_timeout']:g} for a fixed job, which "
+                "starts when all its nodes joined; drop it (or unset PADDLIKE_ELASTIC_TIMEOUT "
+                "and PADDLE_ELASTIC_TIMEOUT)",
+                "--elastic_timeout",
+            )
+        return
+    raw.pop("node_rank", None)  # torchrun ignores it for c10d/etcd too (Kubeflow sets it)
+
+
 def _infer_run_mode(raw: Mapping[str, object], given: set[str]) -> str:
     """ps when a PS option is given (ours only, never the script's); explicit mode must agree."""
     ps_given = [o for o in PS_OPTIONS if o in given]
@@ -1161,6 +1279,8 @@ def _check_combinations(o: LaunchOptions) -> None:
     """Rules between options; each error names the options involved."""
     if o.module and o.no_python:
         raise UsageError("--module: cannot be combined with --no_python", "--module")
+    if o.min_nnodes is not None:
+        _check_elastic(o)
     if o.run_mode == "ps-heter":
         _check_heter(o)
     elif o.run_mode == "ps":
@@ -1209,7 +1329,7 @@ def _check_combinations(o: LaunchOptions) -> None:
             "server jobs name their roles themselves (TRAINING_ROLE)",
             "--role",
         )
-    if o.ips_given and o.nnodes is not None and o.nnodes != len(o.ips):
+    if o.ips_given and o.nnodes is not None and o.nnodes != len(o.ips) and not o.min_nnodes:
         raise UsageError(
             f"--nnodes: {o.nnodes} contradicts --ips, which lists {len(o.ips)} ({','.join(o.ips)})",
             "--nnodes",
@@ -1226,6 +1346,46 @@ def _check_combinations(o: LaunchOptions) -> None:
             f"--nproc_per_node: {o.nproc_per_node} does not divide the {len(o.gpus)} GPUs of "
             f"--gpus {','.join(o.gpus)}",
             "--nproc_per_node",
+        )
+
+
+def elastic_text(o: LaunchOptions) -> str:
+    """The elastic node range as the user reads it: "2:4", or "3" for --elastic_level 0."""
+    if o.min_nnodes is None or o.min_nnodes == o.nnodes:
+        return str(o.nnodes)
+    return f"{o.min_nnodes}:{o.nnodes}"
+
+
+def _check_elastic(o: LaunchOptions) -> None:
+    """An elastic job finds its nodes at each round's rendezvous: what that rules out."""
+    what = f"an elastic job (--nnodes {elastic_text(o)}"
+    what += ")" if o.elastic_level < 0 else f", --elastic_level {o.elastic_level})"
+    if o.is_ps:
+        raise UsageError(
+            f"--nnodes: {what} is collective, but --run_mode is {o.run_mode!r}; "
+            "parameter-server jobs run a fixed set of nodes: give one node count",
+            "--nnodes",
+        )
+    if o.ips_given and len(o.ips) > 1:
+        raise UsageError(
+            f"--ips: {what} finds its nodes at each round's rendezvous, but --ips lists "
+            f"{','.join(o.ips)}; drop --ips and give every node the same --master ip:port "
+            "(or etcd://host:port)",
+            "--ips",
+        )
+    if not o.master and not o.master_addr:
+        raise UsageError(
+            f"--master: {what} needs a place where the nodes meet: --master ip:port (node "
+            "0's store), --master etcd://host:port (recommended: losing node 0 is then an "
+            "ordinary node loss), --master_addr, or torchrun's --rdzv_endpoint",
+            "--master",
+        )
+    if o.master_port_given and o.master and o.master.startswith("etcd://"):
+        raise UsageError(
+            f"--master_port: {o.master_port} fixes the workers' port on rank 0's node, but "
+            f"rank 0 may move to another node between the rounds of {what} with --master "
+            f"{o.master}; drop --master_port (a free port is picked each round)",
+            "--master_port",
         )
 
 

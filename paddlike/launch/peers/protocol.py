@@ -26,6 +26,24 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``hb/<i>``                  | node i, add                  | heartbeat counter (TCP store)  |
 | ``stacks/<r>/...``          | see `peers.stackreq`         | job-wide stack requests        |
 | ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
+
+Elastic jobs (`peers.elastic`) add:
+
+| key                         | written by                   | value                          |
+| --------------------------- | ---------------------------- | ------------------------------ |
+| ``elastic/round``           | every member entering round r| the newest round (a late node  |
+|                             | (add, up to r)               | starts there)                  |
+| ``rdzv/<r>/closed``         | the node that closes the     | the tickets of the round's     |
+|                             | round, create-only           | members (JSON); later tickets  |
+|                             |                              | wait for round r+1             |
+| ``rdzv/<r>/gone/<ticket>``  | a waiting node whose         | it left before the round       |
+|                             | deadline passed              | closed                         |
+| ``job/<r>/over``            | every member, after the      | round r ended on every node    |
+|                             | round's outcome              | (round r+1 may close now)      |
+| ``alive/<r>/<i>``           | node i of round r, under its | its pid (etcd)                 |
+|                             | lease                        |                                |
+| ``elastic/end``             | every member, at the job's   | how it ended: nodes still      |
+|                             | end                          | waiting to join stop           |
 """
 
 from __future__ import annotations
@@ -34,6 +52,12 @@ import functools
 import json
 from collections.abc import Sequence
 
+from paddlike.launch.peers.errors import (
+    FingerprintMismatch,
+    NodeFailedToStart,
+    RendezvousAborted,
+    RendezvousTimeout,
+)
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
 
@@ -120,6 +144,27 @@ def alive_key(node: int) -> str:
     return f"alive/{node}"
 
 
+def round_alive_key(round_: int, node: int) -> str:
+    """Elastic jobs on etcd: node ranks change between rounds, so liveness keys do too."""
+    return f"alive/{round_}/{node}"
+
+
+ELASTIC_ROUND_KEY = "elastic/round"
+ELASTIC_END_KEY = "elastic/end"  # the elastic job ended: how (nodes waiting to join stop)
+
+
+def closed_key(round_: int) -> str:
+    return rdzv_key(round_, "closed")
+
+
+def gone_key(round_: int, ticket: int) -> str:
+    return rdzv_key(round_, "gone", ticket)
+
+
+def over_key(round_: int) -> str:
+    return f"job/{round_}/over"
+
+
 # --- the rendezvous verdict (the value of ``complete``) ------------------------------------
 
 COMPLETE_OK = b"ok"
@@ -132,7 +177,20 @@ FAILED_START_PREFIX = b"failed_start:"
 END_OK = b"ok"
 END_FAILED = b"failed"
 END_LOST = b"lost"
+END_LEFT = b"left"  # elastic: its launcher stopped on a signal and left the job
 STOPPED = b"stopped"  # end/done of a launcher that stopped on a signal
+
+
+def check_verdict(status: bytes) -> None:
+    """The round's verdict: return on "ok", else raise the error every node reports."""
+    if status.startswith(ABORTED_PREFIX):
+        raise RendezvousAborted(status[len(ABORTED_PREFIX) :])
+    if status.startswith(MISMATCH_PREFIX):
+        raise FingerprintMismatch(status[len(MISMATCH_PREFIX) :].decode())
+    if status.startswith(FAILED_START_PREFIX):
+        raise NodeFailedToStart(status[len(FAILED_START_PREFIX) :].decode())
+    if status.startswith(FAILED_PREFIX):
+        raise RendezvousTimeout(status[len(FAILED_PREFIX) :].decode())
 
 
 # --- payloads --------------------------------------------------------------------------

@@ -35,8 +35,6 @@ from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import (
     FingerprintMismatch,
-    NodeFailedToStart,
-    RendezvousAborted,
     RendezvousError,
     RendezvousFull,
     RendezvousTimeout,
@@ -145,7 +143,7 @@ class Rendezvous:
                 ]
                 self.kv.set(p.world_key(round_), p.encode_world(everyone))
                 self.kv.compare_set(complete, None, p.COMPLETE_OK)
-            _check_verdict(self._wait_complete(round_, started, deadline))
+            p.check_verdict(self._wait_complete(round_, started, deadline))
             left = max(1.0, deadline - self.clock())
             entries, problem = _agreement(self.kv.get(p.world_key(round_), timeout=left))
         except StoreError as exc:
@@ -181,7 +179,7 @@ class Rendezvous:
                     self.kv.set(p.order_key(round_), p.encode_order(order))
                     self.kv.set(p.world_key(round_), p.encode_world(ranked))
                     self.kv.compare_set(complete, None, p.COMPLETE_OK)
-            _check_verdict(self._wait_complete(round_, started, deadline))
+            p.check_verdict(self._wait_complete(round_, started, deadline))
             left = max(1.0, deadline - self.clock())
             order = p.decode_order(self.kv.get(p.order_key(round_), timeout=left))
             entries, problem = _agreement(self.kv.get(p.world_key(round_), timeout=left))
@@ -299,18 +297,6 @@ def _agreement(world: bytes) -> tuple[tuple[NodeEntry, ...], str | None]:
     launchers simulated in one process check one world once."""
     entries = p.decode_world(world)
     return entries, check_fingerprints(entries)
-
-
-def _check_verdict(status: bytes) -> None:
-    """The round's verdict: return on "ok", else raise the error every node reports."""
-    if status.startswith(p.ABORTED_PREFIX):
-        raise RendezvousAborted(status[len(p.ABORTED_PREFIX) :])
-    if status.startswith(p.MISMATCH_PREFIX):
-        raise FingerprintMismatch(status[len(p.MISMATCH_PREFIX) :].decode())
-    if status.startswith(p.FAILED_START_PREFIX):
-        raise NodeFailedToStart(status[len(p.FAILED_START_PREFIX) :].decode())
-    if status.startswith(p.FAILED_PREFIX):
-        raise RendezvousTimeout(status[len(p.FAILED_PREFIX) :].decode())
 
 
 def find_rival(

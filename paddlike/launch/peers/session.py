@@ -34,6 +34,7 @@ from paddlike.distributed.store import (
 from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.options import LaunchOptions
 from paddlike.launch.peers import protocol as p
+from paddlike.launch.peers.elastic import ElasticRendezvous
 from paddlike.launch.peers.errors import (
     RendezvousError,
     RendezvousTimeout,
@@ -57,6 +58,7 @@ from paddlike.launch.peers.watch import (
     LeaseLiveness,
     tcp_store_watch,
 )
+from paddlike.launch.plan.elastic import LEFT, ElasticSpec
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing, node_label
 from paddlike.summary import RootCause
@@ -110,9 +112,17 @@ class StorePeers:
         # on the TCP store (it hosts it), every node's on etcd (its keys carry its lease)
         self.keeps_keys = server is not None
         self._watches: list[JobWatch] = []
-        self._rdzv: Rendezvous | None = None  # the rendezvous in progress, if any
+        # the rendezvous in progress, if any
+        self._rdzv: Rendezvous | ElasticRendezvous | None = None
         self._round: int | None = None  # the round of the rendezvous or of the watch
         self._waiting = f"joining the rendezvous at {kv.address}"
+        # an elastic job (--nnodes MIN:MAX): each round's members come from `peers.elastic`
+        self.elastic: ElasticSpec | None = None
+        self.world: tuple[NodeEntry, ...] = ()  # the last round's members
+        # elastic: (host, pid) of the last round's members that may come back; None
+        # before a round ended
+        self.survivors: set[tuple[str, int]] | None = None
+        self._after = ""  # elastic: why the next round is held below MIN, for its timeout
         if server is not None:
             server.on_refused = self._refused
 
@@ -142,34 +152,48 @@ class StorePeers:
         through node 0's store (hosted here on node 0). Raises RendezvousError (a store
         that cannot be reached or hosted included), never a bare StoreError."""
         try:
-            if uses_etcd(options):
-                assert options.master is not None
-                return cls.open_etcd(
-                    master=options.master,
-                    job_id=options.job_id,
-                    node_index=job.index,
-                    hosts=job.hosts,
-                    assign=job.assign_ranks,
-                    rdzv_timeout=options.rdzv_timeout,
-                    heartbeat_timeout=options.heartbeat_timeout,
-                    progress=progress,
-                    waiting=waiting,
-                )
-            assert job.master is not None
-            return cls.open_tcp(
-                master=job.master,
+            peers = cls._open(options, job, progress=progress, waiting=waiting)
+        except StoreError as exc:
+            raise RendezvousError(str(exc)) from exc
+        peers.elastic = job.elastic
+        return peers
+
+    @classmethod
+    def _open(
+        cls,
+        options: LaunchOptions,
+        job: NodeJob,
+        *,
+        progress: Progress,
+        waiting: Callable[[str], None],
+    ) -> StorePeers:
+        if uses_etcd(options):
+            assert options.master is not None
+            return cls.open_etcd(
+                master=options.master,
+                job_id=options.job_id,
                 node_index=job.index,
                 hosts=job.hosts,
                 assign=job.assign_ranks,
-                rank_known=job.rank_known,
-                token=options.job_token.encode() if options.job_token else None,
                 rdzv_timeout=options.rdzv_timeout,
                 heartbeat_timeout=options.heartbeat_timeout,
                 progress=progress,
                 waiting=waiting,
+                elastic=job.elastic is not None,
             )
-        except StoreError as exc:
-            raise RendezvousError(str(exc)) from exc
+        assert job.master is not None
+        return cls.open_tcp(
+            master=job.master,
+            node_index=job.index,
+            hosts=job.hosts,
+            assign=job.assign_ranks,
+            rank_known=job.rank_known,
+            token=options.job_token.encode() if options.job_token else None,
+            rdzv_timeout=options.rdzv_timeout,
+            heartbeat_timeout=options.heartbeat_timeout,
+            progress=progress,
+            waiting=waiting,
+        )
 
     @classmethod
     def open_tcp(
@@ -274,9 +298,11 @@ class StorePeers:
         progress: Progress,
         waiting: Callable[[str], None] = lambda what: None,
         assign: bool = False,
+        elastic: bool = False,
     ) -> StorePeers:
         """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
-        (TTL --heartbeat_timeout) and marks itself alive under it."""
+        (TTL --heartbeat_timeout) and marks itself alive under it (`elastic`: once per
+        round, as ranks change between rounds)."""
         from paddlike.launch.peers.etcd import EtcdStore, EtcdUnreachable, parse_etcd_master
 
         kv = EtcdStore(
@@ -315,10 +341,19 @@ class StorePeers:
             raise
 
         def make_watch(round_: int, hosts: Sequence[str], node_index: int) -> JobWatch:
+            liveness = LeaseLiveness(
+                kv,
+                node_index,
+                len(hosts),
+                round_=round_ if elastic else None,
+                timeout=heartbeat_timeout,
+            )
+            if elastic:
+                kv.set(p.round_alive_key(round_, node_index), str(os.getpid()))
             return JobWatch(
                 connect=kv.sharing_lease,
                 kv=kv,
-                liveness=LeaseLiveness(kv, node_index, len(hosts)),
+                liveness=liveness,
                 node_index=node_index,
                 nnodes=len(hosts),
                 hosts=hosts,
@@ -349,6 +384,9 @@ class StorePeers:
         return self.kv.address
 
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
+        if self.elastic is not None:
+            return self._elastic_rendezvous(self.elastic, round_, entry)
+
         def rival_check(round_: int, missing: list[int]) -> str | None:
             if self.server is None or self.master is None:
                 return None  # only a store's host can have a rival
@@ -385,6 +423,38 @@ class StorePeers:
         self._waiting = f"running round {round_}"
         return result
 
+    def _elastic_rendezvous(
+        self, spec: ElasticSpec, round_: int, entry: NodeEntry
+    ) -> RendezvousResult:
+        """A round of an elastic job: whoever came (`peers.elastic`). The store's host
+        asks for rank 0 (it stays rank 0, and its heartbeat monitor with it); the others
+        for their previous rank (kept in order), newcomers for none."""
+        if self.server is not None:
+            entry = entry._replace(index=0)
+        elif not any(e.pid == entry.pid and e.host == entry.host for e in self.world):
+            entry = entry._replace(index=-1)
+        holding = self.survivors is not None and len(self.survivors) < spec.min_nodes
+        rdzv = ElasticRendezvous(
+            self.kv,
+            spec,
+            timeout=spec.hold if holding else self.rdzv_timeout,
+            progress=self.progress,
+            survivors=self.survivors,
+            after=self._after if holding else "",
+        )
+        self._rdzv, self._round = rdzv, round_
+        self._waiting = f"waiting for the other nodes at the rendezvous at {self.kv.address}"
+        try:
+            result = rdzv.join(entry, round_)
+        finally:
+            self._rdzv = None
+        self._round = result.round
+        self.world = result.nodes
+        self.hosts = list(result.hosts)
+        self.node_index = result.own_index(self.node_index)
+        self._waiting = f"running round {result.round}"
+        return result
+
     @property
     def _token_refusals(self) -> list[str]:
         if self.server is None:
@@ -417,6 +487,7 @@ class StorePeers:
         for old in self._watches:
             old.stop()
         w = self._make_watch(round_, self.hosts, self.node_index)
+        w.elastic = self.elastic
         w.log_dir = log_dir
         w.services = w.services_stop() if services else None
         w.stacks = StackChannel(
@@ -431,7 +502,18 @@ class StorePeers:
     def finish(self, watch: JobWatch, ok: bool) -> RootCause | None:
         """`watch.finish`, saying meanwhile that this launcher waits for the other nodes."""
         self._waiting = f"waiting for the other nodes to finish round {watch.round}"
-        return watch.finish(ok)
+        cause = watch.finish(ok)
+        if self.elastic is not None:
+            gone = (p.END_LOST, p.END_LEFT, p.STOPPED, b"")
+            self.survivors = {
+                (e.host, e.pid)
+                for j, e in enumerate(self.world)
+                if watch.ends.get(j, b"") not in gone
+            }
+            self._after = f"after {cause.reason}" if cause is not None else ""
+            with contextlib.suppress(StoreError):
+                self.kv.set(p.over_key(watch.round), b"1")  # the next round may close
+        return cause
 
     def publish_stop(self, cause: RootCause) -> bool:
         """This launcher stops outside a supervised round (a signal): tell the other nodes,
@@ -440,6 +522,10 @@ class StorePeers:
         round_ = self._round
         if round_ is None:
             return False
+        if isinstance(self._rdzv, ElasticRendezvous):
+            return self._withdraw(self._rdzv)
+        if self.elastic is not None:  # between rounds of an elastic job: it leaves
+            cause = cause.replace(membership=LEFT)
         rdzv, payload = self._rdzv, p.encode_cause(cause)
         try:
             if rdzv is not None:
@@ -470,6 +556,22 @@ class StorePeers:
             return False
         # in a rendezvous, someone to tell only when another launcher arrived
         return rdzv is None or int(count or b"0") > 1
+
+    def _withdraw(self, rdzv: ElasticRendezvous) -> bool:
+        """An elastic node stopped while waiting for a round: it leaves alone (a round
+        that closed with it in it notices it lost). Nobody else is told."""
+        if rdzv.round is not None and rdzv.ticket is not None:
+            with contextlib.suppress(StoreError):
+                self.kv.set(p.gone_key(rdzv.round, rdzv.ticket), b"1")
+        self._rdzv = None
+        return False
+
+    def end_elastic(self, how: str) -> None:
+        """The elastic job ended (`how`, for a node still waiting to join): nodes waiting
+        for a place stop rather than start a job of their own."""
+        if self.elastic is not None:
+            with contextlib.suppress(StoreError):
+                self.kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
 
     def wait_readers(self) -> None:
         """After `publish_stop`: where this launcher's exit takes the keys away (node 0, etcd),

@@ -44,6 +44,7 @@ from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutErro
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
+from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
     JobCause,
     as_seen_from,
@@ -109,22 +110,47 @@ class CounterLiveness:
 
 class LeaseLiveness:
     """etcd heartbeats: `beat` renews this node's lease; a node whose ``alive/<j>`` key
-    (attached to its lease) is gone has lost its lease, so it is dead or cut off."""
+    (attached to its lease) is gone has lost its lease, so it is dead or cut off.
 
-    def __init__(self, kv: EtcdStore, node_index: int, nnodes: int) -> None:
+    Elastic jobs renumber nodes each round, so each round has keys of its own
+    (``alive/<round>/<j>``, written by each node as its watch starts): a node whose key
+    never appears is lost once `timeout` passed since this watch started."""
+
+    def __init__(
+        self,
+        kv: EtcdStore,
+        node_index: int,
+        nnodes: int,
+        *,
+        round_: int | None = None,
+        timeout: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kv = kv
         self.node_index = node_index
         self.nnodes = nnodes
+        self.round = round_
+        self.timeout = timeout
+        self.clock = clock
+        self._started = clock()
+        self._seen: set[int] = set()
+
+    def key(self, node: int) -> str:
+        return p.alive_key(node) if self.round is None else p.round_alive_key(self.round, node)
 
     def beat(self) -> None:
         self.kv.keepalive()
 
     def silent(self, now: float) -> list[int]:
-        return [
-            j
-            for j in range(self.nnodes)
-            if j != self.node_index and self.kv.try_get(p.alive_key(j)) is None
-        ]
+        lost = []
+        for j in range(self.nnodes):
+            if j == self.node_index:
+                continue
+            if self.kv.try_get(self.key(j)) is not None:
+                self._seen.add(j)
+            elif self.round is None or j in self._seen or now - self._started > self.timeout:
+                lost.append(j)
+        return lost
 
 
 class JobWatch:
@@ -172,6 +198,11 @@ class JobWatch:
         # job-wide stack requests (SIGUSR1, --hang_timeout), set by the peers: their own
         # thread and fd, started and stopped with this watch
         self.stacks: StackChannel | None = None
+        # an elastic job (set by the peers): lost nodes and nodes leaving on a signal are
+        # membership changes, and a node waiting in the next round below MAX ends this one
+        self.elastic: ElasticSpec | None = None
+        self.leaving = False  # elastic: this node's launcher got a signal and leaves
+        self.ends: dict[int, bytes] = {}  # each node's end mark, once `finish` read them
 
     @property
     def on_etcd(self) -> bool:
@@ -286,6 +317,10 @@ class JobWatch:
         if cause.log_file and self.log_dir and not os.path.isabs(cause.log_file):
             # the other nodes cannot join a relative name to our log directory
             cause = cause.replace(log_file=os.path.join(self.log_dir, cause.log_file))
+        if self.elastic is not None and cause.signal and cause.role is None:
+            # a signal to this launcher (a preemption's SIGTERM): this node leaves the job
+            self.leaving = True
+            cause = cause.replace(membership=LEFT)
         try:
             raw = self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))
             winner = p.decode_cause(raw)
@@ -366,6 +401,8 @@ class JobWatch:
                         if j not in reported:
                             reported.add(j)
                             self._lost_node(j)
+                    if self.elastic is not None and self.nnodes < self.elastic.max_nodes:
+                        self._check_joining()
             except StoreError as exc:
                 if self.clock() - last_ok > self.heartbeat_timeout:
                     self._lost_contact = self._contact_cause(str(exc))
@@ -373,8 +410,24 @@ class JobWatch:
                     return
             self._stop.wait(interval)  # a period, not a wait for an event
 
+    def _check_joining(self) -> None:
+        """Elastic, below MAX: a node waiting in the next round ends this one (once)."""
+        kv, nxt = self.heartbeat_kv, self.round + 1
+        if self.root_cause is not None or kv.try_get(p.arrived_key(nxt)) is None:
+            return
+        for t in range(1, int(kv.try_get(p.arrived_key(nxt)) or b"0") + 1):
+            if kv.try_get(p.gone_key(nxt, t)) is not None:
+                continue
+            raw = kv.try_get(p.ticket_key(nxt, t))
+            host = p.decode_entry(raw).host if raw is not None else ""
+            cause = joined_cause(host, time.time())
+            self._found(p.decode_cause(kv.compare_set(self.abort_key, None, p.encode_cause(cause))))
+            return
+
     def _lost_node(self, j: int) -> None:
         cause = lost_node_cause(j, self.hosts, self.heartbeat_timeout, time.time())
+        if self.elastic is not None:
+            cause.membership = LOST
         kv = self.heartbeat_kv
         raw = kv.compare_set(self.abort_key, None, p.encode_cause(cause))
         kv.compare_set(self.end_key(j), None, p.END_LOST)
@@ -392,7 +445,8 @@ class JobWatch:
         if self._lost_contact is not None:
             return self._lost_contact  # nobody to report to
         try:
-            self.kv.set(self.end_key(self.node_index), p.END_OK if ok else p.END_FAILED)
+            mark = p.END_LEFT if self.leaving else p.END_OK if ok else p.END_FAILED
+            self.kv.set(self.end_key(self.node_index), mark)
             keys = [self.end_key(j) for j in range(self.nnodes)]
             while True:
                 if self._lost_contact is not None:
@@ -402,6 +456,8 @@ class JobWatch:
                     break
                 except StoreTimeoutError:
                     continue
+            if self.elastic is not None:  # who may come back in the next round
+                self.ends = {j: self.kv.try_get(k) or b"" for j, k in enumerate(keys)}
             raw = self.kv.try_get(self.abort_key)
             cause = p.decode_cause(raw) if raw is not None else None
         except StoreError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.plan.world import NodeEntry
+from paddlike.launch.plan.world import NodeEntry, address_key
 
 
 def who(entry: NodeEntry) -> str:
@@ -101,14 +101,6 @@ def rival_message(mine: NodeEntry, theirs: NodeEntry, address: str) -> str:
     )
 
 
-def _address_key(host: str) -> tuple[int, ...]:
-    """IPv4 addresses in numeric order (10.0.0.9 before 10.0.0.10); others after them."""
-    parts = host.split(".")
-    if len(parts) == 4 and all(p.isdigit() for p in parts):
-        return (0, *map(int, parts))
-    return (1, *map(ord, host))
-
-
 def assign_ranks(arrivals: Sequence[tuple[int, NodeEntry]], nnodes: int) -> list[int] | str:
     """Node ranks for launchers that came without one (the identical command on every
     node): the arrival tickets in node order, or a message when they cannot be given.
@@ -136,7 +128,7 @@ def assign_ranks(arrivals: Sequence[tuple[int, NodeEntry]], nnodes: int) -> list
         asked[e.index], by_rank[e.index] = e, ticket
     free = [r for r in range(nnodes) if r not in by_rank]
     rest = sorted(
-        ((t, e) for t, e in arrivals if e.index < 0), key=lambda a: (_address_key(a[1].host), a[0])
+        ((t, e) for t, e in arrivals if e.index < 0), key=lambda a: (address_key(a[1].host), a[0])
     )
     for rank, (ticket, _) in zip(free, rest, strict=False):
         by_rank[rank] = ticket

@@ -24,6 +24,7 @@ from paddlike.launch.context.master import (
     workers_port,
 )
 from paddlike.launch.context.options import LaunchOptions
+from paddlike.launch.plan.elastic import ElasticSpec, elastic_spec
 from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import collective_layout, collective_ports_needed
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective
@@ -68,6 +69,9 @@ class NodeJob(NamedTuple):
     # --master_port given (collective): the workers' MASTER_PORT, claimed by node 0 as the
     # last of its ports instead of a free one; None: node 0 reserves a free one
     workers_port: int | None = None
+    # an elastic job (--nnodes MIN:MAX): `hosts` has MAX entries, found at each round's
+    # rendezvous (`peers.elastic`); None for a fixed set of nodes
+    elastic: ElasticSpec | None = None
 
     @property
     def nnodes(self) -> int:
@@ -187,9 +191,15 @@ def collective_node_job(
         return plan_collective(options, layout, devices, facts)
 
     many = len(hosts) > 1
+    elastic = elastic_spec(options)
+    if elastic is not None:  # every node must agree on the range, not only on MAX
+        ips: Sequence[str] = (f"{elastic.range_text} nodes (elastic), found at the rendezvous",)
+    elif node.discovered:  # torchrun style: every node knows only the count until then
+        ips = (f"{len(hosts)} nodes, found at the rendezvous",)
+    else:
+        ips = hosts
     shared = fingerprint(
-        # torchrun style: every node knows only the count until the rendezvous
-        ips=(f"{len(hosts)} nodes, found at the rendezvous",) if node.discovered else hosts,
+        ips=ips,
         devices_per_node=devices.per_node,
         nproc_per_node=nproc,
         run_mode=options.run_mode,
@@ -197,6 +207,11 @@ def collective_node_job(
         script=options.training_script,
         script_args=options.training_script_args,
     )
+    if elastic is not None:  # every node must close rounds and wait below MIN alike
+        shared["elastic"] = (
+            f"--elastic_level {elastic.level}, --rdzv_last_call {elastic.last_call:g} s, "
+            f"survivors below MIN wait {elastic.hold:g} s"
+        )
     if port is not None:  # every node's workers must meet at the same MASTER_PORT
         shared["master_port (the workers')"] = str(port)
     return NodeJob(
@@ -211,6 +226,7 @@ def collective_node_job(
         assign_ranks=node.discovered,
         rank_known=node.rank_known,
         workers_port=port,
+        elastic=elastic,
     )
 
 

@@ -60,3 +60,11 @@ def node_label(index: int, hosts: Sequence[str]) -> str:
 
 def describe_missing(missing: Sequence[int], hosts: Sequence[str]) -> str:
     return ", ".join(node_label(i, hosts) for i in missing)
+
+
+def address_key(host: str) -> tuple[int, ...]:
+    """IPv4 addresses in numeric order (10.0.0.9 before 10.0.0.10); others after them."""
+    parts = host.split(".")
+    if len(parts) == 4 and all(p.isdigit() for p in parts):
+        return (0, *map(int, parts))
+    return (1, *map(ord, host))

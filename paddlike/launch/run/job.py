@@ -40,6 +40,12 @@ from paddlike.launch.peers.api import Peers
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.protocol import decode_cause
+from paddlike.launch.plan.elastic import (
+    ElasticRoundEnd,
+    below_min_cause,
+    is_membership_change,
+    run_elastic,
+)
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 from paddlike.launch.plan.policy import (
@@ -48,6 +54,7 @@ from paddlike.launch.plan.policy import (
     launcher_signal_cause,
     run_rounds,
 )
+from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
@@ -231,7 +238,9 @@ def _rounds(
     # secret everywhere: there it comes only from --job_token / --job_token_file.)
     job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
 
-    def one_round(round_: int) -> RoundEnd:
+    def one_round(round_: int, restarts: int) -> ElasticRoundEnd:
+        """Round `round_` (an elastic job's rendezvous may place this node in a later one),
+        after `restarts` failure restarts."""
         nonlocal job
         try:
             ports = _ports(options, job)
@@ -243,10 +252,12 @@ def _rounds(
         except RendezvousAborted as exc:
             cause = decode_cause(exc.cause)
             console.say(f"the job stopped during the rendezvous: {cause.reason}")
-            return RoundEnd(cause_exit_code(cause), cause)
+            return ElasticRoundEnd(cause_exit_code(cause), cause, round_, 0)
         except (RendezvousError, PortError) as exc:
             console.error(str(exc))
-            return RoundEnd(getattr(exc, "exit_code", 1), RootCause(reason=str(exc)))
+            code = getattr(exc, "exit_code", 1)
+            return ElasticRoundEnd(code, RootCause(reason=str(exc)), round_, 0)
+        round_ = result.round
         job = where.job = job.placed(result)  # a rank assigned at the rendezvous is kept
         hangs.node_index, hangs.host = job.index, job.host
         facts = JobFacts(
@@ -255,20 +266,29 @@ def _rounds(
             str(logdir.path),
             environ,
             job.interface,
-            restart_count=round_,
+            restart_count=restarts,
             job_token=job_token,
         )
         plan = job.plan(result, facts)
+        elastic_round = round_ if job.elastic is not None else None
         logdir.write_endpoints(
-            plan.trainer_endpoints, plan.server_endpoints, plan.heter_endpoints
+            plan.trainer_endpoints,
+            plan.server_endpoints,
+            plan.heter_endpoints,
+            header=_round_header(result, elastic_round),
         )
-        if round_ == 0:
+        if round_ == 0 or (job.elastic is not None and not record.rounds):
             if peers.address:
                 console.say(
                     f"rendezvous with {len(result.nodes)} nodes at {peers.address} took "
                     f"{result.elapsed:.2f} s"
                 )
             console.block(format_banner(plan, logdir.path, interface=job.interface, why=job.reason))
+        elif elastic_round is not None:
+            console.say(
+                f"round {round_}: {len(result.nodes)} nodes ({', '.join(result.hosts)}); this "
+                f"node is node {job.index}, ranks {_rank_span(plan)}"
+            )
         watch = peers.watch(round_, str(logdir.path), services=job.servers_wait_for_job)
         supervisor = Supervisor(
             plan,
@@ -281,19 +301,52 @@ def _rounds(
         )
         hangs.channel = watch.stacks
         outcome = supervisor.run(
-            restart_count=round_,
+            restart_count=restarts,
+            round_=elastic_round,
             extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
             on_failure=watch.publish,
             services_stop=watch.services,
-            on_started=lambda records: record.running(plan, records, round_),
+            on_started=lambda records: record.running(plan, records, restarts),
             hangs=hangs,
         )
-        if outcome.root_cause is not None:  # before waiting for the others: it may be long
-            report_failure(console, outcome.root_cause, logdir.path)
+        own = outcome.root_cause
+        if own is not None and not is_membership_change(own):  # before the others: may be long
+            report_failure(console, own, logdir.path)
         cause = peers.finish(watch, outcome.exit_code == 0)
-        return conclude_round(console, record, plan, outcome, cause, round_)
+        survivors = len(getattr(peers, "survivors", None) or ())
+        if getattr(watch, "leaving", False) and cause is not None:
+            cause = cause.replace(membership=None)  # this node leaves: its own exit code
+        elif job.elastic is not None and is_membership_change(cause):
+            assert cause is not None
+            if survivors < job.elastic.min_nodes and job.elastic.hold <= 0:
+                cause = below_min_cause(cause, survivors, job.elastic)
+                console.error(f"the elastic job ends: {cause.reason}")
+        record.round_ended(round_, restarts, result.hosts, cause)
+        end = conclude_round(console, record, plan, outcome, cause, restarts)
+        return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
 
-    return run_rounds(options.max_restarts, one_round, console.say)
+    try:
+        if job.elastic is not None:
+            return run_elastic(job.elastic, options.max_restarts, one_round, console.say)
+        return run_rounds(
+            options.max_restarts, lambda r: RoundEnd(*one_round(r, r)[:2]), console.say
+        )
+    finally:
+        if job.elastic is not None:
+            peers.end_elastic(record.outcome_text())
+
+
+def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
+    """endpoints.log's first line in an elastic job (which round the endpoints are for);
+    "" keeps Paddle's exact bytes for a fixed job."""
+    if elastic_round is None:
+        return ""
+    return f"# paddlike round {elastic_round}: {len(result.nodes)} nodes {','.join(result.hosts)}"
+
+
+def _rank_span(plan: LaunchPlan) -> str:
+    ranks = [p.rank for p in plan.processes]
+    return f"{min(ranks)}-{max(ranks)}" if len(ranks) > 1 else str(ranks[0]) if ranks else "none"
 
 
 def _ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
@@ -356,6 +409,10 @@ def conclude_round(
     exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
     status = "failed" if cause is not None and outcome.status == "succeeded" else outcome.status
     record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
+    if is_membership_change(cause):
+        assert cause is not None
+        console.say(f"round ended (membership change): {cause.reason}")
+        return RoundEnd(exit_code, cause)
     if cause is None:
         report_success(
             console,

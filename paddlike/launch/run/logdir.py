@@ -118,14 +118,16 @@ class WorkerLog:
         self.stdout = self.stderr = -1
 
 
-def format_header(spec: ProcessSpec, *, job_id: str, restart: int, when: float) -> str:
+def format_header(
+    spec: ProcessSpec, *, job_id: str, restart: int, when: float, round_: int | None = None
+) -> str:
     """One line that opens a run in a log file (time, job id, role and rank, command).
 
     ==== paddlike run 2026-11-22 10:58:01 job job-x trainer rank 1 local 1 restart 0:
          python -u train.py --lr 0.1 ====   (on one line)
 
     A heter trainer's says its stage after the restart count (`restart 0 stage 2:`), for
-    `paddlike.logs`, which shows it.
+    `paddlike.logs`, which shows it; an elastic job's says its round (`restart 0 round 3:`).
     """
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
     command = " ".join(spec.argv)
@@ -133,6 +135,7 @@ def format_header(spec: ProcessSpec, *, job_id: str, restart: int, when: float) 
     return (
         f"{HEADER_PREFIX}{stamp} job {job_id} {spec.role.value} rank {spec.rank} "
         f"local {spec.local_index} restart {restart}"
+        + (f" round {round_}" if round_ is not None else "")
         + (f" stage {stage}" if stage else "")
         + f": {command} ===="
     )
@@ -219,9 +222,14 @@ class LogDir:
         trainer_endpoints: Sequence[str],
         server_endpoints: Sequence[str] = (),
         heter_endpoints: Sequence[str] = (),
+        *,
+        header: str = "",
     ) -> Path:
-        """endpoints.log in Paddle's format (see the module docstring for the exact bytes)."""
+        """endpoints.log in Paddle's format (see the module docstring for the exact bytes);
+        an elastic job's starts with a `header` line naming the round."""
         text = endpoints_text(trainer_endpoints, server_endpoints, heter_endpoints)
+        if header:
+            text = f"{header}\n{text}"
         target = self.path / ENDPOINTS_FILE
         tmp = self.path / f".{ENDPOINTS_FILE}.{os.getpid()}.tmp"
         tmp.write_text(text)

@@ -22,6 +22,30 @@ class RunRecord:
         self.warn = warn
         self.hostname = os.uname().nodename
         self.start_time: float | None = None
+        # elastic jobs: each round's members and why it ended (summary.json "rounds")
+        self.rounds: list[dict] = []
+        self.last_status = ""
+
+    def round_ended(
+        self, round_: int, restarts: int, members: Sequence[str], cause: RootCause | None
+    ) -> None:
+        self.rounds.append(
+            {
+                "round": round_,
+                "restarts": restarts,
+                "members": list(members),
+                "ended": "succeeded" if cause is None else cause.reason,
+                "membership": None if cause is None else cause.membership,
+            }
+        )
+
+    def outcome_text(self) -> str:
+        """How the job ended, for nodes still waiting to join an elastic job."""
+        if self.rounds and self.rounds[-1]["ended"] == "succeeded":
+            return "it succeeded"
+        if self.rounds:
+            return f"it failed: {self.rounds[-1]['ended']}"
+        return "it stopped"
 
     def running(self, plan: LaunchPlan, records: Sequence[ProcessRecord], restarts: int) -> None:
         if self.start_time is None:
@@ -66,6 +90,7 @@ class RunRecord:
             restarts=restarts,
             processes=list(records),
             root_cause=cause,
+            rounds=list(self.rounds),
         )
         try:
             write_summary(self.log_dir, summary)

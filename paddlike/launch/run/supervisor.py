@@ -203,6 +203,7 @@ class Supervisor:
         self,
         *,
         restart_count: int = 0,
+        round_: int | None = None,
         extra_fds: Mapping[int, Callable[[], RootCause | None]] | None = None,
         on_failure: Callable[[RootCause], None] | None = None,
         services_stop: ServicesStop | None = None,
@@ -219,6 +220,7 @@ class Supervisor:
         when this node's trainers are all done.
         `on_started`: called once every process was started (the "running" summary).
         `hangs`: the hang rule (its deadline joins the loop's) and SIGUSR1's stack dumps.
+        `round_`: an elastic job's round, for the log headers.
         """
         start_mono = time.monotonic()
         rnd = _Round(on_failure=on_failure, hangs=hangs)
@@ -233,7 +235,7 @@ class Supervisor:
                 sel.register(services_stop.fd, selectors.EVENT_READ, ("services", services_stop))
             stack.callback(self._close_all, rnd)
 
-            self._spawn_all(rnd, sel, restart_count)
+            self._spawn_all(rnd, sel, restart_count, round_)
             tee = self._start_tee(rnd, sel, stack)
             if on_started is not None:
                 on_started([p.record for p in rnd.procs])
@@ -285,13 +287,19 @@ class Supervisor:
         )
 
     # ------------------------------------------------------------------ spawning
-    def _spawn_all(self, rnd: _Round, sel: selectors.BaseSelector, restart_count: int) -> None:
+    def _spawn_all(
+        self,
+        rnd: _Round,
+        sel: selectors.BaseSelector,
+        restart_count: int,
+        round_: int | None = None,
+    ) -> None:
         when = time.time()
         logs: list[WorkerLog] = []
         try:
             for spec in self.plan.processes:
                 header = format_header(
-                    spec, job_id=self.plan.job_id, restart=restart_count, when=when
+                    spec, job_id=self.plan.job_id, restart=restart_count, when=when, round_=round_
                 )
                 logs.append(self.logdir.open_log(spec, header))
         except BaseException:

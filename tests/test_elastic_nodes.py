@@ -1,0 +1,226 @@
+"""Elastic jobs on namespace nodes (`--nnodes MIN:MAX`): nodes join a running job and
+leave it (launcher SIGKILLed), every change a new round with a consistent world, through
+node 0's store and through a real etcd."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.multinode_common import LAUNCH
+from tests.netns import Node, netns_cluster
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
+
+HEARTBEAT = 2.0  # --heartbeat_timeout of these jobs: a lost node is noticed within it
+
+# Each worker prints one line per round it runs in, then waits for the test's "stop" file.
+# With a "fail" file, rank 0 exits 3 (in rounds before the first failure restart).
+WORKER = """
+import os, sys, time, pathlib
+ctl = pathlib.Path(sys.argv[1])
+rank, restart = int(os.environ["RANK"]), os.environ["PADDLIKE_RESTART_COUNT"]
+print("ROUND", rank, os.environ["WORLD_SIZE"], os.environ["GROUP_RANK"],
+      os.environ["PADDLE_TRAINERS_NUM"], restart, os.environ["TORCHELASTIC_RESTART_COUNT"],
+      os.environ["PADDLE_TRAINER_ENDPOINTS"], repr(time.time()), flush=True)
+while not (ctl / "stop").exists():
+    if (ctl / "fail").exists() and restart == "0" and rank == 0:
+        sys.exit(3)
+    time.sleep(0.05)
+"""
+
+
+class Line:
+    """One ROUND line of a worker log."""
+
+    def __init__(self, text: str) -> None:
+        f = text.split()
+        self.rank, self.world, self.group_rank = int(f[1]), int(f[2]), int(f[3])
+        self.trainers_num, self.restart, self.torch_restart = int(f[4]), int(f[5]), int(f[6])
+        self.endpoints, self.time = f[7], float(f[8])
+
+
+def _lines(log_dir: Path) -> list[Line]:
+    log = log_dir / "workerlog.0"
+    if not log.exists():
+        return []
+    return [Line(t) for t in log.read_text().splitlines() if t.startswith("ROUND ")]
+
+
+def _last(log_dir: Path) -> Line | None:
+    lines = _lines(log_dir)
+    return lines[-1] if lines else None
+
+
+def _wait_until(what: str, ok: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling files the workers write: no event to wait on
+
+
+def _worlds(dirs: Sequence[Path], size: int, after: float = 0.0) -> bool:
+    lasts = [_last(d) for d in dirs]
+    return all(line is not None and line.world == size and line.time > after for line in lasts)
+
+
+def _restarted(dirs: Sequence[Path]) -> bool:
+    lasts = [_last(d) for d in dirs]
+    return all(line is not None and line.restart == 1 == line.torch_restart for line in lasts)
+
+
+def _start(
+    node: Node, master: str, log_dir: Path, script: Path, ctl: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    argv = [*LAUNCH, "--nnodes", "2:4", "--master", master, "--nproc_per_node", "1"]
+    argv += ["--heartbeat_timeout", str(HEARTBEAT), "--rdzv_last_call", "1"]
+    argv += ["--rdzv_timeout", "60", "--log_dir", str(log_dir), "--kill_timeout", "2", *extra]
+    return node.popen(
+        [*argv, str(script), str(ctl)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def _setup(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    return script, ctl
+
+
+def _consistent(dirs: Sequence[Path], size: int) -> None:
+    """Every node's last round: ranks 0..size-1 once each, the same endpoints everywhere,
+    Paddle's and torchrun's variables agreeing."""
+    lasts = [_last(d) for d in dirs]
+    assert all(line is not None for line in lasts)
+    assert sorted(line.rank for line in lasts) == list(range(size))
+    assert len({line.endpoints for line in lasts}) == 1
+    assert len(lasts[0].endpoints.split(",")) == size
+    for line in lasts:
+        assert line.world == line.trainers_num == size
+        assert line.group_rank == line.rank  # one worker per node
+
+
+def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7410"
+        opts = ("--max_restarts", "1")
+        pa = _start(a, master, dirs[0], script, ctl, *opts)
+        pb = _start(b, master, dirs[1], script, ctl, *opts)
+        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2))
+        _consistent(dirs[:2], 2)
+
+        pc = _start(c, master, dirs[2], script, ctl, *opts)
+        _wait_until("a round of 3 that includes the new node", lambda: _worlds(dirs, 3))
+        _consistent(dirs, 3)
+
+        killed_at = time.time()
+        pc.send_signal(signal.SIGKILL)
+        _wait_until("the survivors' new round", lambda: _worlds(dirs[:2], 2, killed_at))
+        _consistent(dirs[:2], 2)
+        restarted = max(_last(d).time for d in dirs[:2]) - killed_at  # type: ignore[union-attr]
+        assert restarted < HEARTBEAT + 2.0, f"survivors restarted {restarted:.2f} s after"
+
+        # two membership changes, and --max_restarts 1 is still there for a failure
+        assert all(line.restart == 0 == line.torch_restart for d in dirs for line in _lines(d))
+        (ctl / "fail").touch()
+        _wait_until("a failure and its restart", lambda: _restarted(dirs[:2]))
+        _consistent(dirs[:2], 2)
+        (ctl / "stop").touch()
+        outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
+    assert [pa.returncode, pb.returncode] == [0, 0], outs
+    assert "new round (membership change)" in outs[0]
+    assert f"{c.addr}" in outs[0]  # the lost node is named
+    summary = json.loads((dirs[0] / "summary.json").read_text())
+    assert summary["status"] == "succeeded"
+    members = [len(r["members"]) for r in summary["rounds"]]
+    assert members == [2, 3, 2, 2], summary["rounds"]
+    assert [r["membership"] for r in summary["rounds"]] == ["joined", "lost", None, None]
+    endpoints = (dirs[0] / "endpoints.log").read_text()
+    assert endpoints.startswith("# paddlike round 3: 2 nodes ")
+
+
+def test_below_min_every_node_left_exits_non_zero_naming_the_lost_node(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7411"
+        argv = ("--nnodes", "3:4")  # the later flag wins: MIN is 3 here
+        procs = [
+            _start(n, master, d, script, ctl, *argv) for n, d in zip((a, b, c), dirs, strict=True)
+        ]
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        procs[2].send_signal(signal.SIGKILL)
+        outs = [p.communicate(timeout=30)[0].decode() for p in procs[:2]]
+    assert [p.returncode for p in procs[:2]] == [1, 1], outs
+    for out in outs:
+        assert f"node 2 ({c.addr}) stopped sending heartbeats" in out, out
+        assert "fewer than the 3 that --nnodes 3:4 needs" in out, out
+
+
+def test_losing_the_node_that_hosts_the_store_ends_the_job_naming_it(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7412"
+        procs = [_start(n, master, d, script, ctl) for n, d in zip((a, b, c), dirs, strict=True)]
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        procs[0].send_signal(signal.SIGKILL)
+        outs = [p.communicate(timeout=30)[0].decode() for p in procs[1:]]
+    assert [p.returncode for p in procs[1:]] == [1, 1], outs
+    for out in outs:
+        assert f"lost contact with node 0 ({a.addr})" in out, out
+
+
+ETCD = shutil.which("etcd")
+
+
+@pytest.mark.skipif(ETCD is None, reason="etcd is not installed (Debian: etcd-server)")
+def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    with netns_cluster(4, ["nodea", "nodeb", "nodec", "etcd"]) as cluster:
+        a, b, c, e = cluster.nodes
+        data = tmp_path / "etcd-data"
+        etcd = e.popen(
+            [
+                str(ETCD), "--data-dir", str(data), "--name", "t",
+                "--listen-client-urls", f"http://{e.addr}:2379",
+                "--advertise-client-urls", f"http://{e.addr}:2379",
+                "--listen-peer-urls", f"http://{e.addr}:2380",
+                "--initial-advertise-peer-urls", f"http://{e.addr}:2380",
+                "--initial-cluster", f"t=http://{e.addr}:2380",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        master = f"etcd://{e.addr}:2379"
+        extra = ("--job_id", "elastic-etcd")
+        procs = [
+            _start(n, master, d, script, ctl, *extra) for n, d in zip((a, b, c), dirs, strict=True)
+        ]
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        _consistent(dirs, 3)
+        first = next(i for i, d in enumerate(dirs) if _last(d).rank == 0)  # type: ignore[union-attr]
+        killed_at = time.time()
+        procs[first].send_signal(signal.SIGKILL)
+        rest = [d for i, d in enumerate(dirs) if i != first]
+        _wait_until("the survivors' new round", lambda: _worlds(rest, 2, killed_at))
+        _consistent(rest, 2)
+        (ctl / "stop").touch()
+        outs = [p.communicate(timeout=60)[0].decode() for i, p in enumerate(procs) if i != first]
+        etcd.terminate()
+        etcd.wait(timeout=10)
+    assert [p.returncode for i, p in enumerate(procs) if i != first] == [0, 0], outs
