@@ -224,3 +224,95 @@ def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) 
         etcd.terminate()
         etcd.wait(timeout=10)
     assert [p.returncode for i, p in enumerate(procs) if i != first] == [0, 0], outs
+
+
+def test_a_node_whose_launcher_gets_sigterm_leaves_and_the_others_go_on(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7413"
+        procs = [_start(n, master, d, script, ctl) for n, d in zip((a, b, c), dirs, strict=True)]
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        left_at = time.time()
+        procs[2].send_signal(signal.SIGTERM)  # a preemption's notice
+        out_c = procs[2].communicate(timeout=30)[0].decode()
+        _wait_until("the others' new round", lambda: _worlds(dirs[:2], 2, left_at))
+        _consistent(dirs[:2], 2)
+        (ctl / "stop").touch()
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
+    assert procs[2].returncode == 143, out_c
+    assert "this node leaves the elastic job" in out_c, out_c
+    assert [p.returncode for p in procs[:2]] == [0, 0], outs
+    assert f"launcher on {c.addr} received SIGTERM" in outs[0], outs[0]
+
+
+def test_a_launcher_stopped_while_it_waits_for_more_nodes_exits_at_once(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    with netns_cluster(1, ["nodea"]) as cluster:
+        (a,) = cluster.nodes
+        proc = _start(a, f"{a.addr}:7414", tmp_path / "l", script, ctl)
+        assert proc.stdout is not None
+        # it waits for a second node (MIN 2): its progress line says so
+        first = proc.stdout.readline().decode()
+        while "of at least 2 nodes" not in first:
+            first = proc.stdout.readline().decode()
+            assert first, "the launcher ended before it said what it waits for"
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=10)[0].decode()
+        took = time.monotonic() - stopped_at
+    assert proc.returncode == 143, out
+    assert "received SIGTERM while waiting for the other nodes at the rendezvous" in out, out
+    assert took < 3.0, f"took {took:.2f} s to stop"
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_train.py"
+
+
+def _example(node: Node, master: str, log_dir: Path, ckpt: Path) -> subprocess.Popen[bytes]:
+    argv = [*LAUNCH, "--nnodes", "2:3", "--master", master, "--nproc_per_node", "1"]
+    argv += ["--heartbeat_timeout", str(HEARTBEAT), "--rdzv_last_call", "1", "--kill_timeout", "2"]
+    argv += ["--log_dir", str(log_dir), str(EXAMPLE), "--steps", "60", "--checkpoint_every", "5"]
+    argv += ["--checkpoint", str(ckpt), "--step_time", "0.05"]
+    return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_the_example_ends_like_an_uninterrupted_run_after_a_join_and_a_loss(
+    tmp_path: Path,
+) -> None:
+    alone = tmp_path / "alone"
+    argv = [*LAUNCH, "--nproc_per_node", "1", "--log_dir", str(alone / "log"), str(EXAMPLE)]
+    argv += ["--steps", "60", "--checkpoint_every", "5", "--checkpoint", str(alone / "ckpt")]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    expected = (alone / "ckpt" / "final.txt").read_text()
+
+    ckpt = tmp_path / "ckpt"  # on the host: every namespace node sees it (a shared home)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+
+    def resumed() -> int:
+        return sum(
+            t.startswith("RESUMED ")
+            for d in dirs
+            if (d / "workerlog.0").exists()
+            for t in (d / "workerlog.0").read_text().splitlines()
+        )
+
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7415"
+        procs = [_example(n, master, d, ckpt) for n, d in ((a, dirs[0]), (b, dirs[1]))]
+        _wait_until("a first checkpoint", lambda: (ckpt / "checkpoint.npz").exists())
+        procs.append(_example(c, master, dirs[2], ckpt))
+        _wait_until("the round of 3 resuming", lambda: resumed() >= 1)
+        procs[2].send_signal(signal.SIGKILL)
+        _wait_until("the survivors resuming", lambda: resumed() >= 2)
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
+    assert [p.returncode for p in procs[:2]] == [0, 0], outs
+    assert (ckpt / "final.txt").read_text() == expected

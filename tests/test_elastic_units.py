@@ -233,3 +233,21 @@ def test_a_node_that_comes_after_the_job_ended_is_told_so() -> None:
     kv.set(p.ELASTIC_END_KEY, b"it succeeded")
     with pytest.raises(JobEnded, match="ended before this node got a place in it"):
         ElasticRendezvous(kv, SPEC, timeout=1, progress=lambda *a: None).join(_e("10.0.0.1"), 0)
+
+
+def test_a_round_in_which_a_node_was_lost_ends_as_a_membership_change_whatever_failed_first():
+    from paddlike.launch.plan.policy import membership_cause
+
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    failed = _failed()  # a survivor's collective saw the lost node's processes vanish first
+    cause = membership_cause(failed, [(2, LOST)], hosts, 2.0, 1.0)
+    assert cause.membership == LOST
+    assert cause.reason.startswith("node 2 (10.0.0.3) stopped sending heartbeats for 2 s")
+    assert cause.reason.endswith("; first seen as: trainer rank 1 exited with code 3")
+    left = membership_cause(None, [(1, "left")], hosts, 2.0, 1.0)
+    assert (left.membership, left.reason) == (
+        "left",
+        "node 1 (10.0.0.2) left the job (its launcher was stopped)",
+    )
+    joined = _membership(JOINED)
+    assert membership_cause(joined, [(2, LOST)], hosts, 2.0, 1.0) is joined

@@ -58,8 +58,9 @@ from paddlike.launch.peers.watch import (
     LeaseLiveness,
     tcp_store_watch,
 )
-from paddlike.launch.plan.elastic import LEFT, ElasticSpec
+from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec
 from paddlike.launch.plan.nodejob import NodeJob
+from paddlike.launch.plan.policy import membership_cause
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing, node_label
 from paddlike.summary import RootCause
 
@@ -510,6 +511,15 @@ class StorePeers:
                 for j, e in enumerate(self.world)
                 if watch.ends.get(j, b"") not in gone
             }
+            went = [
+                (j, LOST if mark == p.END_LOST else LEFT)
+                for j, mark in sorted(watch.ends.items())
+                if mark in gone
+            ]
+            if went and not watch.leaving:
+                cause = membership_cause(
+                    cause, went, self.hosts, self.heartbeat_timeout, time.time()
+                )
             self._after = f"after {cause.reason}" if cause is not None else ""
             with contextlib.suppress(StoreError):
                 self.kv.set(p.over_key(watch.round), b"1")  # the next round may close

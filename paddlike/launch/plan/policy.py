@@ -164,6 +164,33 @@ def lost_node_cause(node: int, hosts: Sequence[str], timeout: float, now: float)
     )
 
 
+def membership_cause(
+    cause: RootCause | None,
+    gone: Sequence[tuple[int, str]],
+    hosts: Sequence[str],
+    timeout: float,
+    now: float,
+) -> RootCause:
+    """Elastic jobs: a round in which a node was lost or left ends as a membership change,
+    whatever failed first. Its peers' collectives fail as soon as its processes vanish,
+    seconds before the heartbeats say why; that failure must not use up a restart.
+    `gone`: (node, "lost" | "left"), in node order."""
+    if cause is not None and cause.membership is not None:
+        return cause
+    node, how = gone[0]
+    if how == "lost":
+        base = lost_node_cause(node, hosts, timeout, now)
+    else:
+        base = RootCause(
+            reason=f"{node_label(node, hosts)} left the job (its launcher was stopped)",
+            host=hosts[node] if node < len(hosts) else "",
+            node_index=node,
+            time=now,
+        )
+    seen = f"; first seen as: {cause.reason}" if cause is not None else ""
+    return base.replace(reason=base.reason + seen, membership=how)
+
+
 def lost_contact_cause(
     node: int,
     hosts: Sequence[str],

@@ -238,6 +238,8 @@ def _rounds(
     # secret everywhere: there it comes only from --job_token / --job_token_file.)
     job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
 
+    leaving = False  # elastic: this node's launcher got a signal and left the job
+
     def one_round(round_: int, restarts: int) -> ElasticRoundEnd:
         """Round `round_` (an elastic job's rendezvous may place this node in a later one),
         after `restarts` failure restarts."""
@@ -310,11 +312,23 @@ def _rounds(
             hangs=hangs,
         )
         own = outcome.root_cause
-        if own is not None and not is_membership_change(own):  # before the others: may be long
+        nonlocal leaving
+        leaving = getattr(watch, "leaving", False)
+        if leaving:
+            console.say(
+                f"{own.reason if own else 'stopped'}: this node leaves the elastic job; the "
+                "other nodes go on without it"
+            )
+        elif own is not None and job.elastic is None:  # before waiting: that may be long
             report_failure(console, own, logdir.path)
         cause = peers.finish(watch, outcome.exit_code == 0)
+        if job.elastic is not None and own is not None and not leaving:
+            if not is_membership_change(cause):
+                report_failure(console, own, logdir.path)
+            elif not is_membership_change(own):  # a lost node's peers fail first
+                console.say(f"{own.reason}: put down to the change of nodes, not a restart")
         survivors = len(getattr(peers, "survivors", None) or ())
-        if getattr(watch, "leaving", False) and cause is not None:
+        if leaving and cause is not None:
             cause = cause.replace(membership=None)  # this node leaves: its own exit code
         elif job.elastic is not None and is_membership_change(cause):
             assert cause is not None
@@ -325,15 +339,14 @@ def _rounds(
         end = conclude_round(console, record, plan, outcome, cause, restarts)
         return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
 
-    try:
-        if job.elastic is not None:
-            return run_elastic(job.elastic, options.max_restarts, one_round, console.say)
+    if job.elastic is None:
         return run_rounds(
             options.max_restarts, lambda r: RoundEnd(*one_round(r, r)[:2]), console.say
         )
-    finally:
-        if job.elastic is not None:
-            peers.end_elastic(record.outcome_text())
+    code = run_elastic(job.elastic, options.max_restarts, one_round, console.say)
+    if record.rounds and not leaving:  # the job ended for all its members: say so
+        peers.end_elastic(record.outcome_text())  # (nodes waiting to join stop)
+    return code
 
 
 def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
