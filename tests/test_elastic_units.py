@@ -251,3 +251,17 @@ def test_a_round_in_which_a_node_was_lost_ends_as_a_membership_change_whatever_f
     )
     joined = _membership(JOINED)
     assert membership_cause(joined, [(2, LOST)], hosts, 2.0, 1.0) is joined
+
+
+def test_a_node_joining_late_skips_the_closed_rounds_without_taking_tickets_there() -> None:
+    kv = MemoryKV()
+    kv.set(p.ELASTIC_ROUND_KEY, b"1")
+    for r in (1, 2):
+        kv.set(p.closed_key(r), p.encode_order([1, 2]))
+    kv.set(p.over_key(2), b"1")
+    spec = ElasticSpec(min_nodes=1, max_nodes=4, last_call=0.1)
+    result = ElasticRendezvous(kv, spec, timeout=5, progress=lambda *a: None, poll=0.02).join(
+        _e("10.0.0.9"), 0
+    )
+    assert kv.try_get(p.arrived_key(1)) is None and kv.try_get(p.arrived_key(2)) is None
+    assert result.round == 3

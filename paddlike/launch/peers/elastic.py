@@ -83,6 +83,8 @@ class ElasticRendezvous:
         try:
             r = max(round_, int(self.kv.try_get(p.ELASTIC_ROUND_KEY) or b"0"))
             while True:
+                while self._taken(r):
+                    r += 1  # closed, or running: this node can only wait for the next
                 self._enter(r)
                 self._check_not_ended(r)
                 ticket = self.kv.add(p.arrived_key(r), 1)
@@ -112,6 +114,19 @@ class ElasticRendezvous:
             if got == want:
                 return
             cur = got
+
+    def _taken(self, r: int) -> bool:
+        """Round r closed already (its members run it). On etcd a key goes with the lease
+        of the launcher that wrote it, so a closed round whose closer died shows only by
+        its members' liveness keys (``alive/<r>/<i>``, each under its own lease)."""
+        if self.kv.try_get(p.closed_key(r)) is not None:
+            return True
+        if not self.kv.address.startswith("etcd://"):
+            return False
+        return any(
+            self.kv.try_get(p.round_alive_key(r, j)) is not None
+            for j in range(self.spec.max_nodes)
+        )
 
     def _check_not_ended(self, r: int) -> None:
         raw = self.kv.try_get(p.ELASTIC_END_KEY)
@@ -224,8 +239,9 @@ class ElasticRendezvous:
             s = self.spec
             raise RendezvousTimeout(
                 f"rendezvous: no place opened in the elastic job at {self.kv.address} within "
-                f"{self.timeout:g} s (--rdzv_timeout): it runs with its maximum of "
-                f"{s.max_nodes} nodes (--nnodes {s.range_text}); a node joins when one leaves"
+                f"{self.timeout:g} s (--rdzv_timeout): its running round did not end to let "
+                f"this node in; it runs with its maximum of {s.max_nodes} nodes (--nnodes "
+                f"{s.range_text}), and a node joins when one leaves"
             )
         failure = self._timeout_error()
         self.kv.compare_set(p.complete_key(r), None, p.FAILED_PREFIX + str(failure).encode())

@@ -411,9 +411,13 @@ class JobWatch:
             self._stop.wait(interval)  # a period, not a wait for an event
 
     def _check_joining(self) -> None:
-        """Elastic, below MAX: a node waiting in the next round ends this one (once)."""
+        """Elastic, below MAX: a node waiting in the next round ends this one (once) —
+        unless a node's processes all succeeded already: the job is ending, and the
+        waiting node gets no place rather than every node redoing its last steps."""
         kv, nxt = self.heartbeat_kv, self.round + 1
         if self.root_cause is not None or kv.try_get(p.arrived_key(nxt)) is None:
+            return
+        if any(kv.try_get(self.end_key(j)) == p.END_OK for j in range(self.nnodes)):
             return
         for t in range(1, int(kv.try_get(p.arrived_key(nxt)) or b"0") + 1):
             if kv.try_get(p.gone_key(nxt, t)) is not None:
