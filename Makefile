@@ -97,6 +97,7 @@ bench: $(STAMP) torch-env
 	$(PY) bench/collectives.py
 	$(PY) bench/ps.py
 	$(PY) bench/rendezvous.py
+	$(PY) bench/elastic.py
 	$(PY) bench/global_view.py
 	$(PY) bench/spawn.py
 
