@@ -207,7 +207,8 @@ def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) 
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         master = f"etcd://{e.addr}:2379"
-        extra = ("--job_id", "elastic-etcd")
+        # etcd leases last whole seconds (2 at least): a wider margin on two busy cores
+        extra = ("--job_id", "elastic-etcd", "--heartbeat_timeout", "4")
         procs = [
             _start(n, master, d, script, ctl, *extra) for n, d in zip((a, b, c), dirs, strict=True)
         ]

@@ -459,7 +459,7 @@ class JobWatch:
                     wait_keys(self.kv, keys, WATCH_CHUNK)
                     break
                 except StoreTimeoutError:
-                    continue
+                    self._mark_silent_lost()
             if self.elastic is not None:  # who may come back in the next round
                 self.ends = {j: self.kv.try_get(k) or b"" for j, k in enumerate(keys)}
             raw = self.kv.try_get(self.abort_key)
@@ -476,6 +476,16 @@ class JobWatch:
         with self._lock:
             self._cause.settled(cause)
         return cause
+
+    def _mark_silent_lost(self) -> None:
+        """While waiting for every node's end: a silent node's end is "lost" again. On
+        etcd a key goes with its writer's lease, so the mark a monitor wrote for a lost
+        node vanishes if that monitor goes too; without this the wait would never end."""
+        if not self.monitor or not self.on_etcd:  # node 0's store keeps every key
+            return
+        with contextlib.suppress(StoreError):
+            for j in self.liveness.silent(self.clock()):
+                self.kv.compare_set(self.end_key(j), None, p.END_LOST)
 
     def wait_done(self, timeout: float = DONE_GRACE) -> None:
         """Node 0, before closing its store: let every node read the outcome first."""

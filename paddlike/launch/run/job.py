@@ -335,7 +335,8 @@ def _rounds(
             if survivors < job.elastic.min_nodes and job.elastic.hold <= 0:
                 cause = below_min_cause(cause, survivors, job.elastic)
                 console.error(f"the elastic job ends: {cause.reason}")
-        record.round_ended(round_, restarts, result.hosts, cause)
+        if job.elastic is not None:
+            record.round_ended(round_, restarts, result.hosts, cause)
         end = conclude_round(console, record, plan, outcome, cause, restarts)
         return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
 
