@@ -59,11 +59,24 @@ def _last(log_dir: Path) -> Line | None:
     return lines[-1] if lines else None
 
 
-def _wait_until(what: str, ok: Callable[[], bool], timeout: float = 30.0) -> None:
+def _wait_until(
+    what: str,
+    ok: Callable[[], bool],
+    timeout: float = 30.0,
+    procs: Sequence[subprocess.Popen[bytes]] = (),
+) -> None:
+    """Poll `ok` (files the workers write: no event to wait on); on the deadline, stop
+    `procs` and fail with the end of each launcher's output."""
     deadline = time.monotonic() + timeout
     while not ok():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling files the workers write: no event to wait on
+        if time.monotonic() >= deadline:
+            outs = []
+            for proc in procs:
+                proc.kill()
+                out = proc.communicate(timeout=10)[0].decode(errors="replace")
+                outs.append("\n".join(out.splitlines()[-15:]))
+            pytest.fail(f"timed out waiting for {what}; launchers said:\n" + "\n--\n".join(outs))
+        time.sleep(0.05)
 
 
 def _worlds(dirs: Sequence[Path], size: int, after: float = 0.0) -> bool:
@@ -117,16 +130,22 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
         opts = ("--max_restarts", "1")
         pa = _start(a, master, dirs[0], script, ctl, *opts)
         pb = _start(b, master, dirs[1], script, ctl, *opts)
-        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2))
+        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2), procs=(pa, pb))
         _consistent(dirs[:2], 2)
 
         pc = _start(c, master, dirs[2], script, ctl, *opts)
-        _wait_until("a round of 3 that includes the new node", lambda: _worlds(dirs, 3))
+        _wait_until(
+            "a round of 3 that includes the new node",
+            lambda: _worlds(dirs, 3),
+            procs=(pa, pb, pc),
+        )
         _consistent(dirs, 3)
 
         killed_at = time.time()
         pc.send_signal(signal.SIGKILL)
-        _wait_until("the survivors' new round", lambda: _worlds(dirs[:2], 2, killed_at))
+        _wait_until(
+            "the survivors' new round", lambda: _worlds(dirs[:2], 2, killed_at), procs=(pa, pb)
+        )
         _consistent(dirs[:2], 2)
         restarted = max(_last(d).time for d in dirs[:2]) - killed_at  # type: ignore[union-attr]
         assert restarted < HEARTBEAT + 2.0, f"survivors restarted {restarted:.2f} s after"
@@ -134,7 +153,7 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
         # two membership changes, and --max_restarts 1 is still there for a failure
         assert all(line.restart == 0 == line.torch_restart for d in dirs for line in _lines(d))
         (ctl / "fail").touch()
-        _wait_until("a failure and its restart", lambda: _restarted(dirs[:2]))
+        _wait_until("a failure and its restart", lambda: _restarted(dirs[:2]), procs=(pa, pb))
         _consistent(dirs[:2], 2)
         (ctl / "stop").touch()
         outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
@@ -160,7 +179,7 @@ def test_below_min_every_node_left_exits_non_zero_naming_the_lost_node(tmp_path:
         procs = [
             _start(n, master, d, script, ctl, *argv) for n, d in zip((a, b, c), dirs, strict=True)
         ]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
         procs[2].send_signal(signal.SIGKILL)
         outs = [p.communicate(timeout=30)[0].decode() for p in procs[:2]]
     assert [p.returncode for p in procs[:2]] == [1, 1], outs
@@ -176,7 +195,7 @@ def test_losing_the_node_that_hosts_the_store_ends_the_job_naming_it(tmp_path: P
         a, b, c = cluster.nodes
         master = f"{a.addr}:7412"
         procs = [_start(n, master, d, script, ctl) for n, d in zip((a, b, c), dirs, strict=True)]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
         procs[0].send_signal(signal.SIGKILL)
         outs = [p.communicate(timeout=30)[0].decode() for p in procs[1:]]
     assert [p.returncode for p in procs[1:]] == [1, 1], outs
@@ -212,13 +231,13 @@ def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) 
         procs = [
             _start(n, master, d, script, ctl, *extra) for n, d in zip((a, b, c), dirs, strict=True)
         ]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
         _consistent(dirs, 3)
         first = next(i for i, d in enumerate(dirs) if _last(d).rank == 0)  # type: ignore[union-attr]
         killed_at = time.time()
         procs[first].send_signal(signal.SIGKILL)
         rest = [d for i, d in enumerate(dirs) if i != first]
-        _wait_until("the survivors' new round", lambda: _worlds(rest, 2, killed_at))
+        _wait_until("the survivors' new round", lambda: _worlds(rest, 2, killed_at), procs=procs)
         _consistent(rest, 2)
         (ctl / "stop").touch()
         outs = [p.communicate(timeout=60)[0].decode() for i, p in enumerate(procs) if i != first]
@@ -234,11 +253,11 @@ def test_a_node_whose_launcher_gets_sigterm_leaves_and_the_others_go_on(tmp_path
         a, b, c = cluster.nodes
         master = f"{a.addr}:7413"
         procs = [_start(n, master, d, script, ctl) for n, d in zip((a, b, c), dirs, strict=True)]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40)
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
         left_at = time.time()
         procs[2].send_signal(signal.SIGTERM)  # a preemption's notice
         out_c = procs[2].communicate(timeout=30)[0].decode()
-        _wait_until("the others' new round", lambda: _worlds(dirs[:2], 2, left_at))
+        _wait_until("the others' new round", lambda: _worlds(dirs[:2], 2, left_at), procs=procs[:2])
         _consistent(dirs[:2], 2)
         (ctl / "stop").touch()
         outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
@@ -309,11 +328,11 @@ def test_the_example_ends_like_an_uninterrupted_run_after_a_join_and_a_loss(
         a, b, c = cluster.nodes
         master = f"{a.addr}:7415"
         procs = [_example(n, master, d, ckpt) for n, d in ((a, dirs[0]), (b, dirs[1]))]
-        _wait_until("a first checkpoint", lambda: (ckpt / "checkpoint.npz").exists())
+        _wait_until("a first checkpoint", lambda: (ckpt / "checkpoint.npz").exists(), procs=procs)
         procs.append(_example(c, master, dirs[2], ckpt))
-        _wait_until("the round of 3 resuming", lambda: resumed() >= 1)
+        _wait_until("the round of 3 resuming", lambda: resumed() >= 1, procs=procs)
         procs[2].send_signal(signal.SIGKILL)
-        _wait_until("the survivors resuming", lambda: resumed() >= 2)
+        _wait_until("the survivors resuming", lambda: resumed() >= 2, procs=procs[:2])
         outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
     assert [p.returncode for p in procs[:2]] == [0, 0], outs
     assert (ckpt / "final.txt").read_text() == expected
