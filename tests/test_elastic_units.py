@@ -265,3 +265,17 @@ def test_a_node_joining_late_skips_the_closed_rounds_without_taking_tickets_ther
     )
     assert kv.try_get(p.arrived_key(1)) is None and kv.try_get(p.arrived_key(2)) is None
     assert result.round == 3
+
+
+def test_a_newcomer_with_another_configuration_is_refused_alone_before_it_takes_a_place():
+    from paddlike.launch.peers.errors import FingerprintMismatch
+
+    kv = MemoryKV()
+    kv.set(p.ELASTIC_ROUND_KEY, b"0")
+    kv.set(p.closed_key(0), p.encode_order([1, 2]))
+    kv.set(p.world_key(0), p.encode_world([_e("10.0.0.1", 0), _e("10.0.0.2", 1)]))
+    odd = _e("10.0.0.3")._replace(fingerprint={"fp": "2"})
+    rdzv = ElasticRendezvous(kv, SPEC, timeout=5, progress=lambda *a: None, poll=0.02)
+    with pytest.raises(FingerprintMismatch, match=r"this node \(10.0.0.3\) cannot join .* fp '2'"):
+        rdzv.join(odd, 0)
+    assert kv.try_get(p.arrived_key(1)) is None  # the running job never saw it

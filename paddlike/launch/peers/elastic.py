@@ -85,6 +85,8 @@ class ElasticRendezvous:
             while True:
                 while self._taken(r):
                     r += 1  # closed, or running: this node can only wait for the next
+                if r > 0 and self.survivors is None:  # a newcomer to a running job
+                    self._check_fits(entry, r - 1)
                 self._enter(r)
                 self._check_not_ended(r)
                 ticket = self.kv.add(p.arrived_key(r), 1)
@@ -127,6 +129,22 @@ class ElasticRendezvous:
             self.kv.try_get(p.round_alive_key(r, j)) is not None
             for j in range(self.spec.max_nodes)
         )
+
+    def _check_fits(self, entry: NodeEntry, r: int) -> None:
+        """A newcomer whose configuration differs from the running nodes' is refused
+        alone (exit 2), before it takes a place: it must not end their job."""
+        raw = self.kv.try_get(p.world_key(r))
+        if raw is None:
+            return  # (on etcd it may have gone with its writer: the round checks then)
+        theirs, mine = p.decode_world(raw)[0].fingerprint, entry.fingerprint
+        for field in [*theirs, *(f for f in mine if f not in theirs)]:
+            have, want = mine.get(field, "<unset>"), theirs.get(field, "<unset>")
+            if have != want:
+                raise FingerprintMismatch(
+                    f"rendezvous: this node ({entry.host}) cannot join the elastic job at "
+                    f"{self.kv.address}: it has {field} {have!r}, the running nodes have "
+                    f"{want!r}; run the same command on every node"
+                )
 
     def _check_not_ended(self, r: int) -> None:
         raw = self.kv.try_get(p.ELASTIC_END_KEY)
