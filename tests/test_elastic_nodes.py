@@ -8,6 +8,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -167,6 +168,14 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
     assert [r["membership"] for r in summary["rounds"]] == ["joined", "lost", None, None]
     endpoints = (dirs[0] / "endpoints.log").read_text()
     assert endpoints.startswith("# paddlike round 3: 2 nodes ")
+    shown = subprocess.run(
+        [sys.executable, "-m", "paddlike.logs", str(dirs[0])],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    assert f"round 1: 3 nodes ({a.addr}, {b.addr}, {c.addr}), restarts 0: node 2" in shown, shown
 
 
 def test_below_min_every_node_left_exits_non_zero_naming_the_lost_node(tmp_path: Path) -> None:

@@ -110,6 +110,26 @@ def node_heading(node: NodeView) -> str:
     return f"{text}, {node.log_dir}"
 
 
+MAX_ROUNDS = 10  # an elastic job's rounds shown, the latest ones
+
+
+def round_lines(node: NodeView) -> list[str]:
+    """An elastic job's rounds on this node, one line each (the latest MAX_ROUNDS):
+    '  round 1: 3 nodes (198.18.0.1, 198.18.0.2, 198.18.0.3), restarts 0: node 2 ... lost'."""
+    rounds = node.summary.rounds if node.summary is not None else []
+    out = []
+    if len(rounds) > MAX_ROUNDS:
+        out.append(f"  ({len(rounds) - MAX_ROUNDS} earlier rounds in {SUMMARY_FILE})")
+    for r in rounds[-MAX_ROUNDS:]:
+        members = r.get("members", [])
+        n = len(members)
+        out.append(
+            f"  round {r.get('round')}: {n} node{'s' if n != 1 else ''} ({', '.join(members)}), "
+            f"restarts {r.get('restarts', 0)}: {r.get('ended', '?')}"
+        )
+    return out
+
+
 def format_job(job: JobView, *, color: bool = False) -> str:
     """The default view: the root cause (with its log's end) above every node's table."""
     out: list[str] = []
@@ -118,6 +138,7 @@ def format_job(job: JobView, *, color: bool = False) -> str:
         out.append("")
     for node in job.nodes:
         out.append(node_heading(node))
+        out.extend(round_lines(node))
         out.extend(f"  note: {note}" for note in node.notes)
         if node.processes:
             rows = [list(COLUMNS)] + [process_row(p) for p in node.processes]

@@ -355,7 +355,8 @@ def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
     "" keeps Paddle's exact bytes for a fixed job."""
     if elastic_round is None:
         return ""
-    return f"# paddlike round {elastic_round}: {len(result.nodes)} nodes {','.join(result.hosts)}"
+    n, hosts = len(result.nodes), ",".join(result.hosts)
+    return f"# paddlike round {elastic_round}: {n} node{'s' if n != 1 else ''} {hosts}"
 
 
 def _rank_span(plan: LaunchPlan) -> str:
