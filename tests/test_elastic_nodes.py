@@ -345,3 +345,30 @@ def test_the_example_ends_like_an_uninterrupted_run_after_a_join_and_a_loss(
         outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
     assert [p.returncode for p in procs[:2]] == [0, 0], outs
     assert (ckpt / "final.txt").read_text() == expected
+
+
+def test_at_elastic_level_0_a_survivor_waits_for_a_replacement_node(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    level0 = ("--nnodes", "2", "--elastic_level", "0")  # Paddle's fault tolerance: 2 nodes
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7416"
+        procs = [
+            _start(n, master, d, script, ctl, *level0)
+            for n, d in zip((a, b), dirs[:2], strict=True)
+        ]
+        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2), procs=procs)
+        lost_at = time.time()
+        procs[1].send_signal(signal.SIGKILL)
+        procs.append(_start(c, master, dirs[2], script, ctl, *level0))  # the replacement
+        _wait_until(
+            "the survivor and the replacement in a new round",
+            lambda: _worlds([dirs[0], dirs[2]], 2, lost_at),
+            procs=[procs[0], procs[2]],
+        )
+        _consistent([dirs[0], dirs[2]], 2)
+        (ctl / "stop").touch()
+        outs = [p.communicate(timeout=60)[0].decode() for p in (procs[0], procs[2])]
+    assert [procs[0].returncode, procs[2].returncode] == [0, 0], outs
+    assert f"node 1 ({b.addr}) stopped sending heartbeats" in outs[0], outs[0]
