@@ -118,13 +118,16 @@ class ElasticRendezvous:
             cur = got
 
     def _taken(self, r: int) -> bool:
-        """Round r closed already (its members run it). On etcd a key goes with the lease
-        of the launcher that wrote it, so a closed round whose closer died shows only by
-        its members' liveness keys (``alive/<r>/<i>``, each under its own lease)."""
+        """Round r closed already (its members run it, or ran it). On etcd a key goes with
+        the lease of the launcher that wrote it, so a closed round whose closer died shows
+        only by what its living members wrote: ``job/<r>/over`` once it ended, its
+        liveness keys (``alive/<r>/<i>``) while it runs."""
         if self.kv.try_get(p.closed_key(r)) is not None:
             return True
         if not self.kv.address.startswith("etcd://"):
             return False
+        if self.kv.try_get(p.over_key(r)) is not None:  # ended (a member lives to say so)
+            return True
         return any(
             self.kv.try_get(p.round_alive_key(r, j)) is not None
             for j in range(self.spec.max_nodes)
