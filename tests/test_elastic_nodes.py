@@ -4,13 +4,14 @@ node 0's store and through a real etcd."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,24 @@ def _consistent(dirs: Sequence[Path], size: int) -> None:
         assert line.group_rank == line.rank  # one worker per node
 
 
+@contextlib.contextmanager
+def _round_of_three(
+    tmp_path: Path, port: int, *extra: str
+) -> Iterator[tuple[list[Node], list[subprocess.Popen[bytes]], list[Path], Path]]:
+    """Three namespace nodes running one elastic round together (node 0's store on the
+    first): (nodes, launchers, log directories, the workers' control directory)."""
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        master = f"{cluster.nodes[0].addr}:{port}"
+        procs = [
+            _start(n, master, d, script, ctl, *extra)
+            for n, d in zip(cluster.nodes, dirs, strict=True)
+        ]
+        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
+        yield cluster.nodes, procs, dirs, ctl
+
+
 def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_path: Path) -> None:
     script, ctl = _setup(tmp_path)
     dirs = [tmp_path / f"l{i}" for i in range(3)]
@@ -179,37 +198,22 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
 
 
 def test_below_min_every_node_left_exits_non_zero_naming_the_lost_node(tmp_path: Path) -> None:
-    script, ctl = _setup(tmp_path)
-    dirs = [tmp_path / f"l{i}" for i in range(3)]
-    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
-        a, b, c = cluster.nodes
-        master = f"{a.addr}:7411"
-        argv = ("--nnodes", "3:4")  # the later flag wins: MIN is 3 here
-        procs = [
-            _start(n, master, d, script, ctl, *argv) for n, d in zip((a, b, c), dirs, strict=True)
-        ]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
-        procs[2].send_signal(signal.SIGKILL)
+    with _round_of_three(tmp_path, 7411, "--nnodes", "3:4") as (nodes, procs, _, _):
+        procs[2].send_signal(signal.SIGKILL)  # (the later --nnodes wins: MIN is 3 here)
         outs = [p.communicate(timeout=30)[0].decode() for p in procs[:2]]
     assert [p.returncode for p in procs[:2]] == [1, 1], outs
     for out in outs:
-        assert f"node 2 ({c.addr}) stopped sending heartbeats" in out, out
+        assert f"node 2 ({nodes[2].addr}) stopped sending heartbeats" in out, out
         assert "fewer than the 3 that --nnodes 3:4 needs" in out, out
 
 
 def test_losing_the_node_that_hosts_the_store_ends_the_job_naming_it(tmp_path: Path) -> None:
-    script, ctl = _setup(tmp_path)
-    dirs = [tmp_path / f"l{i}" for i in range(3)]
-    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
-        a, b, c = cluster.nodes
-        master = f"{a.addr}:7412"
-        procs = [_start(n, master, d, script, ctl) for n, d in zip((a, b, c), dirs, strict=True)]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
+    with _round_of_three(tmp_path, 7412) as (nodes, procs, _, _):
         procs[0].send_signal(signal.SIGKILL)
         outs = [p.communicate(timeout=30)[0].decode() for p in procs[1:]]
     assert [p.returncode for p in procs[1:]] == [1, 1], outs
     for out in outs:
-        assert f"lost contact with node 0 ({a.addr})" in out, out
+        assert f"lost contact with node 0 ({nodes[0].addr})" in out, out
 
 
 ETCD = shutil.which("etcd")
@@ -256,13 +260,7 @@ def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) 
 
 
 def test_a_node_whose_launcher_gets_sigterm_leaves_and_the_others_go_on(tmp_path: Path) -> None:
-    script, ctl = _setup(tmp_path)
-    dirs = [tmp_path / f"l{i}" for i in range(3)]
-    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
-        a, b, c = cluster.nodes
-        master = f"{a.addr}:7413"
-        procs = [_start(n, master, d, script, ctl) for n, d in zip((a, b, c), dirs, strict=True)]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
+    with _round_of_three(tmp_path, 7413) as (nodes, procs, dirs, ctl):
         left_at = time.time()
         procs[2].send_signal(signal.SIGTERM)  # a preemption's notice
         out_c = procs[2].communicate(timeout=30)[0].decode()
@@ -273,7 +271,7 @@ def test_a_node_whose_launcher_gets_sigterm_leaves_and_the_others_go_on(tmp_path
     assert procs[2].returncode == 143, out_c
     assert "this node leaves the elastic job" in out_c, out_c
     assert [p.returncode for p in procs[:2]] == [0, 0], outs
-    assert f"launcher on {c.addr} received SIGTERM" in outs[0], outs[0]
+    assert f"launcher on {nodes[2].addr} received SIGTERM" in outs[0], outs[0]
 
 
 def test_a_launcher_stopped_while_it_waits_for_more_nodes_exits_at_once(tmp_path: Path) -> None:

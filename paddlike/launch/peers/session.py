@@ -153,48 +153,38 @@ class StorePeers:
         through node 0's store (hosted here on node 0). Raises RendezvousError (a store
         that cannot be reached or hosted included), never a bare StoreError."""
         try:
-            peers = cls._open(options, job, progress=progress, waiting=waiting)
+            if uses_etcd(options):
+                assert options.master is not None
+                peers = cls.open_etcd(
+                    master=options.master,
+                    job_id=options.job_id,
+                    node_index=job.index,
+                    hosts=job.hosts,
+                    assign=job.assign_ranks,
+                    rdzv_timeout=options.rdzv_timeout,
+                    heartbeat_timeout=options.heartbeat_timeout,
+                    progress=progress,
+                    waiting=waiting,
+                    elastic=job.elastic is not None,
+                )
+            else:
+                assert job.master is not None
+                peers = cls.open_tcp(
+                    master=job.master,
+                    node_index=job.index,
+                    hosts=job.hosts,
+                    assign=job.assign_ranks,
+                    rank_known=job.rank_known,
+                    token=options.job_token.encode() if options.job_token else None,
+                    rdzv_timeout=options.rdzv_timeout,
+                    heartbeat_timeout=options.heartbeat_timeout,
+                    progress=progress,
+                    waiting=waiting,
+                )
         except StoreError as exc:
             raise RendezvousError(str(exc)) from exc
         peers.elastic = job.elastic
         return peers
-
-    @classmethod
-    def _open(
-        cls,
-        options: LaunchOptions,
-        job: NodeJob,
-        *,
-        progress: Progress,
-        waiting: Callable[[str], None],
-    ) -> StorePeers:
-        if uses_etcd(options):
-            assert options.master is not None
-            return cls.open_etcd(
-                master=options.master,
-                job_id=options.job_id,
-                node_index=job.index,
-                hosts=job.hosts,
-                assign=job.assign_ranks,
-                rdzv_timeout=options.rdzv_timeout,
-                heartbeat_timeout=options.heartbeat_timeout,
-                progress=progress,
-                waiting=waiting,
-                elastic=job.elastic is not None,
-            )
-        assert job.master is not None
-        return cls.open_tcp(
-            master=job.master,
-            node_index=job.index,
-            hosts=job.hosts,
-            assign=job.assign_ranks,
-            rank_known=job.rank_known,
-            token=options.job_token.encode() if options.job_token else None,
-            rdzv_timeout=options.rdzv_timeout,
-            heartbeat_timeout=options.heartbeat_timeout,
-            progress=progress,
-            waiting=waiting,
-        )
 
     @classmethod
     def open_tcp(
