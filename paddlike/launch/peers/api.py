@@ -22,6 +22,7 @@ class RoundWatch(Protocol):
     fd: int | None  # readable when `poll` may have a cause that ends the round; None: never
     services: ServicesStop | None  # who says when the servers stop; None: this node's trainers
     stacks: StackChannel | None  # job-wide stack requests; None on one node
+    leaving: bool  # elastic: a signal to this launcher made this node leave the job
 
     def poll(self) -> RootCause | None:
         """A cause from elsewhere (another node's failure, a lost node) that ends the round."""
@@ -35,6 +36,9 @@ class Peers(Protocol):
 
     address: str  # where they meet, for messages ("" on one node)
     waiting_for: str  # what the launcher waits for now, for the line a signal prints
+    # elastic: the last round's members that may come back ((host, pid)); None before
+    # a round ended, and always for a fixed job
+    survivors: set[tuple[str, int]] | None
 
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult: ...
 
@@ -49,5 +53,8 @@ class Peers(Protocol):
         there was no one to tell."""
 
     def wait_readers(self) -> None: ...
+
+    def end_elastic(self, how: str) -> None:
+        """An elastic job ended for all its members (`how`): nodes waiting to join stop."""
 
     def close(self, linger: bool = True) -> None: ...

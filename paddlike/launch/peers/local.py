@@ -16,6 +16,7 @@ class LocalWatch:
         self.services: ServicesStop | None = None
         self.cause: RootCause | None = None
         self.stacks = None  # no other node to ask for stacks
+        self.leaving = False  # (a one-node job is never elastic)
 
     def poll(self) -> RootCause | None:
         return None
@@ -28,6 +29,7 @@ class LocalWatch:
 class LocalPeers:
     address = ""
     waiting_for = "starting"
+    survivors = None  # (a one-node job is never elastic)
 
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
         return RendezvousResult(round_, (entry,), entry.job_id, 0.0)
@@ -43,6 +45,9 @@ class LocalPeers:
         return False
 
     def wait_readers(self) -> None:
+        pass
+
+    def end_elastic(self, how: str) -> None:
         pass
 
     def close(self, linger: bool = True) -> None:

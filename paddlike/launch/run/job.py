@@ -313,7 +313,7 @@ def _rounds(
         )
         own = outcome.root_cause
         nonlocal leaving
-        leaving = getattr(watch, "leaving", False)
+        leaving = watch.leaving
         if leaving:
             console.say(
                 f"{own.reason if own else 'stopped'}: this node leaves the elastic job; the "
@@ -327,7 +327,7 @@ def _rounds(
                 report_failure(console, own, logdir.path)
             elif not is_membership_change(own):  # a lost node's peers fail first
                 console.say(f"{own.reason}: put down to the change of nodes, not a restart")
-        survivors = len(getattr(peers, "survivors", None) or ())
+        survivors = len(peers.survivors or ())
         if leaving and cause is not None:
             cause = cause.replace(membership=None)  # this node leaves: its own exit code
         elif job.elastic is not None and is_membership_change(cause):
