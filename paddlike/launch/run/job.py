@@ -42,6 +42,7 @@ from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.protocol import decode_cause
 from paddlike.launch.plan.elastic import (
     ElasticRoundEnd,
+    ElasticSpec,
     below_min_cause,
     is_membership_change,
     run_elastic,
@@ -312,30 +313,22 @@ def _rounds(
             hangs=hangs,
         )
         own = outcome.root_cause
-        nonlocal leaving
-        leaving = watch.leaving
-        if leaving:
-            console.say(
-                f"{own.reason if own else 'stopped'}: this node leaves the elastic job; the "
-                "other nodes go on without it"
-            )
-        elif own is not None and job.elastic is None:  # before waiting: that may be long
-            report_failure(console, own, logdir.path)
-        cause = peers.finish(watch, outcome.exit_code == 0)
-        if job.elastic is not None and own is not None and not leaving:
-            if not is_membership_change(cause):
+        survivors = 0
+        if job.elastic is None:
+            if own is not None:  # before waiting for the others: that may be long
                 report_failure(console, own, logdir.path)
-            elif not is_membership_change(own):  # a lost node's peers fail first
-                console.say(f"{own.reason}: put down to the change of nodes, not a restart")
-        survivors = len(peers.survivors or ())
-        if leaving and cause is not None:
-            cause = cause.replace(membership=None)  # this node leaves: its own exit code
-        elif job.elastic is not None and is_membership_change(cause):
-            assert cause is not None
-            if survivors < job.elastic.min_nodes and job.elastic.hold <= 0:
-                cause = below_min_cause(cause, survivors, job.elastic)
-                console.error(f"the elastic job ends: {cause.reason}")
-        if job.elastic is not None:
+            cause = peers.finish(watch, outcome.exit_code == 0)
+        else:
+            nonlocal leaving
+            leaving = watch.leaving
+            if leaving:
+                what = own.reason if own is not None else "stopped"
+                console.say(f"{what}: this node leaves the elastic job; the others go on")
+            cause = peers.finish(watch, outcome.exit_code == 0)
+            survivors = len(peers.survivors or ())
+            cause = _elastic_round_cause(
+                console, job.elastic, own, cause, survivors, leaving, logdir.path
+            )
             record.round_ended(round_, restarts, result.hosts, cause)
         end = conclude_round(console, record, plan, outcome, cause, restarts)
         return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
@@ -348,6 +341,33 @@ def _rounds(
     if record.rounds and not leaving:  # the job ended for all its members: say so
         peers.end_elastic(record.outcome_text())  # (nodes waiting to join stop)
     return code
+
+
+def _elastic_round_cause(
+    console: Console,
+    spec: ElasticSpec,
+    own: RootCause | None,
+    cause: RootCause | None,
+    survivors: int,
+    leaving: bool,
+    log_dir: os.PathLike[str],
+) -> RootCause | None:
+    """How an elastic round ended for this node, and what it prints about it: this node's
+    own failure report unless a membership change explains it (a lost node's peers fail
+    first); the end of the job when fewer than MIN nodes are left and none may wait."""
+    if leaving:
+        # this node leaves: the round ends with its own exit code, not in a new round
+        return cause.replace(membership=None) if cause is not None else None
+    if own is not None:
+        if not is_membership_change(cause):
+            report_failure(console, own, log_dir)
+        elif not is_membership_change(own):
+            console.say(f"{own.reason}: put down to the change of nodes, not a restart")
+    too_few = survivors < spec.min_nodes and spec.hold <= 0
+    if cause is not None and is_membership_change(cause) and too_few:
+        cause = below_min_cause(cause, survivors, spec)
+        console.error(f"the elastic job ends: {cause.reason}")
+    return cause
 
 
 def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
