@@ -79,6 +79,17 @@ def test_a_missing_node_is_named_by_the_deadline_of_the_injected_clock():
     assert kv.try_get(p.complete_key(0)).startswith(p.FAILED_PREFIX)
 
 
+def test_a_last_arrival_that_died_before_the_verdict_is_said_so_not_none_never_joined():
+    kv = MemoryKV(patience=0)
+    for i in range(2):  # both came; the last one died before it wrote the world
+        kv.set(p.node_key(0, i), p.encode_entry(_entry(i)))
+    kv.set(p.count_key(0), b"2")
+    rdzv = Rendezvous(kv, 0, 2, HOSTS[:2], timeout=300, clock=StepClock(step=50.0))
+    message = str(rdzv._timeout(0))
+    assert "all 2 nodes came, but the last to arrive never wrote the round's world" in message
+    assert "None" not in message
+
+
 def test_a_waiting_node_shows_who_is_missing_once_a_second():
     seen: list[str] = []
     rdzv = Rendezvous(

@@ -248,6 +248,13 @@ class Rendezvous:
 
     def _timeout(self, round_: int) -> RendezvousTimeout:
         absent = self._absent(round_)
+        if absent is None:  # everyone came, yet no verdict: the last one stopped writing it
+            return RendezvousTimeout(
+                f"rendezvous timed out after {self.timeout:g} s (--rdzv_timeout) at the store "
+                f"{self.kv.address}: all {self.nnodes} nodes came, but the last to arrive "
+                "never wrote the round's world (its launcher died or lost the store during "
+                "the rendezvous); start the job again"
+            )
         return RendezvousTimeout(
             f"rendezvous timed out after {self.timeout:g} s (--rdzv_timeout) at the store "
             f"{self.kv.address}: {absent} never joined: no "
