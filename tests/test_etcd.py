@@ -125,6 +125,19 @@ def test_get_waits_for_a_put_and_times_out_naming_the_key(store: EtcdStore) -> N
         store.get("never", timeout=0.3)
 
 
+def test_missing_keys_are_found_in_one_range_read(store: EtcdStore) -> None:
+    for i in (0, 2, 10):
+        store.set(f"rdzv/0/node/{i}", b"e")
+    store.set("rdzv/0/nodes-not-these", b"x")  # shares the prefix, is not asked about
+    keys = [f"rdzv/0/node/{i}" for i in range(12)]
+    calls: list[str] = []
+    real = store._call
+    store._call = lambda path, body, timeout=None: calls.append(path) or real(path, body, timeout)
+    assert store.missing(keys) == [k for k in keys if k.rsplit("/", 1)[1] not in ("0", "2", "10")]
+    assert calls == ["kv/range"]
+    assert store.missing(["rdzv/0/node/2"]) == []
+
+
 def test_keys_vanish_with_the_lease_so_a_dead_launcher_is_seen_as_silent(
     etcd: tuple[str, int],
 ) -> None:

@@ -249,6 +249,26 @@ class EtcdStore:
         kvs = (r.get("responses") or [{}])[0].get("response_range", {}).get("kvs") or []
         return _unb64(kvs[0].get("value")) if kvs else b""
 
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        """Which of `keys` etcd lacks right now: one range read over their common prefix
+        (keys only), instead of one request per key — the rendezvous asks this about
+        every node not seen yet, each second."""
+        keys = list(keys)
+        if len(keys) < 2:
+            return [k for k in keys if self.try_get(k) is None]
+        lo, hi = min(keys), max(keys)  # the common prefix of all: that of these two
+        n = 0
+        while n < min(len(lo), len(hi)) and lo[n] == hi[n]:
+            n += 1
+        start = (self.prefix + lo[:n]).encode()  # (never empty: the job's prefix leads)
+        end = start[:-1] + bytes([start[-1] + 1])  # every key that starts with `start`
+        r = self._call(
+            "kv/range",
+            {"key": _b64(start), "range_end": _b64(end), "keys_only": True},
+        )
+        present = {_unb64(kv.get("key")).decode()[len(self.prefix) :] for kv in r.get("kvs") or []}
+        return [k for k in keys if k not in present]
+
     def delete(self, key: str) -> bool:
         r = self._call("kv/deleterange", {"key": self._k(key)})
         return int(r.get("deleted", 0)) > 0
