@@ -370,3 +370,67 @@ def test_at_elastic_level_0_a_survivor_waits_for_a_replacement_node(tmp_path: Pa
         outs = [p.communicate(timeout=60)[0].decode() for p in (procs[0], procs[2])]
     assert [procs[0].returncode, procs[2].returncode] == [0, 0], outs
     assert f"node 1 ({b.addr}) stopped sending heartbeats" in outs[0], outs[0]
+
+
+TORCH_SCRIPT = """
+import os, sys, time, pathlib
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+print("TORCH", rank, world, os.environ["TORCHELASTIC_RESTART_COUNT"], flush=True)
+stop, t = pathlib.Path(sys.argv[1]), None
+while not stop.exists():
+    t = torch.ones(4) * (rank + 1)
+    dist.all_reduce(t)
+    time.sleep(0.05)
+print("DONE", rank, world, t[0].item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_torch_script_under_torchruns_elastic_flags_grows_when_a_node_joins(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    script, stop = tmp_path / "train.py", tmp_path / "stop"
+    script.write_text(TORCH_SCRIPT)
+    dirs = [tmp_path / "la", tmp_path / "lb"]
+
+    def lines(d: Path, tag: str) -> list[list[str]]:
+        log = d / "workerlog.0"
+        text = log.read_text() if log.exists() else ""
+        return [t.split()[1:] for t in text.splitlines() if t.startswith(tag + " ")]
+
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+
+        def start(node: Node, log_dir: Path) -> subprocess.Popen[bytes]:
+            argv = [*LAUNCH, "--nnodes", "1:2", "--rdzv-backend", "c10d"]
+            argv += ["--rdzv-endpoint", f"{a.addr}:29400", "--nproc-per-node", "1"]
+            argv += [
+                "--rdzv-conf",
+                "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2",
+            ]
+            argv += ["--log_dir", str(log_dir), str(script), str(stop)]
+            return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+        pa = start(a, dirs[0])
+        _wait_until(
+            "a world of 1", lambda: lines(dirs[0], "TORCH") == [["0", "1", "0"]], procs=[pa]
+        )
+        pb = start(b, dirs[1])
+        _wait_until(
+            "a world of 2",
+            lambda: all(
+                len(lines(d, "TORCH")) >= 1 and lines(d, "TORCH")[-1][1] == "2" for d in dirs
+            ),
+            procs=[pa, pb],
+        )
+        stop.touch()
+        outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
+    assert [pa.returncode, pb.returncode] == [0, 0], outs
+    assert sorted(lines(d, "TORCH")[-1][0] for d in dirs) == ["0", "1"]
+    # ranks 1 and 2 summed in the world of 2, on both nodes; no failure restart used
+    assert [lines(d, "DONE")[-1][1:] for d in dirs] == [["2", "3.0"], ["2", "3.0"]]
+    assert all(t[2] == "0" for d in dirs for t in lines(d, "TORCH"))

@@ -282,8 +282,9 @@ def _rounds(
         )
         if round_ == 0 or (job.elastic is not None and not record.rounds):
             if peers.address:
+                n = len(result.nodes)
                 console.say(
-                    f"rendezvous with {len(result.nodes)} nodes at {peers.address} took "
+                    f"rendezvous with {n} node{'s' if n != 1 else ''} at {peers.address} took "
                     f"{result.elapsed:.2f} s"
                 )
             console.block(format_banner(plan, logdir.path, interface=job.interface, why=job.reason))
@@ -444,9 +445,7 @@ def conclude_round(
     exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
     status = "failed" if cause is not None and outcome.status == "succeeded" else outcome.status
     record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
-    if is_membership_change(cause):
-        assert cause is not None
-        console.say(f"round ended (membership change): {cause.reason}")
+    if is_membership_change(cause):  # said already, and the next round's line follows
         return RoundEnd(exit_code, cause)
     if cause is None:
         report_success(
