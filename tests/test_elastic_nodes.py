@@ -434,3 +434,29 @@ def test_a_torch_script_under_torchruns_elastic_flags_grows_when_a_node_joins(
     # ranks 1 and 2 summed in the world of 2, on both nodes; no failure restart used
     assert [lines(d, "DONE")[-1][1:] for d in dirs] == [["2", "3.0"], ["2", "3.0"]]
     assert all(t[2] == "0" for d in dirs for t in lines(d, "TORCH"))
+
+
+def test_a_node_waiting_at_max_is_told_the_job_ended_and_starts_nothing(tmp_path: Path) -> None:
+    script, ctl = _setup(tmp_path)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    one_to_two = ("--nnodes", "1:2")  # a node alone would be a job: it must not start one
+    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
+        a, b, c = cluster.nodes
+        master = f"{a.addr}:7417"
+        procs = [
+            _start(n, master, d, script, ctl, *one_to_two)
+            for n, d in zip((a, b), dirs[:2], strict=True)
+        ]
+        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2), procs=procs)
+        waiting = _start(c, master, dirs[2], script, ctl, *one_to_two)
+        assert waiting.stdout is not None
+        line = waiting.stdout.readline().decode()
+        while "waiting for the running round" not in line:
+            assert line, "the third launcher ended before it said it waits"
+            line = waiting.stdout.readline().decode()
+        (ctl / "stop").touch()
+        outs = [p.communicate(timeout=60)[0].decode() for p in (*procs, waiting)]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert waiting.returncode == 1, outs[2]
+    assert "ended before this node got a place in it (it succeeded)" in outs[2], outs[2]
+    assert _lines(dirs[2]) == []

@@ -279,3 +279,17 @@ def test_a_newcomer_with_another_configuration_is_refused_alone_before_it_takes_
     with pytest.raises(FingerprintMismatch, match=r"this node \(10.0.0.3\) cannot join .* fp '2'"):
         rdzv.join(odd, 0)
     assert kv.try_get(p.arrived_key(1)) is None  # the running job never saw it
+
+
+def test_a_node_waiting_for_a_place_stops_when_the_job_ends_instead_of_starting_alone():
+    kv = MemoryKV()
+    kv.set(p.ELASTIC_ROUND_KEY, b"0")
+    kv.set(p.closed_key(0), p.encode_order([1, 2]))
+    kv.set(p.world_key(0), p.encode_world([_e("10.0.0.1", 0), _e("10.0.0.2", 1)]))
+    spec = ElasticSpec(min_nodes=1, max_nodes=2, last_call=0.0)  # alone would be enough
+    rdzv = ElasticRendezvous(kv, spec, timeout=10, progress=lambda *a: None, poll=0.02)
+    # the members finish round 0 successfully: no over key (nobody goes on), an end key
+    threading.Timer(0.3, kv.set, args=(p.ELASTIC_END_KEY, b"it succeeded")).start()
+    with pytest.raises(JobEnded, match=r"ended before this node got a place in it \(it succ"):
+        rdzv.join(_e("10.0.0.3"), 0)
+    assert kv.try_get(p.complete_key(1)) is None

@@ -38,8 +38,9 @@ Elastic jobs (`peers.elastic`) add:
 |                             |                              | wait for round r+1             |
 | ``rdzv/<r>/gone/<ticket>``  | a waiting node whose         | it left before the round       |
 |                             | deadline passed              | closed                         |
-| ``job/<r>/over``            | every member, after the      | round r ended on every node    |
-|                             | round's outcome              | (round r+1 may close now)      |
+| ``job/<r>/over``            | every member going on to the | round r ended on every node    |
+|                             | next round (not when the job | and its members come: round    |
+|                             | ends)                        | r+1 may close now              |
 | ``alive/<r>/<i>``           | node i of round r, under its | its pid (etcd)                 |
 |                             | lease                        |                                |
 | ``elastic/end``             | every member, at the job's   | how it ended: nodes still      |

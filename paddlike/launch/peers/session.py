@@ -124,6 +124,7 @@ class StorePeers:
         # before a round ended
         self.survivors: set[tuple[str, int]] | None = None
         self._after = ""  # elastic: why the next round is held below MIN, for its timeout
+        self._ended_round: int | None = None  # elastic: the last round this node finished
         if server is not None:
             server.on_refused = self._refused
 
@@ -424,6 +425,11 @@ class StorePeers:
             entry = entry._replace(index=0)
         elif not any(e.pid == entry.pid and e.host == entry.host for e in self.world):
             entry = entry._replace(index=-1)
+        if self._ended_round is not None:
+            # this member goes on: the round it ran is over, and the next may close. (Only
+            # now, never when the round ends: nodes waiting for a place must not start a
+            # round of their own while the job ends; they read `end_elastic`'s word.)
+            self.kv.set(p.over_key(self._ended_round), b"1")
         holding = self.survivors is not None and len(self.survivors) < spec.min_nodes
         rdzv = ElasticRendezvous(
             self.kv,
@@ -511,8 +517,7 @@ class StorePeers:
                     cause, went, self.hosts, self.heartbeat_timeout, time.time()
                 )
             self._after = f"after {cause.reason}" if cause is not None else ""
-            with contextlib.suppress(StoreError):
-                self.kv.set(p.over_key(watch.round), b"1")  # the next round may close
+            self._ended_round = watch.round
         return cause
 
     def publish_stop(self, cause: RootCause) -> bool:
@@ -568,10 +573,18 @@ class StorePeers:
 
     def end_elastic(self, how: str) -> None:
         """The elastic job ended (`how`, for a node still waiting to join): nodes waiting
-        for a place stop rather than start a job of their own."""
-        if self.elastic is not None:
-            with contextlib.suppress(StoreError):
-                self.kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
+        for a place stop rather than start a job of their own. The store's host lets them
+        read it (each marks its ticket ``left`` then) before its exit takes the store."""
+        if self.elastic is None:
+            return
+        with contextlib.suppress(StoreError):
+            self.kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
+            if self.server is not None and self._ended_round is not None:
+                waiting = self._ended_round + 1
+                self._waiting = "waiting for the nodes waiting to join to read the job's end"
+                Rendezvous(
+                    self.kv, self.node_index, self.nnodes, self.hosts, self.rdzv_timeout
+                ).linger(waiting, DONE_GRACE)
 
     def wait_readers(self) -> None:
         """After `publish_stop`: where this launcher's exit takes the keys away (node 0, etcd),
