@@ -53,7 +53,13 @@ def _lines(log_dir: Path) -> list[Line]:
     log = log_dir / "workerlog.0"
     if not log.exists():
         return []
-    return [Line(t) for t in log.read_text().splitlines() if t.startswith("ROUND ")]
+    return [Line(t) for t in _complete_lines(log.read_text()) if t.startswith("ROUND ")]
+
+
+def _complete_lines(text: str) -> list[str]:
+    """The lines a worker has finished: `python -u` writes a print's pieces one by one,
+    so the file may end in the middle of a line."""
+    return text.split("\n")[:-1]
 
 
 def _last(log_dir: Path) -> Line | None:
@@ -400,7 +406,7 @@ def test_a_torch_script_under_torchruns_elastic_flags_grows_when_a_node_joins(
     def lines(d: Path, tag: str) -> list[list[str]]:
         log = d / "workerlog.0"
         text = log.read_text() if log.exists() else ""
-        return [t.split()[1:] for t in text.splitlines() if t.startswith(tag + " ")]
+        return [t.split()[1:] for t in _complete_lines(text) if t.startswith(tag + " ")]
 
     with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
         a, b = cluster.nodes

@@ -3,6 +3,7 @@ what every node concludes, from what the others published. No processes, no slee
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -239,3 +240,20 @@ def test_a_one_node_jobs_peers_are_itself():
     watch.publish(_failure(0))
     assert peers.finish(watch, ok=False).node_index == 0
     assert peers.finish(peers.watch(1, "/logs", services=False), ok=True) is None
+
+
+def test_a_watch_stopped_twice_leaves_descriptors_that_reused_its_numbers_alone():
+    """Elastic jobs stop a watch every round; a second close of its pipe's numbers once
+    closed the store's own sockets, which had taken them."""
+    watch = _watch(MemoryKV(), 1)
+    numbers = {watch.fd, watch._write_fd}
+    watch.stop()
+    reader, writer = os.pipe()  # the lowest free numbers: most likely the watch's old ones
+    try:
+        watch.stop()
+        os.write(writer, b"x")
+        assert os.read(reader, 1) == b"x"
+        assert numbers & {reader, writer}  # (the case this test is about did happen)
+    finally:
+        os.close(reader)
+        os.close(writer)

@@ -481,8 +481,8 @@ class StorePeers:
     def watch(self, round_: int, log_dir: str, *, services: bool) -> JobWatch:
         """This round's watch: started, with its `ServicesStop` when `services` (PS on
         several nodes: the servers stop when every trainer of the job is done)."""
-        for old in self._watches:
-            old.stop()
+        if self._watches:
+            self._watches[-1].stop()  # (the earlier ones were stopped in their turn)
         w = self._make_watch(round_, self.hosts, self.node_index)
         w.elastic = self.elastic
         w.log_dir = log_dir

@@ -69,6 +69,8 @@ class StackChannel:
     def stop(self) -> None:
         self._stop.set()
         with self._lock:
+            if not self._open:  # twice: the numbers may belong to new descriptors by now
+                return
             self._open = False
             for fd in (self._read_fd, self._write_fd):
                 with contextlib.suppress(OSError):

@@ -248,6 +248,10 @@ class JobWatch:
         if self.stacks is not None:
             self.stacks.stop()
         with self._lock:  # the threads write to these fds under the lock, never after this
+            if not self._fds_open:
+                # stopped already: closing the numbers again would close whatever new
+                # descriptors took them (the store's sockets, a later round's pipes)
+                return
             fds, self._fds_open = (self._read_fd, self._write_fd, *self._services_fds), False
             for fd in fds:
                 with contextlib.suppress(OSError):
