@@ -225,26 +225,30 @@ def test_losing_the_node_that_hosts_the_store_ends_the_job_naming_it(tmp_path: P
 ETCD = shutil.which("etcd")
 
 
+def _etcd_on(node: Node, tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A one-member etcd on `node` (the cluster's teardown kills it); its --master."""
+    etcd = node.popen(
+        [
+            str(ETCD), "--data-dir", str(tmp_path / "etcd-data"), "--name", "t",
+            "--listen-client-urls", f"http://{node.addr}:2379",
+            "--advertise-client-urls", f"http://{node.addr}:2379",
+            "--listen-peer-urls", f"http://{node.addr}:2380",
+            "--initial-advertise-peer-urls", f"http://{node.addr}:2380",
+            "--initial-cluster", f"t=http://{node.addr}:2380",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    return etcd, f"etcd://{node.addr}:2379"
+
+
 @pytest.mark.skipif(ETCD is None, reason="etcd is not installed (Debian: etcd-server)")
 def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) -> None:
     script, ctl = _setup(tmp_path)
     dirs = [tmp_path / f"l{i}" for i in range(3)]
     with netns_cluster(4, ["nodea", "nodeb", "nodec", "etcd"]) as cluster:
         a, b, c, e = cluster.nodes
-        data = tmp_path / "etcd-data"
-        etcd = e.popen(
-            [
-                str(ETCD), "--data-dir", str(data), "--name", "t",
-                "--listen-client-urls", f"http://{e.addr}:2379",
-                "--advertise-client-urls", f"http://{e.addr}:2379",
-                "--listen-peer-urls", f"http://{e.addr}:2380",
-                "--initial-advertise-peer-urls", f"http://{e.addr}:2380",
-                "--initial-cluster", f"t=http://{e.addr}:2380",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        master = f"etcd://{e.addr}:2379"
+        etcd, master = _etcd_on(e, tmp_path)
         # etcd leases last whole seconds (2 at least): a wider margin on two busy cores
         extra = ("--job_id", "elastic-etcd", "--heartbeat_timeout", "4")
         procs = [
@@ -442,13 +446,22 @@ def test_a_torch_script_under_torchruns_elastic_flags_grows_when_a_node_joins(
     assert all(t[2] == "0" for d in dirs for t in lines(d, "TORCH"))
 
 
-def test_a_node_waiting_at_max_is_told_the_job_ended_and_starts_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["store", "etcd"])
+def test_a_node_waiting_at_max_is_told_the_job_ended_and_starts_nothing(
+    tmp_path: Path, backend: str
+) -> None:
+    if backend == "etcd" and ETCD is None:
+        pytest.skip("etcd is not installed (Debian: etcd-server)")
     script, ctl = _setup(tmp_path)
     dirs = [tmp_path / f"l{i}" for i in range(3)]
     one_to_two = ("--nnodes", "1:2")  # a node alone would be a job: it must not start one
-    with netns_cluster(3, ["nodea", "nodeb", "nodec"]) as cluster:
-        a, b, c = cluster.nodes
-        master = f"{a.addr}:7417"
+    with netns_cluster(4, ["nodea", "nodeb", "nodec", "etcd"]) as cluster:
+        a, b, c, e = cluster.nodes
+        if backend == "etcd":
+            _, master = _etcd_on(e, tmp_path)
+            one_to_two += ("--job_id", "waiting-at-max", "--heartbeat_timeout", "4")
+        else:
+            master = f"{a.addr}:7417"
         procs = [
             _start(n, master, d, script, ctl, *one_to_two)
             for n, d in zip((a, b), dirs[:2], strict=True)

@@ -573,13 +573,14 @@ class StorePeers:
 
     def end_elastic(self, how: str) -> None:
         """The elastic job ended (`how`, for a node still waiting to join): nodes waiting
-        for a place stop rather than start a job of their own. The store's host lets them
-        read it (each marks its ticket ``left`` then) before its exit takes the store."""
+        for a place stop rather than start a job of their own. A launcher whose exit takes
+        keys away (node 0's store, any node's etcd lease) lets them read it first (each
+        marks its ticket ``left`` then)."""
         if self.elastic is None:
             return
         with contextlib.suppress(StoreError):
             self.kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
-            if self.server is not None and self._ended_round is not None:
+            if self.keeps_keys and self._ended_round is not None:  # node 0's store, etcd
                 waiting = self._ended_round + 1
                 self._waiting = "waiting for the nodes waiting to join to read the job's end"
                 Rendezvous(
