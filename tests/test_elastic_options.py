@@ -242,6 +242,32 @@ def test_fleets_elastic_server_needs_host_and_port():
     )
 
 
+def test_fleets_elastic_environment_is_read_as_fleet_reads_it():
+    o = parse(PADDLE_ELASTIC_SERVER="127.0.0.1:2379", PADDLE_ELASTIC_NP="2:4",
+              PADDLE_ELASTIC_JOB_ID="j7")  # fmt: skip
+    assert (o.master, o.job_id, o.min_nnodes, o.nnodes) == ("etcd://127.0.0.1:2379", "j7", 2, 4)
+    k8s = parse(PADDLE_ELASTIC_ETCD_SERVICE_HOST="127.0.0.1",
+                PADDLE_ELASTIC_ETCD_SERVICE_PORT="2379", PADDLE_ELASTIC_NP="2:3")  # fmt: skip
+    assert k8s.master == "etcd://127.0.0.1:2379"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (("--np", "2", "--elastic_server", "127.0.0.1:2379"), {}),
+        ((), {"PADDLE_ELASTIC_SERVER": "127.0.0.1:2379", "PADDLE_ELASTIC_NP": "2"}),
+    ],
+)
+def test_one_node_count_with_fleets_elastic_server_is_its_fault_tolerance(argv, env):
+    o = parse(*argv, **env)
+    assert (o.elastic_level, o.min_nnodes, o.nnodes) == (0, 2, 2)
+
+
+def test_our_master_wins_over_fleets_server_in_the_environment_and_keeps_a_fixed_job():
+    o = parse("--nnodes", "2", "--node_rank", "0", *MASTER, PADDLE_ELASTIC_SERVER="127.0.0.1:2379")
+    assert (o.master, o.min_nnodes, o.elastic_level) == ("127.0.0.1:7000", None, -1)
+
+
 @pytest.mark.parametrize("option", ["--scale", "--force", "--elastic_pre_hook"])
 def test_fleets_scaling_commands_are_refused_pointing_at_the_node_range(option):
     message = refused(option, "1")

@@ -1060,13 +1060,39 @@ def _split_argv(
 _PADDLE_BOOL = _BOOL_TRUE | _BOOL_FALSE
 
 
+def fleet_elastic_server(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """Paddle fleet's legacy elastic launcher reads its etcd server from
+    PADDLE_ELASTIC_SERVER, else from Kubernetes' service variables of a service named
+    paddle-elastic-etcd: (host:port, the variable it came from), or None."""
+    if "PADDLE_ELASTIC_SERVER" in environ:
+        return environ["PADDLE_ELASTIC_SERVER"], "PADDLE_ELASTIC_SERVER"
+    host = environ.get("PADDLE_ELASTIC_ETCD_SERVICE_HOST")
+    port = environ.get("PADDLE_ELASTIC_ETCD_SERVICE_PORT")
+    if host and port:
+        return f"{host}:{port}", "PADDLE_ELASTIC_ETCD_SERVICE_HOST"
+    return None
+
+
+# Where other launchers' options came from the environment (below our flags and
+# PADDLIKE_<OPTION>, as PET_ variables are), not from a flag.
+_ENV_ORIGINS = ("PADDLE_ELASTIC_SERVER", "PADDLE_ELASTIC_ETCD_SERVICE_HOST")
+
+
+def _from_env(origin: str) -> bool:
+    return origin.startswith(PET_PREFIX) or origin in _ENV_ORIGINS
+
+
 def _compat(ours: list[str], environ: Mapping[str, str]) -> tuple[list[str], dict, dict]:
-    """Other launchers' options (flags, then PET_ variables) -> (argparse's part, our
-    options as text, other fields); `UsageError` for what paddlike refuses."""
+    """Other launchers' options (flags, then PET_ variables and fleet's elastic server)
+    -> (argparse's part, our options as text, other fields); `UsageError` for what
+    paddlike refuses."""
     try:
         rest, found = split_compat(ours)
         for name, hit in pet_values(environ, found).items():
             found[name] = hit
+        fleet = fleet_elastic_server(environ)
+        if fleet is not None and "elastic_server" not in found and "rdzv_endpoint" not in found:
+            found["elastic_server"] = fleet
         texts, extra = translate_compat(found)
     except CompatError as bad:
         source, why = bad.args
@@ -1095,7 +1121,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     for dest, check in _CHECKS.items():
         value, source = getattr(ns, dest), f"--{dest}"
         theirs, origin = compat_texts.get(dest, (None, ""))
-        if theirs is not None and not origin.startswith(PET_PREFIX):
+        if theirs is not None and not _from_env(origin):
             if value is not None and value != theirs:
                 raise UsageError(
                     f"--{dest}: {value!r} contradicts {origin} (which means --{dest} "
@@ -1150,6 +1176,9 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     if isinstance(raw.get("nproc_per_node"), str):
         raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
     _apply_compat_extra(raw, extra, sources)
+    fleet_master = compat_texts.get("master", (None, ""))
+    if sources.get("elastic_server") == fleet_master[1] and raw.get("master") == fleet_master[0]:
+        given.add("elastic_server")  # the launchers meet at fleet's server: its rule applies
     _elastic_fields(raw, given)
     raw["ips_given"] = "ips" in given
     raw["master_port_given"] = "master_port" in given
@@ -1166,6 +1195,7 @@ _PADDLE_ENV = {
     "start_port": "PADDLE_START_PORT",
     "nnodes": "PADDLE_ELASTIC_NP",  # Paddle fleet's legacy elastic launcher: MIN[:MAX]
     "elastic_timeout": "PADDLE_ELASTIC_TIMEOUT",  # fleet's: the wait for more nodes (last call)
+    "job_id": "PADDLE_ELASTIC_JOB_ID",  # fleet's legacy elastic launcher
 }
 
 
@@ -1222,6 +1252,11 @@ def _elastic_fields(raw: dict[str, object], given: set[str]) -> None:
     level = raw.get("elastic_level", -1)
     ranged = raw.get("min_nnodes") is not None
     count = raw.get("nnodes")
+    fleet = "elastic_server" in given and "elastic_level" not in given
+    if fleet and not ranged and isinstance(count, int) and count >= 2:
+        # fleet's legacy elastic launcher: one node count with an elastic server is its
+        # fault-tolerance level (a lost node is waited for), as --elastic_level 0 here
+        raw["elastic_level"] = level = 0
     shown = f"--nnodes {raw['min_nnodes']}:{count}" if ranged else f"--nnodes {count}"
     if ranged and level == -1 and "elastic_level" in given:
         raise UsageError(
