@@ -22,6 +22,10 @@ During a round each launcher runs a `JobWatch`:
   servers stop everywhere then, not when one node's own trainers are done;
 - `stacks` (`peers.stackreq.StackChannel`): job-wide stack requests, with their own
   thread blocked on the next request key and their own `fd`;
+- elastic jobs (`elastic` set): a lost node's cause is a membership change (a new
+  round follows), a signal to this launcher makes this node leave (`leaving`, its end
+  "left"), and below MAX the monitors end the round for a node waiting in the next one
+  (`_check_joining`); `finish` keeps every node's end mark (`ends`) for the survivors;
 - `finish(ok)` reports this node's end and waits until every node has ended (or
   was lost); it returns the job-wide root cause, None when the round succeeded
   everywhere. Node 0 keeps its store up until everyone has read the outcome
