@@ -78,6 +78,8 @@ class ElasticRendezvous:
     # -- the round a node joins --
 
     def join(self, entry: NodeEntry, round_: int) -> RendezvousResult:
+        """This node's place in round `round_` or, for a node whose round closed without it
+        (or a newcomer to a running job), in the first later round that takes it."""
         started = self.clock()
         deadline = started + self.timeout
         try:
