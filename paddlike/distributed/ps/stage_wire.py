@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from paddlike.distributed.ps.wire import DTYPES, frame_buffer
+
 MAGIC = b"PLHS"
 VERSION = 1
 HEADER = struct.Struct("<4sBBBBBxxxiq")
@@ -43,15 +45,8 @@ class Kind(enum.IntEnum):
     ERROR = 6  # the receiver refuses the sender (text says why)
 
 
-_DTYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32),
-    2: np.dtype(np.float64),
-    3: np.dtype(np.int64),
-    4: np.dtype(np.int32),
-    5: np.dtype(np.uint8),
-    6: np.dtype(np.float16),
-    7: np.dtype(np.bool_),
-}
+# the parameter server's codes (`wire.DTYPES`), and two that only stages exchange
+_DTYPES: dict[int, np.dtype] = {**DTYPES, 6: np.dtype(np.float16), 7: np.dtype(np.bool_)}
 _CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
 
 
@@ -125,16 +120,11 @@ def encode(p: Packet) -> list[bytes | memoryview]:
     return [b"".join(head), *(memoryview(a).cast("B") if a.size else b"" for a in p.arrays)]
 
 
-def _buffer(frame: object) -> memoryview:
-    buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
-    return buf if buf is not None else memoryview(frame)  # type: ignore[arg-type]
-
-
 def decode(frames: Sequence[object]) -> Packet:
     """A `Packet` from received frames; arrays are read-only views on the frames."""
     if not frames:
         raise StageWireError("a stage packet has at least 1 frame, got none")
-    head = _buffer(frames[0])
+    head = frame_buffer(frames[0])
     if len(head) < HEADER.size:
         raise StageWireError(f"head frame has {len(head)} bytes, expected {HEADER.size} or more")
     magic, version, kind, stage, narrays, flags, sender, batch_id = HEADER.unpack_from(head)
@@ -162,7 +152,7 @@ def decode(frames: Sequence[object]) -> Packet:
         if dtype is None or ndim > MAX_DIMS or min(dims) < 0:
             raise StageWireError(f"array {i}: bad descriptor (dtype {code}, ndim {ndim})")
         shape = tuple(dims[:ndim])
-        buf = _buffer(frames[1 + i])
+        buf = frame_buffer(frames[1 + i])
         want = math.prod(shape) * dtype.itemsize
         if len(buf) != want:
             raise StageWireError(f"array {i}: {len(buf)} data bytes, expected {want}")

@@ -64,14 +64,14 @@ class Status(enum.IntEnum):
     ERROR = 1
 
 
-_DTYPES: dict[int, np.dtype] = {
+DTYPES: dict[int, np.dtype] = {
     1: np.dtype(np.float32),
     2: np.dtype(np.float64),
     3: np.dtype(np.int64),
     4: np.dtype(np.int32),
     5: np.dtype(np.uint8),
 }
-_CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
+_CODES: dict[np.dtype, int] = {dt: code for code, dt in DTYPES.items()}
 
 
 class WireError(ValueError):
@@ -159,14 +159,15 @@ def encode(msg: Message) -> list[bytes | memoryview]:
     return [header, msg.text.encode(), bytes(descs), *chunks]
 
 
-def _buffer(frame: object) -> memoryview:
+def frame_buffer(frame: object) -> memoryview:
+    """A received frame's bytes without a copy (a zmq.Frame's buffer, or the bytes)."""
     buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
     return buf if buf is not None else memoryview(frame)  # type: ignore[arg-type]
 
 
 def decode_header(frame: object) -> Message:
     """The header alone (for replying to a message whose body is malformed)."""
-    raw = _buffer(frame)
+    raw = frame_buffer(frame)
     if len(raw) != HEADER.size:
         raise WireError(f"header frame has {len(raw)} bytes, expected {HEADER.size}")
     magic, version, op, status, narrays, req_id, trainer, step, a0, a1 = HEADER.unpack(raw)
@@ -189,10 +190,10 @@ def decode(frames: Sequence[object]) -> Message:
     msg = decode_header(frames[0])
     narrays = len(msg.arrays)
     try:
-        msg.text = bytes(_buffer(frames[1])).decode()
+        msg.text = bytes(frame_buffer(frames[1])).decode()
     except UnicodeDecodeError as exc:
         raise WireError("text frame is not UTF-8") from exc
-    descs = _buffer(frames[2])
+    descs = frame_buffer(frames[2])
     if len(descs) != narrays * ARRAY.size:
         raise WireError(
             f"array frame has {len(descs)} bytes, expected {narrays * ARRAY.size} "
@@ -202,7 +203,7 @@ def decode(frames: Sequence[object]) -> Message:
     pos = 3
     for i in range(narrays):
         code, ndim, d0, d1 = ARRAY.unpack_from(descs, i * ARRAY.size)
-        dtype = _DTYPES.get(code)
+        dtype = DTYPES.get(code)
         if dtype is None:
             raise WireError(f"array {i}: unknown dtype code {code}")
         if ndim > 2 or d0 < 0 or d1 < 0:
@@ -221,7 +222,7 @@ def decode(frames: Sequence[object]) -> Message:
             raise WireError(f"array {i}: expected {nchunks} data frames, message is too short")
         parts: list[np.ndarray] = []
         for k in range(nchunks):
-            buf = _buffer(frames[pos + k])
+            buf = frame_buffer(frames[pos + k])
             want = min(CHUNK_BYTES, nbytes - k * CHUNK_BYTES)
             if len(buf) != want:
                 raise WireError(f"array {i}: data frame {k} has {len(buf)} bytes, expected {want}")
