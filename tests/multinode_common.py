@@ -34,6 +34,17 @@ def write_worker(tmp_path: Path) -> Path:
     return path
 
 
+def ranks_and_endpoints(log_dir: Path) -> list[tuple[int, str]]:
+    """(rank, PADDLE_TRAINER_ENDPOINTS) that each WORKER of a log directory printed."""
+    out = []
+    for log in sorted(log_dir.glob("workerlog.*")):
+        for line in log.read_text().splitlines():
+            if line.startswith("RANK "):
+                _, rank, eps, _ = line.split()
+                out.append((int(rank), eps))
+    return out
+
+
 def start_launcher(
     node: Node,
     ips: str,

@@ -13,7 +13,7 @@ import pytest
 
 from paddlike.launch.plan.agreement import assign_ranks
 from paddlike.launch.plan.world import NodeEntry
-from tests.multinode_common import LAUNCH, write_worker
+from tests.multinode_common import LAUNCH, ranks_and_endpoints, write_worker
 from tests.netns import Node, netns_cluster
 
 PORT = 7411
@@ -30,16 +30,6 @@ def _command(
 
 def _start(node: Node, argv: list[str]) -> subprocess.Popen[bytes]:
     return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def _ranks_and_endpoints(log_dir: Path) -> list[tuple[int, str]]:
-    out = []
-    for log in sorted(log_dir.glob("workerlog.*")):
-        for line in log.read_text().splitlines():
-            if line.startswith("RANK "):
-                _, rank, eps, _ = line.split()
-                out.append((int(rank), eps))
-    return out
 
 
 @pytest.mark.netns
@@ -60,7 +50,7 @@ def test_the_identical_command_on_every_node_ranks_them_by_address(tmp_path: Pat
     eps = files.pop().splitlines()[1:]
     assert [e.split(":")[0] for e in eps] == [node.addr for node in cluster.nodes for _ in "ab"]
     for i in range(n):
-        seen = _ranks_and_endpoints(tmp_path / f"l{i}")
+        seen = ranks_and_endpoints(tmp_path / f"l{i}")
         assert sorted(r for r, _ in seen) == [2 * i, 2 * i + 1], outs[i]
         assert {e for _, e in seen} == {",".join(eps)}
         addr = cluster.nodes[i].addr
@@ -117,7 +107,7 @@ def test_two_launchers_on_one_machine_with_the_identical_command_get_ranks_0_and
                 p.kill()
                 p.wait()
     assert [p.returncode for p in procs] == [0, 0], outs
-    ranks = sorted(r for i in range(2) for r, _ in _ranks_and_endpoints(tmp_path / f"l{i}"))
+    ranks = sorted(r for i in range(2) for r, _ in ranks_and_endpoints(tmp_path / f"l{i}"))
     assert ranks == [0, 1, 2, 3]
     files = {(tmp_path / f"l{i}" / "endpoints.log").read_text() for i in range(2)}
     assert len(files) == 1

@@ -10,20 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.multinode_common import start_launcher, write_worker
+from tests.multinode_common import ranks_and_endpoints, start_launcher, write_worker
 from tests.netns import netns_cluster
 
 pytestmark = pytest.mark.netns
-
-
-def _ranks(log_dir: Path) -> list[tuple[int, str]]:
-    out = []
-    for log in sorted(log_dir.glob("workerlog.*")):
-        for line in log.read_text().splitlines():
-            if line.startswith("RANK "):
-                _, rank, eps, _ = line.split()
-                out.append((int(rank), eps))
-    return out
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -48,7 +38,7 @@ def test_every_node_gets_its_ranks_and_the_same_endpoints(tmp_path: Path, n: int
     assert len(eps) == 2 * n == len(set(eps))
     assert [e.split(":")[0] for e in eps] == [a for node in cluster.nodes for a in [node.addr] * 2]
     for i in range(n):
-        ranks = _ranks(tmp_path / f"log{i}")
+        ranks = ranks_and_endpoints(tmp_path / f"log{i}")
         assert sorted(r for r, _ in ranks) == [2 * i, 2 * i + 1]
         assert {e for _, e in ranks} == {",".join(eps)}
     summaries = [json.loads((tmp_path / f"log{i}" / "summary.json").read_text()) for i in range(n)]

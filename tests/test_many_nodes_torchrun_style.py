@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.multinode_common import LAUNCH, write_worker
+from tests.multinode_common import LAUNCH, ranks_and_endpoints, write_worker
 from tests.netns import Node, netns_cluster
 
 pytestmark = pytest.mark.netns
@@ -24,16 +24,6 @@ def _start(
     return node.popen([*argv, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def _ranks_and_endpoints(log_dir: Path) -> list[tuple[int, str]]:
-    out = []
-    for log in sorted(log_dir.glob("workerlog.*")):
-        for line in log.read_text().splitlines():
-            if line.startswith("RANK "):
-                _, rank, eps, _ = line.split()
-                out.append((int(rank), eps))
-    return out
-
-
 def test_nodes_given_only_their_rank_and_the_master_get_ranks_and_the_same_endpoints(tmp_path):
     script = write_worker(tmp_path)
     with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
@@ -46,7 +36,7 @@ def test_nodes_given_only_their_rank_and_the_master_get_ranks_and_the_same_endpo
     eps = endpoints.pop().splitlines()[1:]
     assert [e.split(":")[0] for e in eps] == [a.addr, a.addr, b.addr, b.addr]
     for i in range(2):
-        seen = _ranks_and_endpoints(tmp_path / f"l{i}")
+        seen = ranks_and_endpoints(tmp_path / f"l{i}")
         assert sorted(r for r, _ in seen) == [2 * i, 2 * i + 1]
         assert {e for _, e in seen} == {",".join(eps)}
     # --master_port is the workers' port (torchrun's meaning): the launchers meet at the next
