@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,17 +122,26 @@ def test_a_missing_script_on_node_0_ends_node_1_waiting_for_its_store(tmp_path: 
     assert out_a.count("\n") == 1, out_a
 
 
-def test_a_missing_script_on_loopback_node_1_ends_node_0_at_once(tmp_path: Path) -> None:
-    """The same on one machine (nodes 127.0.0.1 and 127.0.0.2, --node_rank each)."""
-    port = _free_port()
-    script = tmp_path / "ok.py"
-    script.write_text("print('ran')\n")
+def _loopback_pair(
+    tmp_path: Path, master: str, *options: str
+) -> Callable[[int, Path], subprocess.Popen[bytes]]:
+    """launcher(rank, script): node `rank` of 127.0.0.1,127.0.0.2, meeting at `master`."""
 
     def launcher(rank: int, path: Path) -> subprocess.Popen[bytes]:
         cmd = [*LAUNCH, "--ips", "127.0.0.1,127.0.0.2", "--node_rank", str(rank)]
-        cmd += ["--master", f"127.0.0.1:{port}", *SLOW, "--log_dir", str(tmp_path / f"l{rank}")]
+        cmd += ["--master", master, *options, *SLOW, "--log_dir", str(tmp_path / f"l{rank}")]
         return subprocess.Popen([*cmd, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
+    return launcher
+
+
+def _node_1_misses_its_script(
+    tmp_path: Path, launcher: Callable[[int, Path], subprocess.Popen[bytes]]
+) -> str:
+    """Node 0 with a script, node 1 with a missing one: both exit 2 within 5 s of each
+    other, node 0 naming node 1's error. Node 0's output."""
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran')\n")
     procs = [launcher(0, script), launcher(1, tmp_path / "nope.py")]
     try:
         gap = _wait_both(procs[1], procs[0])
@@ -144,6 +154,13 @@ def test_a_missing_script_on_loopback_node_1_ends_node_0_at_once(tmp_path: Path)
     assert [p.returncode for p in procs] == [2, 2], out0
     assert gap < 5, (gap, out0)
     assert "(node 1, 127.0.0.2) could not start: training_script:" in out0, out0
+    return out0
+
+
+def test_a_missing_script_on_loopback_node_1_ends_node_0_at_once(tmp_path: Path) -> None:
+    """The same on one machine (nodes 127.0.0.1 and 127.0.0.2, --node_rank each)."""
+    launcher = _loopback_pair(tmp_path, f"127.0.0.1:{_free_port()}")
+    out0 = _node_1_misses_its_script(tmp_path, launcher)
     assert "nope.py' not found" in out0
 
 
@@ -163,28 +180,9 @@ def test_a_missing_script_on_node_1_ends_node_0_through_etcd(
     tmp_path: Path,
     etcd: tuple[str, int],  # noqa: F811  (the fixture imported above)
 ) -> None:
+    launcher = _loopback_pair(tmp_path, f"etcd://{etcd[0]}:{etcd[1]}", "--job_id", "startfail")
+    _node_1_misses_its_script(tmp_path, launcher)
     script = tmp_path / "ok.py"
-    script.write_text("print('ran')\n")
-    master = f"etcd://{etcd[0]}:{etcd[1]}"
-
-    def launcher(rank: int, path: Path) -> subprocess.Popen[bytes]:
-        cmd = [*LAUNCH, "--ips", "127.0.0.1,127.0.0.2", "--node_rank", str(rank)]
-        cmd += ["--master", master, "--job_id", "startfail", *SLOW]
-        cmd += ["--log_dir", str(tmp_path / f"l{rank}")]
-        return subprocess.Popen([*cmd, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-    procs = [launcher(0, script), launcher(1, tmp_path / "nope.py")]
-    try:
-        gap = _wait_both(procs[1], procs[0])
-        out0 = _output(procs[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in procs] == [2, 2], out0
-    assert gap < 5, (gap, out0)
-    assert "(node 1, 127.0.0.2) could not start: training_script:" in out0, out0
     # the verdict went with its lease: the same job id starts cleanly afterwards
     again = [launcher(0, script), launcher(1, script)]
     outs = [p.communicate(timeout=60)[0].decode() for p in again]
