@@ -104,6 +104,20 @@ def job_env(server_ep: str, trainer_ep: str, token: str | None) -> dict[str, str
 
 
 @contextlib.contextmanager
+def token_client(endpoint: str, env: dict[str, str]) -> Iterator[zmq.Socket]:
+    """A raw DEALER socket that proves the job's token to the server at `endpoint`."""
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        auth.secure_client(sock, auth.Policy.from_env(env))
+        sock.connect(f"tcp://{endpoint}")
+        yield sock
+    finally:
+        ctx.destroy(linger=0)
+
+
+@contextlib.contextmanager
 def one_server(tmp: Path, token: str | None) -> Iterator[tuple[subprocess.Popen, str, dict]]:
     ports = free_ports(2)
     ep = f"127.0.0.1:{ports[0]}"
@@ -144,25 +158,15 @@ def test_a_process_without_the_job_token_cannot_pull_and_one_with_it_can(tmp_pat
 
 
 def test_save_and_load_take_absolute_directories_only(tmp_path):
-    with one_server(tmp_path, None) as (_proc, ep, env):
-        ctx = zmq.Context()
-        try:
-            sock = ctx.socket(zmq.DEALER)
-            sock.linger = 0
-            auth.secure_client(sock, auth.Policy.from_env(env))
-            sock.connect(f"tcp://{ep}")
-            for op in (Op.SAVE, Op.LOAD):
-                rel = f"relative-{os.getpid()}-{op.name}"
-                sock.send_multipart(
-                    wire.encode(Message(op, trainer=0, text=json.dumps({"dir": rel})))
-                )
-                assert sock.poll(10_000)
-                rep = wire.decode(sock.recv_multipart())
-                assert rep.status == Status.ERROR
-                assert f"{op.name} directory {rel!r} is not an absolute path" in rep.text
-                assert not Path(rel).exists()
-        finally:
-            ctx.destroy(linger=0)
+    with one_server(tmp_path, None) as (_proc, ep, env), token_client(ep, env) as sock:
+        for op in (Op.SAVE, Op.LOAD):
+            rel = f"relative-{os.getpid()}-{op.name}"
+            sock.send_multipart(wire.encode(Message(op, trainer=0, text=json.dumps({"dir": rel}))))
+            assert sock.poll(10_000)
+            rep = wire.decode(sock.recv_multipart())
+            assert rep.status == Status.ERROR
+            assert f"{op.name} directory {rel!r} is not an absolute path" in rep.text
+            assert not Path(rel).exists()
 
 
 # --- random frames from an authenticated peer -----------------------------------------
@@ -223,18 +227,11 @@ def test_random_frames_from_a_token_holder_get_a_reply_and_the_server_keeps_serv
     fuzzed_server, frames
 ):
     ep, env = fuzzed_server
-    ctx = zmq.Context()
-    try:
-        sock = ctx.socket(zmq.DEALER)
-        sock.linger = 0
-        auth.secure_client(sock, auth.Policy.from_env(env))
-        sock.connect(f"tcp://{ep}")
+    with token_client(ep, env) as sock:
         sock.send_multipart(frames)
         assert sock.poll(10_000), f"no reply to {frames!r}"
         reply = wire.decode(sock.recv_multipart())
         assert reply.status in (Status.OK, Status.ERROR)
-    finally:
-        ctx.destroy(linger=0)
 
 
 def test_a_real_client_still_works_after_the_random_frames(fuzzed_server):
