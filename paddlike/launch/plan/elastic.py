@@ -51,6 +51,11 @@ class ElasticSpec(NamedTuple):
     def range_text(self) -> str:
         return f"{self.min_nodes}:{self.max_nodes}"
 
+    def ends_with(self, survivors: int) -> bool:
+        """Whether a membership change that left `survivors` nodes ends the job: fewer
+        than MIN, and none may wait for others (level 1)."""
+        return survivors < self.min_nodes and self.hold <= 0
+
 
 def elastic_spec(options: LaunchOptions) -> ElasticSpec | None:
     """The job's elastic settings, None for a fixed job. `options.nnodes` is MAX and
@@ -158,7 +163,7 @@ def run_elastic(
         if cause is None:
             return end.exit_code
         if is_membership_change(cause):
-            if end.survivors < spec.min_nodes and spec.hold <= 0:
+            if spec.ends_with(end.survivors):
                 return end.exit_code or 1
             say(f"new round (membership change): {cause.reason}")
         elif cause.role is not None and restarts < max_restarts:

@@ -364,8 +364,7 @@ def _elastic_round_cause(
             report_failure(console, own, log_dir)
         elif not is_membership_change(own):
             console.say(f"{own.reason}: put down to the change of nodes, not a restart")
-    too_few = survivors < spec.min_nodes and spec.hold <= 0
-    if cause is not None and is_membership_change(cause) and too_few:
+    if cause is not None and is_membership_change(cause) and spec.ends_with(survivors):
         cause = below_min_cause(cause, survivors, spec)
         console.error(f"the elastic job ends: {cause.reason}")
     return cause
