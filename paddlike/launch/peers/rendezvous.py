@@ -118,10 +118,7 @@ class Rendezvous:
     def linger(self, round_: int, timeout: float) -> None:
         """The store's host, failing: wait (up to `timeout`) until every launcher that
         arrived has read the verdict, so that all of them print it rather than "store gone"."""
-        with contextlib.suppress(StoreError, ValueError):
-            arrived = int(self.kv.try_get(p.arrived_key(round_)) or b"0")
-            keys = [p.left_key(round_, t) for t in range(1, arrived + 1)]
-            wait_keys(self.kv, keys, timeout)
+        linger(self.kv, round_, timeout)
 
     def _join(self, entry: NodeEntry, round_: int) -> RendezvousResult:
         started = self.clock()
@@ -295,6 +292,16 @@ class Rendezvous:
                     now - started,
                     self.timeout,
                 )
+
+
+def linger(kv: KV, round_: int, timeout: float) -> None:
+    """Wait (up to `timeout`) until every launcher that arrived in round `round_` marked
+    that it read the round's verdict (``left/<ticket>``): for a launcher whose exit takes
+    the keys away, before it exits."""
+    with contextlib.suppress(StoreError, ValueError):
+        arrived = int(kv.try_get(p.arrived_key(round_)) or b"0")
+        keys = [p.left_key(round_, t) for t in range(1, arrived + 1)]
+        wait_keys(kv, keys, timeout)
 
 
 @functools.lru_cache(maxsize=8)

@@ -49,7 +49,7 @@ from paddlike.launch.peers.kv import (
     host_store,
     is_store_host,
 )
-from paddlike.launch.peers.rendezvous import Rendezvous, find_rival
+from paddlike.launch.peers.rendezvous import Rendezvous, find_rival, linger
 from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import (
     DONE_GRACE,
@@ -583,9 +583,7 @@ class StorePeers:
             if self.keeps_keys and self._ended_round is not None:  # node 0's store, etcd
                 waiting = self._ended_round + 1
                 self._waiting = "waiting for the nodes waiting to join to read the job's end"
-                Rendezvous(
-                    self.kv, self.node_index, self.nnodes, self.hosts, self.rdzv_timeout
-                ).linger(waiting, DONE_GRACE)
+                linger(self.kv, waiting, DONE_GRACE)
 
     def wait_readers(self) -> None:
         """After `publish_stop`: where this launcher's exit takes the keys away (node 0, etcd),
@@ -594,7 +592,7 @@ class StorePeers:
             return
         self._waiting = "waiting for the other nodes to read why this launcher stopped"
         if self._rdzv is not None:
-            self._rdzv.linger(self._round, DONE_GRACE)
+            linger(self.kv, self._round, DONE_GRACE)
         elif self._watches:
             self._watches[-1].wait_done()
 

@@ -423,11 +423,12 @@ class JobWatch:
         unless a node's processes all succeeded already: the job is ending, and the
         waiting node gets no place rather than every node redoing its last steps."""
         kv, nxt = self.heartbeat_kv, self.round + 1
-        if self.root_cause is not None or kv.try_get(p.arrived_key(nxt)) is None:
+        arrived = kv.try_get(p.arrived_key(nxt)) if self.root_cause is None else None
+        if arrived is None:
             return
         if any(kv.try_get(self.end_key(j)) == p.END_OK for j in range(self.nnodes)):
             return
-        for t in range(1, int(kv.try_get(p.arrived_key(nxt)) or b"0") + 1):
+        for t in range(1, int(arrived) + 1):
             if kv.try_get(p.gone_key(nxt, t)) is not None:
                 continue
             raw = kv.try_get(p.ticket_key(nxt, t))
