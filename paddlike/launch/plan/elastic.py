@@ -49,6 +49,10 @@ class ElasticSpec(NamedTuple):
 
     @property
     def range_text(self) -> str:
+        """The --nnodes the user gave: "2:4", or "3" for a fixed count at level 0 (as
+        `context.options.elastic_text` prints it)."""
+        if self.min_nodes == self.max_nodes:
+            return str(self.max_nodes)
         return f"{self.min_nodes}:{self.max_nodes}"
 
     def ends_with(self, survivors: int) -> bool:
