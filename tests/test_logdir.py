@@ -216,3 +216,71 @@ def test_the_job_id_when_given_names_the_job_and_the_meeting_otherwise():
     assert by_id.key == JobClaim.of(job_id="j1", meeting="a:1", fingerprint={}).key
     assert by_id.key != JobClaim.of(job_id="j2", meeting="a:1", fingerprint=FP).key
     assert by_id.what == "job j1"
+
+
+# --- a log file the launcher cannot open -------------------------------------------------
+
+
+def _unwritable_file(path) -> None:  # type: ignore[no-untyped-def]
+    """A file this process cannot append to: read-only bits stop a user, not root; an
+    immutable file (chattr +i) stops root too, where the filesystem allows it."""
+    path.write_text("an earlier run\n")
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        return
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"running as root and chattr +i is refused here: {done.stderr.strip()}")
+
+
+@pytest.fixture
+def blocked_log(request, tmp_path):  # type: ignore[no-untyped-def]
+    """log/workerlog.0 that cannot be opened: a directory in its place, or a read-only file."""
+    log = tmp_path / "log"
+    log.mkdir()
+    target = log / "workerlog.0"
+    if request.param == "directory":
+        target.mkdir()
+        why = "Is a directory"
+    else:
+        _unwritable_file(target)
+        why = "Permission denied" if os.geteuid() != 0 else "Operation not permitted"
+    yield log, why
+    subprocess.run(["chattr", "-i", str(target)], capture_output=True)  # lets tmp_path go
+
+
+@pytest.mark.parametrize("blocked_log", ["directory", "read-only file"], indirect=True)
+def test_a_log_file_that_cannot_be_opened_is_refused_and_the_lock_released(blocked_log):
+    log, why = blocked_log
+    with pytest.raises(LogDirError) as caught:
+        LogDir.open(log, overwrite=True, host="h", logs=["workerlog.0"])
+    assert str(caught.value) == (
+        f"cannot open log file {log}/workerlog.0 for writing: {why} (make it writable, "
+        "remove it, or pass another --log_dir)"
+    )
+    assert not (log / ".paddlike.owner").exists()
+    with LogDir.open(log, overwrite=False, host="h", logs=["workerlog.1"]):
+        pass  # the lock was released; a file that can be created is fine
+
+
+@pytest.mark.parametrize("blocked_log", ["directory", "read-only file"], indirect=True)
+def test_the_launcher_says_so_in_one_line_and_exits_2_with_nothing_started(blocked_log):
+    log, why = blocked_log
+    script = log.parent / "train.py"
+    script.write_text("open('STARTED', 'w').close()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLIKE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--log_dir", str(log), str(script)],
+        cwd=log.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"paddlike.launch: error: --log_dir: cannot open log file {log}/workerlog.0 for "
+        f"writing: {why} (make it writable, remove it, or pass another --log_dir)"
+    ]
+    assert not (log.parent / "STARTED").exists()
+    assert sorted(p.name for p in log.iterdir()) == [".paddlike.lock", "workerlog.0"]

@@ -210,5 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return 0
     from paddlike.launch.run.job import run_job
+    from paddlike.launch.run.logdir import log_files
 
-    return run_job(described.options, described.job, environ)
+    logs = log_files(described.preview)  # checked before anything starts
+    return run_job(described.options, described.job, environ, logs=logs)

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from paddlike.launch.console.banner import format_banner
 from paddlike.launch.console.output import Console
@@ -85,8 +85,10 @@ def run_job(
     environ: Mapping[str, str],
     *,
     python: str = sys.executable,
+    logs: Sequence[str] = (),
 ) -> int:
-    """Run the job on this node to its end; returns the launcher's exit code."""
+    """Run the job on this node to its end; returns the launcher's exit code. `logs`: the
+    log files this node will write, checked before anything starts (`LogDir.open`)."""
     console = Console(color=sys.stderr.isatty() and "NO_COLOR" not in environ)
     progress = ProgressLine()
     progress.attach(console)
@@ -98,7 +100,7 @@ def run_job(
     try:
         with signals_raise():
             try:
-                return _run(options, job, environ, python, console, progress, where, guardian)
+                return _run(options, job, environ, python, console, progress, where, guardian, logs)
             except LauncherSignal as sig:
                 return _stopped_by_signal(sig, where, job, console)
     finally:
@@ -115,12 +117,17 @@ def _run(
     progress: ProgressLine,
     where: _Where,
     guardian: Guardian | None,
+    logs: Sequence[str] = (),
 ) -> int:
     log_dir = os.path.abspath(options.log_dir)
     where.waiting = f"opening the log directory {log_dir}"
     try:
         logdir = LogDir.open(
-            log_dir, overwrite=options.log_overwrite, host=job.host, job=_job_claim(options, job)
+            log_dir,
+            overwrite=options.log_overwrite,
+            host=job.host,
+            job=_job_claim(options, job),
+            logs=logs,
         )
     except (LogDirBusy, LogDirError) as exc:
         return _cannot_start(f"--log_dir: {exc}", options, job, environ, console, where)

@@ -19,6 +19,7 @@ its own inside it, named by its address, found by `python -m paddlike.logs`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -30,7 +31,7 @@ from types import TracebackType
 
 from paddlike.contract import STAGE_ID
 from paddlike.launch import NamedTuple
-from paddlike.launch.plan.plan import ProcessSpec, Role
+from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -168,16 +169,20 @@ class LogDir:
         overwrite: bool,
         host: str,
         job: JobClaim | None = None,
+        logs: Sequence[str] = (),
     ) -> LogDir:
         """Create `path` if needed and take its lock, or raise LogDirBusy naming the holder.
 
         With `job` (a job of several nodes): when the holder is a launcher of the same
         job, take `<path>/<host>/` (`<host>.2` ... when nodes of the job share a host)
-        with its own lock instead; a holder of another job is still refused."""
+        with its own lock instead; a holder of another job is still refused.
+        `logs`: the log file names this node will open; each must be openable for
+        writing (LogDirError otherwise, the lock released), so that a bad file ends the
+        launch before anything starts or is written."""
         root = Path(path).absolute()
         taken = _try_lock(root, host, job)
         if isinstance(taken, int):
-            return cls(root, taken, overwrite=overwrite)
+            return cls(root, taken, overwrite=overwrite).checked(logs)
         holder = taken
         if job is None or holder is None or holder.get("job") != job.key:
             raise LogDirBusy(_busy_message(root, holder, job))
@@ -186,13 +191,26 @@ class LogDir:
             sub = root / (base if n == 1 else f"{base}.{n}")
             inner = _try_lock(sub, host, job)
             if isinstance(inner, int):
-                return cls(sub, inner, overwrite=overwrite, shared_with=holder)
+                return cls(sub, inner, overwrite=overwrite, shared_with=holder).checked(logs)
             if inner is None or inner.get("job") != job.key:  # not one of ours: say whose
                 raise LogDirBusy(_busy_message(sub, inner, job))
         raise LogDirBusy(
             f"log directory {root} and {MAX_SAME_HOST} node directories in it for host "
             f"{host} are in use by launchers of {job.what}; pass another --log_dir"
         )
+
+    def checked(self, logs: Sequence[str]) -> LogDir:
+        """This directory, once every file in `logs` can be opened for writing; else the
+        lock is released and LogDirError says which file and why. Nothing is created or
+        changed: an existing file is opened for append and closed, a missing one needs
+        only the directory's write permission (checked when the lock was taken)."""
+        try:
+            for name in logs:
+                _check_writable(self.path / name)
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def __enter__(self) -> LogDir:
         return self
@@ -272,6 +290,13 @@ class LogDir:
             raise
 
 
+def log_files(plan: LaunchPlan) -> list[str]:
+    """Every log file name this node's processes write (for `LogDir.open(logs=...)`)."""
+    names = [spec.log_name for spec in plan.processes]
+    names += [spec.err_log_name for spec in plan.processes if spec.err_log_name]
+    return names
+
+
 def endpoints_text(
     trainer_endpoints: Sequence[str],
     server_endpoints: Sequence[str] = (),
@@ -341,6 +366,25 @@ def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, An
         os.close(lock)
         raise
     return lock
+
+
+def _check_writable(path: Path) -> None:
+    """LogDirError unless `path` is missing or a file this process may append to. As
+    root, permission bits do not stop a write, but a directory or an immutable file
+    does: opening is the one test that asks the kernel what the launch will ask."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return  # created at the launch
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return  # a FIFO that nobody reads yet
+        raise LogDirError(
+            f"cannot open log file {path} for writing: {exc.strerror} (make it writable, "
+            "remove it, or pass another --log_dir)"
+        ) from exc
+    os.close(fd)
 
 
 def _dir_name(host: str) -> str:
