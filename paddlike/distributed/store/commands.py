@@ -1,0 +1,411 @@
+"""The store's commands: one class per opcode, holding its request encoder, its effect on
+the server's table and its reply decoder side by side.
+
+A client builds a command from its arguments, sends `request()` and reads the answer
+with `result(reply)`; the server rebuilds the command from the request with `parse`
+and answers with `apply(table, alive)`. Each class's docstring gives its fields.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from .wire import (
+    I64,
+    MAX_FRAME,
+    MISSING,
+    OK,
+    TIMEOUT,
+    U8,
+    U32,
+    ProtocolError,
+    Reader,
+    StoreTimeoutError,
+    error_reply,
+    field,
+    status,
+)
+
+Alive = Callable[[], bool]  # whether the client that sent the request is still connected
+
+
+class Table:
+    """Keys to values, with one condition variable that every change notifies."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.changed = threading.Condition()
+        self.closed = False
+
+    def wait_for(self, keys: Sequence[str], deadline: float, alive: Alive) -> bool:
+        """True once every key exists; False at the deadline, when the server closes, or when
+        the waiting client went away (checked each second, so abandoned waits free their thread).
+        """
+        with self.changed:
+            while not all(k in self.data for k in keys):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    return False
+                if not self.changed.wait(min(left, 1.0)) and not alive():
+                    return False
+            return True
+
+
+class Reply:
+    """A response as the client reads it: its status, then its fields (ERROR never gets here)."""
+
+    __slots__ = ("address", "fields", "status")
+
+    def __init__(self, status: int, fields: Reader, address: str) -> None:
+        self.status, self.fields, self.address = status, fields, address
+
+
+def _ms(seconds: float) -> int:
+    return max(0, min(int(seconds * 1000), 2**32 - 1))
+
+
+def _key(key: str) -> bytes:
+    return field(key.encode())
+
+
+class Command:
+    """One request of the wire; `wait` is how long the server may hold it before answering."""
+
+    opcode: int = -1
+    wait: float = 0.0
+
+    @property
+    def what(self) -> str:
+        """The call, as error messages name it ("get of key 'x'")."""
+        raise NotImplementedError
+
+    def request(self) -> bytes:
+        raise NotImplementedError
+
+    @classmethod
+    def parse(cls, r: Reader) -> Command:
+        raise NotImplementedError
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        """Act on `table`; the response payload."""
+        raise NotImplementedError
+
+
+class Set(Command):
+    """request: key, value. reply: OK."""
+
+    opcode = 1
+
+    def __init__(self, key: str, value: bytes) -> None:
+        self.key, self.value = key, value
+
+    @property
+    def what(self) -> str:
+        return f"set of key {self.key!r}"
+
+    def request(self) -> bytes:
+        return U8.pack(self.opcode) + _key(self.key) + field(self.value)
+
+    @classmethod
+    def parse(cls, r: Reader) -> Set:
+        return cls(r.key(), r.bytes_())
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        with table.changed:
+            table.data[self.key] = self.value
+            table.changed.notify_all()
+        return status(OK)
+
+    def result(self, reply: Reply) -> None:
+        return None
+
+
+class Get(Command):
+    """Wait up to `timeout` s for the key. request: key, u32 timeout_ms.
+    reply: OK, value | TIMEOUT (it never came)."""
+
+    opcode = 2
+
+    def __init__(self, key: str, timeout: float) -> None:
+        self.key, self.timeout = key, timeout
+        self.wait = timeout
+
+    @property
+    def what(self) -> str:
+        return f"get of key {self.key!r}"
+
+    def request(self) -> bytes:
+        return U8.pack(self.opcode) + _key(self.key) + U32.pack(_ms(self.timeout))
+
+    @classmethod
+    def parse(cls, r: Reader) -> Get:
+        return cls(r.key(), r.u32() / 1000.0)
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        if not table.wait_for([self.key], time.monotonic() + self.timeout, alive):
+            return status(TIMEOUT)
+        with table.changed:
+            value = table.data.get(self.key)
+        if value is None:  # deleted between the wake-up and now
+            return status(TIMEOUT)
+        return status(OK) + field(value)
+
+    def result(self, reply: Reply) -> bytes:
+        if reply.status == TIMEOUT:
+            raise StoreTimeoutError(
+                f"key {self.key!r} did not appear in the store at {reply.address} "
+                f"within {self.timeout:g} s"
+            )
+        return reply.fields.bytes_()
+
+
+class TryGet(Command):
+    """The value now, without waiting. request: key. reply: OK, value | MISSING."""
+
+    opcode = 3
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    @property
+    def what(self) -> str:
+        return f"get of key {self.key!r}"
+
+    def request(self) -> bytes:
+        return U8.pack(self.opcode) + _key(self.key)
+
+    @classmethod
+    def parse(cls, r: Reader) -> TryGet:
+        return cls(r.key())
+
+    def look_up(self, table: Table) -> bytes | None:
+        with table.changed:
+            return table.data.get(self.key)
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        value = self.look_up(table)
+        return status(MISSING) if value is None else status(OK) + field(value)
+
+    def result(self, reply: Reply) -> bytes | None:
+        return None if reply.status == MISSING else reply.fields.bytes_()
+
+
+class Add(Command):
+    """Atomic counter, stored as ASCII decimal (what torch's store does).
+    request: key, i64 amount. reply: OK, i64 the new value | ERROR (not a counter, overflow)."""
+
+    opcode = 4
+
+    def __init__(self, key: str, amount: int) -> None:
+        self.key, self.amount = key, amount
+
+    @property
+    def what(self) -> str:
+        return f"add to key {self.key!r}"
+
+    def request(self) -> bytes:
+        return U8.pack(self.opcode) + _key(self.key) + I64.pack(self.amount)
+
+    @classmethod
+    def parse(cls, r: Reader) -> Add:
+        return cls(r.key(), r.i64())
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        with table.changed:
+            old = table.data.get(self.key, b"0")
+            try:
+                now = int(old) + self.amount
+            except ValueError:
+                return error_reply("value is not an integer counter")
+            if not -(2**63) <= now < 2**63:
+                return error_reply("counter overflow")
+            table.data[self.key] = str(now).encode()
+            table.changed.notify_all()
+        return status(OK) + I64.pack(now)
+
+    def result(self, reply: Reply) -> int:
+        return reply.fields.i64()
+
+
+class CompareSet(Command):
+    """Set `desired` iff the value is `expected` (None: the key is absent).
+    request: key, u8 has_expected, expected (empty when absent), desired.
+    reply: OK, the value now stored | MISSING (absent, and `expected` was not None)."""
+
+    opcode = 5
+
+    def __init__(self, key: str, expected: bytes | None, desired: bytes) -> None:
+        self.key, self.expected, self.desired = key, expected, desired
+
+    @property
+    def what(self) -> str:
+        return f"compare_set of key {self.key!r}"
+
+    def request(self) -> bytes:
+        has = U8.pack(0 if self.expected is None else 1)
+        return (
+            U8.pack(self.opcode)
+            + _key(self.key)
+            + has
+            + field(self.expected or b"")
+            + field(self.desired)
+        )
+
+    @classmethod
+    def parse(cls, r: Reader) -> CompareSet:
+        key, has, expected, desired = r.key(), r.u8(), r.bytes_(), r.bytes_()
+        return cls(key, expected if has else None, desired)
+
+    def swap(self, table: Table) -> bytes | None:
+        """The effect, also run by the hosting process itself: the value now stored."""
+        with table.changed:
+            current = table.data.get(self.key)
+            if current == self.expected:
+                table.data[self.key] = self.desired
+                table.changed.notify_all()
+                current = self.desired
+            return current
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        current = self.swap(table)
+        return status(MISSING) if current is None else status(OK) + field(current)
+
+    def result(self, reply: Reply) -> bytes:
+        return b"" if reply.status == MISSING else reply.fields.bytes_()
+
+
+class Delete(Command):
+    """request: key. reply: OK, u8 whether it existed."""
+
+    opcode = 6
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    @property
+    def what(self) -> str:
+        return f"delete of key {self.key!r}"
+
+    def request(self) -> bytes:
+        return U8.pack(self.opcode) + _key(self.key)
+
+    @classmethod
+    def parse(cls, r: Reader) -> Delete:
+        return cls(r.key())
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        with table.changed:
+            existed = table.data.pop(self.key, None) is not None
+            table.changed.notify_all()
+        return status(OK) + U8.pack(int(existed))
+
+    def result(self, reply: Reply) -> bool:
+        return bool(reply.fields.u8())
+
+
+class Wait(Command):
+    """Wait up to `timeout` s until every key exists.
+    request: u32 timeout_ms, u32 count, `count` keys.
+    reply: OK | TIMEOUT, the keys still missing joined by ","."""
+
+    opcode = 7
+
+    def __init__(self, keys: Sequence[str], timeout: float) -> None:
+        self.keys, self.timeout = list(keys), timeout
+        self.wait = timeout
+
+    @property
+    def what(self) -> str:
+        return f"wait for keys {self.keys!r}"
+
+    def request(self) -> bytes:
+        body = b"".join(_key(k) for k in self.keys)
+        head = U8.pack(self.opcode) + U32.pack(_ms(self.timeout)) + U32.pack(len(self.keys))
+        return head + body
+
+    @classmethod
+    def parse(cls, r: Reader) -> Wait:
+        ms, count = r.u32(), r.u32()
+        if count > MAX_FRAME // 4:
+            raise ProtocolError(f"{count} keys cannot fit in one frame")
+        return cls([r.key() for _ in range(count)], ms / 1000.0)
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        if table.wait_for(self.keys, time.monotonic() + self.timeout, alive):
+            return status(OK)
+        with table.changed:
+            missing = [k for k in self.keys if k not in table.data]
+        return status(TIMEOUT) + field(",".join(missing).encode())
+
+    def result(self, reply: Reply) -> None:
+        if reply.status == TIMEOUT:
+            missing = reply.fields.bytes_().decode()
+            raise StoreTimeoutError(
+                f"keys {missing} did not appear in the store at {reply.address} "
+                f"within {self.timeout:g} s"
+            )
+
+
+class Lookup(Command):
+    """Which keys are missing now: a `Wait` with no time to wait, whose TIMEOUT reply lists
+    them, so any server of this protocol answers it (as a `Wait`). Keys must not contain ","."""
+
+    opcode = Wait.opcode
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.keys = list(keys)
+
+    @property
+    def what(self) -> str:
+        return f"look-up of {len(self.keys)} keys"
+
+    def request(self) -> bytes:
+        return Wait(self.keys, 0.0).request()
+
+    def result(self, reply: Reply) -> list[str]:
+        if reply.status == OK:
+            return []
+        listed = reply.fields.bytes_().decode()
+        return listed.split(",") if listed else []
+
+
+class Ping(Command):
+    """request: nothing. reply: OK."""
+
+    opcode = 8
+
+    @property
+    def what(self) -> str:
+        return "ping"
+
+    def request(self) -> bytes:
+        return U8.pack(self.opcode)
+
+    @classmethod
+    def parse(cls, r: Reader) -> Ping:
+        return cls()
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        return status(OK)
+
+    def result(self, reply: Reply) -> None:
+        return None
+
+
+_BY_OPCODE: dict[int, type[Command]] = {
+    c.opcode: c for c in (Set, Get, TryGet, Add, CompareSet, Delete, Wait, Ping)
+}
+
+
+def serve(table: Table, payload: bytes, alive: Alive) -> bytes:
+    """The server's side of one request: decode it, apply it, the response payload."""
+    r = Reader(payload)
+    opcode = r.u8()
+    command = _BY_OPCODE.get(opcode)
+    if command is None:
+        raise ProtocolError(f"unknown command {opcode}")
+    parsed = command.parse(r)
+    r.end()
+    return parsed.apply(table, alive)
