@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,8 @@ import pytest
 
 from paddlike.distributed.store import StoreTimeoutError
 from paddlike.launch.peers.etcd import EtcdStore, parse_etcd_master
-from paddlike.launch.peers.watch import LeaseLiveness
+from paddlike.launch.peers.liveness import LeaseLiveness
+from tests.fixed_ports import fixed_ports
 from tests.multinode_common import start_launcher, write_worker
 from tests.netns import Node, netns_cluster
 
@@ -47,12 +47,6 @@ def _etcd_argv(data_dir: Path, host: str, client_port: int, peer_port: int) -> l
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
@@ -62,8 +56,8 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """An etcd server on loopback; killed at the end whatever happens."""
-    port = _free_port()
-    argv = _etcd_argv(tmp_path / "etcd", "127.0.0.1", port, _free_port())
+    port = fixed_ports(2)  # clients at port, peers at port + 1
+    argv = _etcd_argv(tmp_path / "etcd", "127.0.0.1", port, port + 1)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 20
@@ -235,7 +229,7 @@ def test_a_worker_failure_and_a_killed_launcher_end_the_job_through_etcd(tmp_pat
 def test_a_proxy_in_the_environment_is_not_used_to_reach_etcd(etcd: tuple[str, int]) -> None:
     # Cluster nodes often export a proxy for the internet; etcd must be reached directly.
     # A fresh process, so that urllib reads the proxy variables as a launcher would.
-    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    dead = f"http://127.0.0.1:{fixed_ports()}"  # nothing listens there
     env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
     env.update({name: dead for name in ("http_proxy", "HTTP_PROXY")})
     script = (

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from paddlike.launch.context.options import UsageError, parse_options
-from paddlike.launch.run.ports import PortTakenError, claim_ports, free_ports
+from paddlike.launch.run.ports import PortTakenError, claim_ports
+from tests.fixed_ports import fixed_ports
 
 CLAIM = """
 import json, sys
@@ -26,24 +27,8 @@ sys.stdin.readline()  # hold the claim until told to exit
 
 
 def _free_run(n: int) -> int:
-    """A start port whose n consecutive ports are free right now."""
-    for _ in range(50):
-        start = free_ports(1, "127.0.0.1")[0]
-        if start + n > 65535:
-            continue
-        try:
-            socks = []
-            for port in range(start, start + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return start
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    pytest.skip("no run of free ports found")
+    """A start port whose n consecutive ports are free and given to no other test."""
+    return fixed_ports(n)
 
 
 def test_the_given_consecutive_ports_are_claimed(tmp_path):

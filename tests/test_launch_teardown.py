@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.fixed_ports import fixed_ports
+
 DEADLINE = 20.0
 
 # Writes its pid, starts a grandchild in its own process group (like `bash train.sh`
@@ -140,14 +142,6 @@ def test_a_console_that_stops_reading_does_not_stall_the_teardown(tmp_path, trig
         _kill_pids_in(work, "pid.*")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, whatever pytest inherited
 
@@ -159,7 +153,7 @@ def test_ctrl_c_while_waiting_for_the_other_nodes_exits_130_without_a_traceback(
     # Two "nodes" on loopback; the other one never comes, so this launcher waits.
     script = _write(tmp_path, "ok.py", "print('never started')\n")
     cmd = [sys.executable, "-m", "paddlike.launch", "--ips", "127.0.0.1,127.0.0.2"]
-    cmd += ["--node_rank", str(node_rank), "--master", f"127.0.0.1:{_free_port()}"]
+    cmd += ["--node_rank", str(node_rank), "--master", f"127.0.0.1:{fixed_ports()}"]
     cmd += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / "log"), str(script)]
     proc = subprocess.Popen(
         cmd,

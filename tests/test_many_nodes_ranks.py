@@ -5,7 +5,6 @@ joined from, ties by arrival; a launcher arriving at a complete job is refused."
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from paddlike.launch.plan.agreement import assign_ranks
 from paddlike.launch.plan.world import NodeEntry
+from tests.fixed_ports import fixed_ports
 from tests.multinode_common import LAUNCH, ranks_and_endpoints, write_worker
 from tests.netns import Node, netns_cluster
 
@@ -86,9 +86,7 @@ def test_a_third_node_at_a_complete_two_node_job_is_refused(tmp_path: Path) -> N
 def test_two_launchers_on_one_machine_with_the_identical_command_get_ranks_0_and_1(
     tmp_path: Path,
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = fixed_ports()
     script = write_worker(tmp_path)
     master = f"127.0.0.1:{port}"
     procs = [

@@ -4,7 +4,6 @@ seconds naming it, instead of waiting out --rdzv_timeout for a node that "never 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -13,18 +12,13 @@ from pathlib import Path
 import pytest
 
 from paddlike.launch.peers.startfail import failure_message
+from tests.fixed_ports import fixed_ports
 from tests.multinode_common import LAUNCH, start_launcher, write_worker
 from tests.netns import Node, netns_cluster
 from tests.test_etcd import ETCD, etcd  # noqa: F401  (the fixture: an etcd server on loopback)
 
 IPS = "nodea,nodeb"
 SLOW = ["--rdzv_timeout", "60"]  # far beyond what any of these tests may take
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_both(first: subprocess.Popen[bytes], other: subprocess.Popen[bytes]) -> float:
@@ -159,7 +153,7 @@ def _node_1_misses_its_script(
 
 def test_a_missing_script_on_loopback_node_1_ends_node_0_at_once(tmp_path: Path) -> None:
     """The same on one machine (nodes 127.0.0.1 and 127.0.0.2, --node_rank each)."""
-    launcher = _loopback_pair(tmp_path, f"127.0.0.1:{_free_port()}")
+    launcher = _loopback_pair(tmp_path, f"127.0.0.1:{fixed_ports()}")
     out0 = _node_1_misses_its_script(tmp_path, launcher)
     assert "nope.py' not found" in out0
 
@@ -195,7 +189,7 @@ def test_a_node_that_never_contacted_the_store_is_named_as_such_at_the_timeout(
     script = tmp_path / "ok.py"
     script.write_text("print('ran')\n")
     cmd = [*LAUNCH, "--ips", "127.0.0.1,127.0.0.2", "--node_rank", "0", "--rdzv_timeout", "1"]
-    cmd += ["--master", f"127.0.0.1:{_free_port()}", "--log_dir", str(tmp_path / "l0")]
+    cmd += ["--master", f"127.0.0.1:{fixed_ports()}", "--log_dir", str(tmp_path / "l0")]
     cmd += [str(script)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr

@@ -4,23 +4,17 @@ signal there ends it (and the other nodes), a wrong job token, the job-wide "OK"
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.fixed_ports import fixed_ports
 from tests.multinode_common import LAUNCH, start_launcher, write_worker
 from tests.netns import netns_cluster
 
 OK_SCRIPT = "print('ran')\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _default_sigint() -> None:
@@ -62,7 +56,7 @@ def _kill(procs: list[subprocess.Popen[str]]) -> None:
 
 
 def test_a_node_waiting_for_node_0s_store_says_so_and_ends_130_on_ctrl_c(tmp_path):
-    port = _free_port()
+    port = fixed_ports()
     proc = _loopback_launcher(tmp_path, "127.0.0.1,127.0.0.2", 1, port)
     try:
         seen = _await_line(proc, f"waiting for node 0 (127.0.0.1:{port}) to host the launchers'")
@@ -82,7 +76,7 @@ def test_a_node_waiting_for_node_0s_store_says_so_and_ends_130_on_ctrl_c(tmp_pat
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_the_rendezvous_ends_every_node_that_arrived(tmp_path, sig):
     # Three nodes on loopback: 0 and 1 arrive, 2 never comes; node 1 is stopped meanwhile.
-    port = _free_port()
+    port = fixed_ports()
     ips = "127.0.0.1,127.0.0.2,127.0.0.3"
     node0 = _loopback_launcher(tmp_path, ips, 0, port)
     node1 = None
@@ -163,8 +157,9 @@ def test_every_node_says_ok_once_the_whole_job_succeeded(tmp_path):
 
 
 def test_two_torchrun_style_nodes_on_one_machine_meet_on_loopback(tmp_path):
-    # --nnodes 2 --node_rank R --master_addr 127.0.0.1, as torchrun users try it on one host
-    port = _free_port()
+    # --nnodes 2 --node_rank R --master_addr 127.0.0.1, as torchrun users try it on one host;
+    # --master_port P is the workers' store, and the launchers meet at P+1: both reserved
+    port = fixed_ports(2)
     script = write_worker(tmp_path)
     procs: list[subprocess.Popen[str]] = []
     try:

@@ -19,6 +19,7 @@ from paddlike.launch.context.master import launchers_master, workers_port
 from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.plan.layout import collective_layout
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
+from tests.fixed_ports import fixed_ports
 from tests.multinode_common import LAUNCH
 from tests.netns import Node, netns_cluster
 
@@ -120,12 +121,6 @@ def _script(tmp_path: Path) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _clean_env() -> dict[str, str]:
     drop = ("PADDLE", "PET_", "PADDLIKE_", "MASTER_")
     return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
@@ -137,7 +132,7 @@ def _seen(out_dir: Path, world: int) -> list[list[str]]:
 
 @pytest.mark.timeout(60)
 def test_a_one_node_launch_gives_its_workers_the_master_port(tmp_path):
-    port = _free_port()
+    port = fixed_ports()
     cmd = [*LAUNCH, "--nproc_per_node", "2", "--master_port", str(port)]
     cmd += ["--log_dir", str(tmp_path / "log"), str(_script(tmp_path)), str(tmp_path)]
     done = subprocess.run(cmd, env=_clean_env(), capture_output=True, text=True, timeout=50)

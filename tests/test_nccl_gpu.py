@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ import pytest
 from paddlike.distributed.collective import nccl
 from paddlike.distributed.collective.errors import CollectiveError
 from paddlike.distributed.store import StoreClient, StoreServer
+from tests.fixed_ports import fixed_ports
 
 REPO = Path(__file__).resolve().parent.parent
 NCCL_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool"]
@@ -98,16 +98,10 @@ gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="needs CuPy with NCCL and a visible NVIDIA GPU")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _world_of_one_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(CONTRACT_PREFIXES)}
     env.update(PADDLE_TRAINER_ID="0", PADDLE_TRAINERS_NUM="1", FLAGS_selected_gpus="0",
-               PADDLE_MASTER=f"127.0.0.1:{_free_port()}", PYTHONPATH=str(REPO))  # fmt: skip
+               PADDLE_MASTER=f"127.0.0.1:{fixed_ports()}", PYTHONPATH=str(REPO))  # fmt: skip
     return env
 
 

@@ -1,7 +1,7 @@
 """A test-only PS job spawner: servers and trainers as real processes on 127.0.0.1.
 
 It gives every process the environment contract the launcher gives (role, server and
-trainer lists, ids, POD_IP/PADDLE_PORT), with ports picked by binding port 0, and
+trainer lists, ids, POD_IP/PADDLE_PORT), with ports from tests/fixed_ports.py, and
 kills whatever is still running when the test ends, pass or fail.
 """
 
@@ -10,28 +10,22 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.fixed_ports import fixed_ports
+
 REPO = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent
 
 
 def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """`n` ports no other test or launcher is handed before our servers bind them."""
+    start = fixed_ports(n)
+    return list(range(start, start + n))
 
 
 @dataclass
