@@ -161,24 +161,31 @@ class Get(Command):
         return reply.fields.bytes_()
 
 
-class TryGet(Command):
-    """The value now, without waiting. request: key. reply: OK, value | MISSING."""
+class _OneKey(Command):
+    """A command whose request is its opcode and one key."""
 
-    opcode = 3
+    verb = ""
 
     def __init__(self, key: str) -> None:
         self.key = key
 
     @property
     def what(self) -> str:
-        return f"get of key {self.key!r}"
+        return f"{self.verb} of key {self.key!r}"
 
     def request(self) -> bytes:
         return U8.pack(self.opcode) + _key(self.key)
 
     @classmethod
-    def parse(cls, r: Reader) -> TryGet:
+    def parse(cls, r: Reader) -> _OneKey:
         return cls(r.key())
+
+
+class TryGet(_OneKey):
+    """The value now, without waiting. request: key. reply: OK, value | MISSING."""
+
+    opcode = 3
+    verb = "get"
 
     def look_up(self, table: Table) -> bytes | None:
         with table.changed:
@@ -276,24 +283,11 @@ class CompareSet(Command):
         return b"" if reply.status == MISSING else reply.fields.bytes_()
 
 
-class Delete(Command):
+class Delete(_OneKey):
     """request: key. reply: OK, u8 whether it existed."""
 
     opcode = 6
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    @property
-    def what(self) -> str:
-        return f"delete of key {self.key!r}"
-
-    def request(self) -> bytes:
-        return U8.pack(self.opcode) + _key(self.key)
-
-    @classmethod
-    def parse(cls, r: Reader) -> Delete:
-        return cls(r.key())
+    verb = "delete"
 
     def apply(self, table: Table, alive: Alive) -> bytes:
         with table.changed:
