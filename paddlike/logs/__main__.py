@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="the same facts as JSON")
     parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the job as one self-contained HTML page (timeline, progress, root cause) "
+        "to FILE ('-': stdout); with --follow, rewrite it until the job ends",
+    )
+    parser.add_argument(
         "--stacks",
         action="store_true",
         help="take the Python stack of every running trainer of this node's job (py-spy; "
@@ -137,6 +143,10 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
         print(f"paddlike.logs: --tail {args.tail}: must be 0 or more lines", file=sys.stderr)
         return 2
     color = use_color(out)
+    if args.html is not None:
+        from paddlike.logs.page import main as html_main
+
+        return html_main(dirs, args.html, follow=args.follow, out=out)
     if args.stacks:
         return _stacks(dirs, args.json, out)
     try:

@@ -1,0 +1,71 @@
+"""`python -m paddlike.logs DIR --html FILE`: a picture of the job in one HTML file.
+
+facts.py reads what the page shows from the log directories (through the text
+reader's public functions, so both say the same); render.py puts style, facts and the
+drawing script (script.py) into one file; follow.py rewrites it while the job runs.
+Imported only when --html is given: `python -m paddlike.logs` stays quick to start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+from paddlike.logs.page.facts import job_facts
+from paddlike.logs.page.render import render_page
+from paddlike.logs.reader import JobView, LogDirError, load
+
+__all__ = ["build_page", "main", "write_atomically"]
+
+
+def build_page(
+    job: JobView,
+    dirs: list[str],
+    *,
+    follow: float = 0.0,
+    history: Mapping[int, list[tuple[float, int]]] | None = None,
+) -> str:
+    """The page of a loaded job (see facts.job_facts for `follow` and `history`)."""
+    return render_page(job_facts(job, follow=follow, history=history), dirs)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` whole (temporary name, then rename): a browser reloading it never
+    reads half a page."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(dirs: list[str], target: str, *, follow: bool, out: TextIO) -> int:
+    """--html FILE (or - for stdout), with --follow: rewrite FILE until the job ends."""
+    if follow:
+        if target == "-":
+            print(
+                "paddlike.logs: --html - --follow: a page on stdout cannot be rewritten; "
+                "give a file (--html job.html --follow) and open it in a browser",
+                file=sys.stderr,
+            )
+            return 2
+        from paddlike.logs.page.follow import follow_page
+
+        return follow_page(dirs, Path(target), out=out)
+    try:
+        page = build_page(load(dirs), dirs)
+    except LogDirError as e:
+        print(f"paddlike.logs: {e}", file=sys.stderr)
+        return 2
+    if target == "-":
+        out.write(page)
+        return 0
+    try:
+        write_atomically(Path(target), page)
+    except OSError as e:
+        print(f"paddlike.logs: --html {target}: cannot write: {e.strerror}", file=sys.stderr)
+        return 2
+    size = len(page.encode()) // 1024
+    out.write(f"paddlike.logs: wrote {target} ({size} KiB); open it in a browser\n")
+    return 0
