@@ -14,6 +14,8 @@ The log reader's tests run on these directories, and the docs quote them.
                       --hang_timeout 5 --on_hang abort names it and ends the job (124)
     two_node/nodea/   a 2-node job (network namespaces nodea, nodeb), one directory
     two_node/nodeb/   per node; skipped with a message where namespaces are unavailable
+    NAME.html         each sample's page (python -m paddlike.logs NAME --html NAME.html);
+                      `regenerate.py pages` writes only these, from the directories as they are
 
 Only loopback and private test namespaces (198.18.0.0/24) are used.
 """
@@ -183,6 +185,24 @@ def two_node() -> None:
             print(f"two_node/{node.hostname}: launcher exited 0 as expected")
 
 
+def write_page(name: str) -> None:
+    """NAME.html beside the sample: its page (`python -m paddlike.logs NAME --html`)."""
+    if not (HERE / name).is_dir():
+        return
+    subprocess.run(
+        [sys.executable, "-m", "paddlike.logs", f"log_samples/{name}", "--html",
+         f"log_samples/{name}.html"],
+        cwd=ROOT, env=_clean_env(), check=True, timeout=TIMEOUT, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def pages() -> None:
+    """Only the pages, from the directories as they are (`regenerate.py pages`)."""
+    for name in SAMPLES:
+        if name != "pages":
+            write_page(name)
+
+
 SAMPLES: dict[str, Callable[[], None]] = {
     "success": success,
     "failed": failed,
@@ -190,11 +210,12 @@ SAMPLES: dict[str, Callable[[], None]] = {
     "ps": ps,
     "hung": hung,
     "two_node": two_node,
+    "pages": pages,
 }
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(SAMPLES)
+    names = argv or [n for n in SAMPLES if n != "pages"]  # each run writes its page
     unknown = [n for n in names if n not in SAMPLES]
     if unknown:
         print(f"regenerate.py: unknown sample {unknown[0]!r}; choose from {', '.join(SAMPLES)}")
@@ -203,6 +224,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         try:
             SAMPLES[name]()
+            write_page(name)
         except (SampleFailed, subprocess.TimeoutExpired) as exc:
             print(f"regenerate.py: {exc}", file=sys.stderr)
             failures += 1

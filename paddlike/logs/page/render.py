@@ -117,6 +117,7 @@ BODY = """
         <span>┆ <b style="color:#d43c3c">root cause</b> · <b style="color:#7a3fb0">stacks taken</b> ·
           <b style="color:#d07a00">membership change</b></span>
       </div>
+      <p id="timeline-note" class="hint" hidden></p>
       <div id="timeline-chart"></div>
     </section>
     <section id="progress" hidden>

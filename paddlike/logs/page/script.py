@@ -128,21 +128,33 @@ function drawHeader() {
 
 // --- the timeline --------------------------------------------------------------------
 function timelineRows() {
-  var rows = [], big = procs.length > COLLAPSE_AT;
+  // A large job: a closed node shows only its odd processes, and closed nodes with none
+  // in a row become one line ("nodes 0–8"), so that 512 ranks fit on a screen or two.
+  var rows = [], big = procs.length > COLLAPSE_AT, last = null;
   F.nodes.forEach(function (n, ni) {
     var mine = procs.filter(function (p) { return p.node === ni; });
     var open = state.all || !big || state.open[ni];
-    rows.push({kind: 'node', node: ni, procs: mine, open: open});
     var shown = open ? mine : mine.filter(function (p) { return odd[p.i]; });
+    var key = JSON.stringify(majority(mine).count);
+    if (!open && !shown.length && last && last.key === key) {
+      last.nodes.push(ni); last.procs = last.procs.concat(mine); return;
+    }
+    last = {kind: 'node', nodes: [ni], procs: mine, open: open, key: !open && !shown.length ? key : null};
+    rows.push(last);
     var hidden = 0;
     if (!open && shown.length > ODD_SHOWN) { hidden = shown.length - ODD_SHOWN; shown = shown.slice(0, ODD_SHOWN); }
     shown.forEach(function (p) { rows.push({kind: 'proc', p: p}); });
+    if (shown.length) last = null;
     if (!open && hidden) {
-      rows.push({kind: 'more', node: ni,
-                 text: hidden + ' more odd processes: click the node to show all ' + mine.length});
+      rows.push({kind: 'more', nodes: [ni], text: hidden + ' more odd processes: click the node to show all ' + mine.length});
     }
   });
   return rows;
+}
+function nodesName(list) {
+  if (list.length === 1) return nodeName(F.nodes[list[0]], list[0]);
+  var idx = list.map(function (i) { var n = F.nodes[i]; return n.index === null ? i : n.index; });
+  return 'nodes ' + rankRanges(idx).replace(/^ranks? /, '') + ' (' + list.length + ')';
 }
 function niceStep(span, want) {
   var raw = span / want, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
@@ -213,7 +225,7 @@ function procBar(p, x, y) {
     if (stuck && !p.cause) {
       out += '<rect class="hung-ring" x="' + (x1 - 2).toFixed(1) + '" y="' + (y + 2) + '" width="' +
         (x2 - x1 + 4).toFixed(1) + '" height="' + (h + 4) + '"/>' +
-        '<text class="hung-label" x="' + (x2 + 10).toFixed(1) + '" y="' + (y + 14) + '">stuck at the hang</text>';
+        '<text class="hung-label" x="' + (x2 + 10).toFixed(1) + '" y="' + (y + 14) + '">stuck (hang)</text>';
     }
     if (p.cause) {
       out += '<rect class="cause-ring" x="' + (x1 - 2).toFixed(1) + '" y="' + (y + 2) + '" width="' +
@@ -234,11 +246,11 @@ function drawTimeline() {
   var hungRanks = F.dumps.map(function (d) { return d.odd; });
   rows.forEach(function (r) {
     if (r.kind === 'node') {
-      var n = F.nodes[r.node], m = majority(r.procs), span = r.procs.filter(function (p) { return p.start !== null; });
+      var m = majority(r.procs), span = r.procs.filter(function (p) { return p.start !== null; });
       var summary = Object.keys(m.count).map(function (s) { return m.count[s] + ' ' + s; }).join(', ');
-      body += '<g class="row node' + (r.open ? ' open' : '') + '" data-node="' + r.node + '" transform="translate(0,' + y + ')">' +
+      body += '<g class="row node' + (r.open ? ' open' : '') + '" data-node="' + r.nodes.join(',') + '" transform="translate(0,' + y + ')">' +
         '<rect class="hit" x="0" y="2" width="' + width + '" height="' + (NODE_H - 4) + '"/>' +
-        '<text class="node-label" x="6" y="16">' + (r.open ? '▾ ' : '▸ ') + esc(nodeName(n, r.node)) + '</text>' +
+        '<text class="node-label" x="6" y="16">' + (r.open ? '▾ ' : '▸ ') + esc(nodesName(r.nodes)) + '</text>' +
         '<text class="node-sum" x="20" y="30">' + r.procs.length + ' processes: ' + esc(summary) + '</text>';
       if (span.length) {
         var a = Math.min.apply(null, span.map(function (p) { return p.start; }));
@@ -249,7 +261,7 @@ function drawTimeline() {
       body += '</g>';
       y += NODE_H;
     } else if (r.kind === 'more') {
-      body += '<text class="more" data-node="' + r.node + '" x="' + (LABEL_W + 6) + '" y="' + (y + 14) + '">' + esc(r.text) + '</text>';
+      body += '<text class="more" data-node="' + r.nodes.join(',') + '" x="' + (LABEL_W + 6) + '" y="' + (y + 14) + '">' + esc(r.text) + '</text>';
       y += ROW_H;
     } else {
       var p = r.p, cls = 'row proc status-' + p.status + (p.cause ? ' cause' : '') + (state.sel === p.i ? ' selected' : '') +
@@ -275,6 +287,10 @@ function drawTimeline() {
   if (F.status === 'running') marks += mark(x(F.t1), top, height, 'now', 'now', 'when this page was written');
   box.innerHTML = '<svg id="timeline-svg" width="' + width + '" height="' + height + '" role="img" aria-label="timeline">' +
     bands(x, height, top) + over + body + marks + '</svg>';
+  var note = document.getElementById('timeline-note'), untimed = procs.filter(function (p) { return p.start === null; });
+  note.hidden = !untimed.length;
+  note.textContent = untimed.length ? untimed.length + ' of ' + procs.length + ' processes have no start or end time ' +
+    '(a directory written by Paddle\'s launcher records none): ◆ marks when each one\'s log last changed.' : '';
   var toggle = document.getElementById('toggle-all');
   toggle.hidden = procs.length <= COLLAPSE_AT;
   toggle.textContent = state.all ? 'Group by node (odd ones only)' : 'Show all ' + procs.length + ' processes';
@@ -434,8 +450,9 @@ function procOf(el) {
 document.getElementById('timeline-chart').addEventListener('click', function (e) {
   var g = e.target.closest('g.node, text.more');
   if (g) {
-    var ni = g.getAttribute('data-node');
-    state.open[ni] = !(state.open[ni] || (procs.length <= COLLAPSE_AT));
+    var list = g.getAttribute('data-node').split(','), was = state.all || procs.length <= COLLAPSE_AT || state.open[list[0]];
+    if (state.all) { state.all = false; F.nodes.forEach(function (n, i) { state.open[i] = true; }); }
+    list.forEach(function (ni) { state.open[ni] = !was; });
     writeHash(); drawTimeline(); return;
   }
   var p = procOf(e.target);
