@@ -109,7 +109,8 @@ def test_run_starts_reads_every_header_of_a_log(tmp_path):
     log.write_text(
         "==== paddlike run 2026-01-01 10:00:00 job j trainer rank 0 local 0 restart 0: x ====\n"
         "out\n"
-        "==== paddlike run 2026-01-01 10:00:07 job j trainer rank 2 local 0 restart 0 round 2: x ====\n"
+        "==== paddlike run 2026-01-01 10:00:07 job j trainer rank 2 local 0 restart 0 round 2: "
+        "x ====\n"
     )
     runs = run_starts(log)
     assert [(r[1], r[2]) for r in runs] == [(0, None), (0, 2)]
