@@ -11,7 +11,7 @@ Schema (version 1) — `summary.json`:
       "schema": 1,
       "job_id": "job-20261122-1058-ab12",
       "mode": "collective" | "ps",
-      "status": "running" | "succeeded" | "failed" | "interrupted",
+      "status": "running" | "succeeded" | "failed" | "interrupted",   # RunStatus
       "exit_code": 0 | null,              # the launcher's exit code, null while running
       "node_index": 0, "nnodes": 2,
       "host": "198.18.0.1",               # this node's matched address
@@ -32,7 +32,7 @@ ProcessRecord: role ("trainer" | "server" | "heter"), rank (global rank within
 its role; a trainer's is its PADDLE_TRAINER_ID), local_index, host, pid,
 start_time, end_time, exit_code (null if killed by a signal or still running),
 signal (name such as "SIGKILL", or null), status ("running" | "ok" | "failed" |
-"killed" — killed means stopped by the launcher during teardown), restarts,
+"killed" — killed means stopped by the launcher during teardown; ProcessStatus), restarts,
 log_file (name relative to the log directory), endpoint.
 
 RootCause: host, node_index, role, rank, local_index, exit_code, signal,
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+from enum import Enum
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -55,6 +56,61 @@ if TYPE_CHECKING:
 
 SUMMARY_FILE = "summary.json"
 SCHEMA_VERSION = 1
+# What a launcher exits with when --on_hang abort ended the job (as timeout(1) does).
+HANG_EXIT_CODE = 124
+
+
+class _Word(str, Enum):  # noqa: UP042  (enum.StrEnum is 3.11+; we support 3.10)
+    """A status word: a `str`, so summary.json keeps the bare word and `"ok" == OK`;
+    str() and f-strings give the word on every Python version (3.12 changed mixins')."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class ProcessStatus(_Word):
+    """A process of a round (summary.json's processes[].status).
+
+    RUNNING -> OK (exited 0; a parameter server that stopped when asked)
+            -> FAILED (exited non-zero, or by a signal it was not sent)
+            -> KILLED (stopped by the launcher during a teardown, whatever the cause)
+    GONE and UNKNOWN are the reader's, never written: GONE, a process the summary says
+    runs whose pid no longer exists (its launcher died first); UNKNOWN, a process of a
+    directory without a summary (Paddle's own launchers) whose log shows no error.
+    """
+
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    KILLED = "killed"
+    GONE = "gone"
+    UNKNOWN = "unknown"
+
+
+class RunStatus(_Word):
+    """A round on one node (the supervisor's outcome), a node's run (summary.json's
+    status) and the job as the reader sums it up.
+
+    RUNNING -> SUCCEEDED | FAILED | INTERRUPTED (a launcher received SIGINT, SIGTERM or
+    SIGHUP: stopped, not failed). GONE and UNKNOWN are the reader's, never written: GONE,
+    a summary that says running whose launcher no longer exists; UNKNOWN, a directory
+    without a summary.
+    """
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    GONE = "gone"
+    UNKNOWN = "unknown"
+
+
+class Membership(_Word):
+    """Why an elastic round ended for a change of its nodes (RootCause.membership)."""
+
+    LOST = "lost"
+    LEFT = "left"
+    JOINED = "joined"
 
 
 class _Record:
@@ -133,7 +189,7 @@ class ProcessRecord(_Record):
         end_time: float | None = None,
         exit_code: int | None = None,
         signal: str | None = None,
-        status: str = "running",
+        status: str = ProcessStatus.RUNNING,
         restarts: int = 0,
     ) -> None:
         self.role = role
@@ -209,6 +265,17 @@ class RootCause(_Record):
     def from_dict(cls, data: dict[str, Any]) -> RootCause:
         return cls(**data)
 
+    @property
+    def stopped(self) -> bool:
+        """A launcher received a signal (Ctrl-C, a scheduler's SIGTERM): the job was
+        stopped, it did not fail."""
+        return self.role is None and self.signal is not None and self.membership is None
+
+    @property
+    def hung(self) -> bool:
+        """--on_hang abort ended the job."""
+        return self.role is None and self.exit_code == HANG_EXIT_CODE
+
 
 class RunSummary(_Record):
     FIELDS = (
@@ -241,7 +308,7 @@ class RunSummary(_Record):
         hostname: str,
         log_dir: str,
         start_time: float,
-        status: str = "running",
+        status: str = RunStatus.RUNNING,
         exit_code: int | None = None,
         end_time: float | None = None,
         restarts: int = 0,

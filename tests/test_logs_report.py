@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from paddlike.logs.errors import first_error_in_file, first_error_line, last_run_start
+from paddlike.logformat import last_run_start
+from paddlike.logs.errors import first_error_in_file, first_error_line
 from paddlike.logs.report import (
     format_duration,
     format_root_cause,
@@ -167,7 +168,7 @@ def test_first_error_in_a_file_reads_only_the_last_run(tmp_path):
         + f"\n{header} 1: python t.py ====\nZeroDivisionError: division by zero\n"
     )
     assert first_error_in_file(str(log)) == "ValueError: bad shape (3, 4)"
-    start = last_run_start(str(log), "==== paddlike run ")
+    start = last_run_start(str(log))
     assert first_error_in_file(str(log), start=start) == "ZeroDivisionError: division by zero"
 
 

@@ -17,7 +17,6 @@ gigabyte log costs one pass and constant memory.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from typing import BinaryIO
@@ -123,33 +122,6 @@ def first_error_in_file(path: str, *, start: int = 0, limit: int = 256 << 20) ->
             return first_error_line(_decoded_lines(f, limit))
     except OSError:
         return None
-
-
-def last_run_start(path: str, header_prefix: str) -> int:
-    """Byte offset of the last line starting with `header_prefix` (0 when there is none).
-
-    The launcher appends a header line per run; errors of earlier runs are history,
-    so the reader scans from the last header. Reads backwards from the end in blocks.
-    """
-    needle = b"\n" + header_prefix.encode()
-    try:
-        with open(path, "rb") as f:
-            pos = f.seek(0, os.SEEK_END)
-            block = 65536
-            carry = b""
-            while pos > 0:
-                step = min(block, pos)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + carry
-                found = data.rfind(needle)
-                if found >= 0:
-                    return pos + found + 1
-                carry = data[: len(needle)]
-            f.seek(0)
-            return 0
-    except OSError:
-        return 0
 
 
 def _decoded_lines(f: BinaryIO, limit: int) -> Iterable[str]:

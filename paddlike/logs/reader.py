@@ -17,46 +17,33 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddlike.launch.run.logdir import HEADER_PREFIX
-from paddlike.logs.errors import first_error_in_file, last_run_start
-from paddlike.logs.report import TAIL_LINES, read_tail
+from paddlike.logformat import (
+    ENDPOINTS_FILE,
+    LOG_NAME,
+    LOG_PREFIXES,
+    TAIL_LINES,
+    last_run_header,
+    last_run_start,
+    parse_endpoints,
+    read_tail,
+)
+from paddlike.logs.errors import first_error_in_file
 from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunSummary
 
-ENDPOINTS_FILE = "endpoints.log"
-# log file prefix -> role, as DESIGN.md names them (Paddle's names too).
-LOG_PREFIXES = {"workerlog": "trainer", "serverlog": "server", "heterlog": "heter"}
-_LOG_NAME = re.compile(r"^(workerlog|serverlog|heterlog)\.(\d+)$")
+_LOG_NAME = LOG_NAME  # (follow.py's name for it)
 _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
-# The facts a paddlike run header carries (paddlike.launch.run.logdir.format_header).
-_HEADER_FACTS = re.compile(
-    r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
-    r"local (?P<local>\d+) restart (?P<restart>\d+)(?: round (?P<round>\d+))?"
-    r"(?: stage (?P<stage>\d+))?:"
-)
+__all__ = ["ENDPOINTS_FILE", "LOG_PREFIXES", "last_run_header", "parse_endpoints"]
 
 
 def last_run_error(path: str | os.PathLike[str]) -> str | None:
     """The first error line of the last run in a log (runs start with a header line)."""
     path = str(path)
-    return first_error_in_file(path, start=last_run_start(path, HEADER_PREFIX))
-
-
-def last_run_header(path: str | os.PathLike[str]) -> re.Match[str] | None:
-    """The facts of the last run header in a log, if paddlike wrote one."""
-    start = last_run_start(str(path), HEADER_PREFIX)
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            line = f.readline(65536).decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return _HEADER_FACTS.search(line) if line.startswith(HEADER_PREFIX) else None
+    return first_error_in_file(path, start=last_run_start(path))
 
 
 # Process statuses shown by the reader. The first four come from the summary;
@@ -266,27 +253,6 @@ def _listdir_quiet(path: Path) -> list[str]:
 
 
 # --- one node ------------------------------------------------------------------------------
-
-
-def parse_endpoints(text: str) -> dict[str, list[str]]:
-    """endpoints.log -> {"PADDLE_TRAINER_ENDPOINTS": [...], ...}.
-
-    Paddle's format: a line `NAME: ` then one endpoint per line; a later `NAME:`
-    line starts the next list. Values on the heading line (comma-separated) count too.
-    """
-    lists: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        match = re.match(r"^([A-Z][A-Z0-9_]*):\s*(.*)$", line)
-        if match:
-            current = lists.setdefault(match.group(1), [])
-            current.extend(v for v in match.group(2).split(",") if v.strip())
-        elif current is not None:
-            current.extend(v.strip() for v in line.split(",") if v.strip())
-    return lists
 
 
 def _read_endpoints(log_dir: Path) -> dict[str, list[str]]:

@@ -21,9 +21,10 @@ import os
 import signal as _signal
 from collections.abc import Sequence
 
+from paddlike.logformat import TAIL_LINES
+from paddlike.logformat import read_tail as read_tail  # one tail reader, the launcher's too
 from paddlike.summary import RootCause
 
-TAIL_LINES = 20
 # A worker's structured error (torch's `@record` writes it to TORCHELASTIC_ERROR_FILE,
 # which the launcher sets to this name next to the worker's log).
 ERROR_FILE_SUFFIX = ".error.json"
@@ -260,30 +261,3 @@ def format_success(
     if log_dir is not None:
         text += f", logs in {os.fspath(log_dir)}"
     return text
-
-
-def read_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES) -> list[str]:
-    """The last `lines` lines of a file, reading only its end (logs can be gigabytes).
-
-    Missing or unreadable files give []; undecodable bytes are replaced, never fatal.
-    """
-    if lines <= 0:
-        return []
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            block = 8192
-            data = b""
-            pos = size
-            while pos > 0 and data.count(b"\n") <= lines:
-                step = min(block, pos)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
-                block *= 2
-    except OSError:
-        return []
-    text = data.decode("utf-8", errors="replace")
-    result = text.splitlines()
-    return result[-lines:]

@@ -29,22 +29,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from paddlike import logformat
 from paddlike.contract import STAGE_ID
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.logformat import (  # the formats, shared with paddlike.logs
+    ENDPOINTS_FILE,
+    HEADER_PREFIX,
+    LOCK_FILE,
+    OWNER_FILE,
+    endpoints_text,
+)
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import Any
 
-ENDPOINTS_FILE = "endpoints.log"
-LOCK_FILE = ".paddlike.lock"
-OWNER_FILE = ".paddlike.owner"
-TRAINER_ENDPOINTS_LINE = "PADDLE_TRAINER_ENDPOINTS: "
-SERVER_ENDPOINTS_LINE = "PADDLE_PSERVERS_IP_PORT_LIST: "
-HETER_ENDPOINTS_LINE = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: "
-# Every run header in a worker log starts with this; `paddlike.logs` splits runs on it.
-HEADER_PREFIX = "==== paddlike run "
+__all__ = ["ENDPOINTS_FILE", "HEADER_PREFIX", "LOCK_FILE", "OWNER_FILE", "endpoints_text"]
 # How many nodes of one job on one host may share a directory (loopback test clusters):
 # the second takes <host>.2, and so on.
 MAX_SAME_HOST = 64
@@ -129,16 +130,18 @@ def format_header(
 
     A heter trainer's says its stage after the restart count (`restart 0 stage 2:`), for
     `paddlike.logs`, which shows it; an elastic job's says its round (`restart 0 round 3:`).
+    The format is `paddlike.logformat`'s, which the reader parses.
     """
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
-    command = " ".join(spec.argv)
-    stage = spec.env.get(STAGE_ID) if spec.role is Role.HETER else None
-    return (
-        f"{HEADER_PREFIX}{stamp} job {job_id} {spec.role.value} rank {spec.rank} "
-        f"local {spec.local_index} restart {restart}"
-        + (f" round {round_}" if round_ is not None else "")
-        + (f" stage {stage}" if stage else "")
-        + f": {command} ===="
+    return logformat.format_header(
+        role=spec.role.value,
+        rank=spec.rank,
+        local_index=spec.local_index,
+        job_id=job_id,
+        restart=restart,
+        when=when,
+        command=" ".join(spec.argv),
+        round_=round_,
+        stage=spec.env.get(STAGE_ID) if spec.role is Role.HETER else None,
     )
 
 
@@ -297,49 +300,9 @@ def log_files(plan: LaunchPlan) -> list[str]:
     return names
 
 
-def endpoints_text(
-    trainer_endpoints: Sequence[str],
-    server_endpoints: Sequence[str] = (),
-    heter_endpoints: Sequence[str] = (),
-) -> str:
-    """The exact contents of endpoints.log.
-
-    trainers        servers    text
-    ("a:1", "a:2")  ()         "PADDLE_TRAINER_ENDPOINTS: \\na:1\\na:2"
-    ("a:1",)        ("a:9",)   "PADDLE_TRAINER_ENDPOINTS: \\na:1\\n"
-                               "PADDLE_PSERVERS_IP_PORT_LIST: \\na:9"
-
-    ps-heter adds "\\nPADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: \\n" and the heter trainers,
-    one a line, stage 2 first.
-    """
-    text = TRAINER_ENDPOINTS_LINE + "\n" + "\n".join(trainer_endpoints)
-    if server_endpoints:
-        text += "\n" + SERVER_ENDPOINTS_LINE + "\n" + "\n".join(server_endpoints)
-    if heter_endpoints:
-        text += "\n" + HETER_ENDPOINTS_LINE + "\n" + "\n".join(heter_endpoints)
-    return text
-
-
 def read_tail_since(path: str | os.PathLike[str], start: int, lines: int = 20) -> list[str]:
-    """The last `lines` lines of a file written after byte `start` (this run's output only).
-
-    Reads only the end of the file; missing files give [], bad bytes are replaced.
-    """
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            block = 8192
-            pos = size
-            data = b""
-            while pos > start and data.count(b"\n") <= lines:
-                step = min(block, pos - start)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
-                block *= 2
-    except OSError:
-        return []
-    return data.decode("utf-8", errors="replace").splitlines()[-lines:] if lines > 0 else []
+    """The last `lines` lines of a file written after byte `start` (this run's output only)."""
+    return logformat.read_tail(path, lines, start=start)
 
 
 def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, Any] | None:
@@ -400,18 +363,10 @@ def _ends_with_newline(path: Path, size: int) -> bool:
 
 
 def _write_owner(root: Path, host: str, job: JobClaim | None) -> None:
-    owner: dict[str, Any] = {
-        "pid": os.getpid(),
-        "host": host,
-        "hostname": os.uname().nodename,
-        "since": time.time(),
-    }
-    if job is not None:
-        owner["job"] = job.key
-        owner["job_what"] = job.what
-    tmp = root / f"{OWNER_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(owner) + "\n")
-    os.replace(tmp, root / OWNER_FILE)
+    if job is None:
+        logformat.write_owner(root, logformat.owner_record(host))
+    else:
+        logformat.write_owner(root, logformat.owner_record(host, job.key, job.what))
 
 
 def _read_owner(root: Path, wait: float = 1.0) -> dict[str, Any] | None:
@@ -419,13 +374,10 @@ def _read_owner(root: Path, wait: float = 1.0) -> dict[str, Any] | None:
     allow a moment; None when it cannot be read by then."""
     deadline = time.monotonic() + wait
     while True:
-        try:
-            owner = json.loads((root / OWNER_FILE).read_text())
-            return owner if isinstance(owner, dict) else None
-        except (OSError, ValueError):
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.01)  # the holder is between flock and its owner-file rename
+        owner = logformat.read_owner(root)
+        if owner is not None or time.monotonic() >= deadline:
+            return owner
+        time.sleep(0.01)  # the holder is between flock and its owner-file rename
 
 
 def _busy_message(root: Path, owner: dict[str, Any] | None, job: JobClaim | None) -> str:

@@ -1,0 +1,221 @@
+"""The log directory's files as the launcher writes them and `paddlike.logs` reads them.
+
+One module for both sides (the launcher's `run.logdir` writes, `logs.reader` reads), so
+that writer and reader cannot drift apart; summary.json has its own (`paddlike.summary`).
+Standard library only: the launcher imports it at start-up.
+
+    endpoints.log     "PADDLE_TRAINER_ENDPOINTS: " then one endpoint a line (Paddle's bytes)
+    workerlog.N       a worker's output; each run opens with a header line:
+                      ==== paddlike run 2026-11-22 10:58:01 job job-x trainer rank 1 local 1
+                      restart 0: python -u train.py ====   (on one line)
+    serverlog.N, heterlog.N   the same for parameter servers and heter trainers
+    .paddlike.lock    the flock a launcher holds on the directory for its life
+    .paddlike.owner   who holds it (JSON): pid, host, hostname, since, and for a job of
+                      several nodes the job's key and name
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
+ENDPOINTS_FILE = "endpoints.log"
+LOCK_FILE = ".paddlike.lock"
+OWNER_FILE = ".paddlike.owner"
+TRAINER_ENDPOINTS_LINE = "PADDLE_TRAINER_ENDPOINTS: "
+SERVER_ENDPOINTS_LINE = "PADDLE_PSERVERS_IP_PORT_LIST: "
+HETER_ENDPOINTS_LINE = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: "
+# log file prefix -> role, as DESIGN.md names them (Paddle's names too)
+LOG_PREFIXES = {"workerlog": "trainer", "serverlog": "server", "heterlog": "heter"}
+LOG_NAME = re.compile(r"^(workerlog|serverlog|heterlog)\.(\d+)$")
+# How many lines of a log a failure report quotes.
+TAIL_LINES = 20
+
+# --- the run header -----------------------------------------------------------------------
+
+# Every run header in a log starts with this; the reader splits runs on it.
+HEADER_PREFIX = "==== paddlike run "
+_HEADER_FACTS = re.compile(
+    r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
+    r"local (?P<local>\d+) restart (?P<restart>\d+)(?: round (?P<round>\d+))?"
+    r"(?: stage (?P<stage>\d+))?:"
+)
+
+
+def format_header(
+    *,
+    role: str,
+    rank: int,
+    local_index: int,
+    job_id: str,
+    restart: int,
+    when: float,
+    command: str,
+    round_: int | None = None,
+    stage: str | None = None,
+) -> str:
+    """One line that opens a run in a log file (time, job id, role and rank, command).
+    A heter trainer's says its stage after the restart count (`restart 0 stage 2:`), an
+    elastic job's its round (`restart 0 round 3:`)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    return (
+        f"{HEADER_PREFIX}{stamp} job {job_id} {role} rank {rank} "
+        f"local {local_index} restart {restart}"
+        + (f" round {round_}" if round_ is not None else "")
+        + (f" stage {stage}" if stage else "")
+        + f": {command} ===="
+    )
+
+
+def parse_header(line: str) -> re.Match[str] | None:
+    """The facts of a header line (groups job, role, rank, local, restart, round, stage);
+    None for any other line."""
+    return _HEADER_FACTS.search(line) if line.startswith(HEADER_PREFIX) else None
+
+
+def last_run_start(path: str | os.PathLike[str]) -> int:
+    """Byte offset of the last run header in a log (0 when there is none). Earlier runs'
+    output is history; reads backwards from the end in blocks."""
+    needle = b"\n" + HEADER_PREFIX.encode()
+    try:
+        with open(path, "rb") as f:
+            pos = f.seek(0, os.SEEK_END)
+            block = 65536
+            carry = b""
+            while pos > 0:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + carry
+                found = data.rfind(needle)
+                if found >= 0:
+                    return pos + found + 1
+                carry = data[: len(needle)]
+            return 0
+    except OSError:
+        return 0
+
+
+def last_run_header(path: str | os.PathLike[str]) -> re.Match[str] | None:
+    """The facts of the last run header in a log, if paddlike wrote one."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(last_run_start(path))
+            line = f.readline(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return parse_header(line)
+
+
+# --- the tail -----------------------------------------------------------------------------
+
+
+def read_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES, start: int = 0) -> list[str]:
+    """The last `lines` lines of a file written after byte `start` (this run's output
+    only, when `start` is where its header ends), reading only the end: logs can be
+    gigabytes. Missing or unreadable files give []; undecodable bytes are replaced."""
+    if lines <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            pos = f.seek(0, os.SEEK_END)
+            block = 8192
+            data = b""
+            while pos > start and data.count(b"\n") <= lines:
+                step = min(block, pos - start)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+                block *= 2
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
+# --- the owner file -----------------------------------------------------------------------
+
+
+def owner_record(host: str, job_key: str | None = None, job_what: str | None = None) -> dict:
+    """What the launcher holding a directory says about itself."""
+    owner: dict[str, Any] = {
+        "pid": os.getpid(),
+        "host": host,
+        "hostname": os.uname().nodename,
+        "since": time.time(),
+    }
+    if job_key is not None:
+        owner["job"] = job_key
+        owner["job_what"] = job_what
+    return owner
+
+
+def write_owner(root: Path, owner: dict[str, Any]) -> None:
+    """Replace the owner file atomically (a reader never sees half of it)."""
+    tmp = root / f"{OWNER_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(owner) + "\n")
+    os.replace(tmp, root / OWNER_FILE)
+
+
+def read_owner(root: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The owner record, or None where there is none (no launcher holds the directory,
+    or it was written by Paddle's launchers) or it cannot be read."""
+    try:
+        owner = json.loads((Path(root) / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+# --- endpoints.log ------------------------------------------------------------------------
+
+
+def endpoints_text(
+    trainer_endpoints: list[str] | tuple[str, ...],
+    server_endpoints: list[str] | tuple[str, ...] = (),
+    heter_endpoints: list[str] | tuple[str, ...] = (),
+) -> str:
+    """The exact contents of endpoints.log.
+
+    trainers        servers    text
+    ("a:1", "a:2")  ()         "PADDLE_TRAINER_ENDPOINTS: \\na:1\\na:2"
+    ("a:1",)        ("a:9",)   "PADDLE_TRAINER_ENDPOINTS: \\na:1\\n"
+                               "PADDLE_PSERVERS_IP_PORT_LIST: \\na:9"
+
+    ps-heter adds "\\nPADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: \\n" and the heter trainers,
+    one a line, stage 2 first.
+    """
+    text = TRAINER_ENDPOINTS_LINE + "\n" + "\n".join(trainer_endpoints)
+    if server_endpoints:
+        text += "\n" + SERVER_ENDPOINTS_LINE + "\n" + "\n".join(server_endpoints)
+    if heter_endpoints:
+        text += "\n" + HETER_ENDPOINTS_LINE + "\n" + "\n".join(heter_endpoints)
+    return text
+
+
+def parse_endpoints(text: str) -> dict[str, list[str]]:
+    """endpoints.log -> {"PADDLE_TRAINER_ENDPOINTS": [...], ...}.
+
+    Paddle's format: a line `NAME: ` then one endpoint per line; a later `NAME:` line
+    starts the next list. Values on the heading line (comma-separated) count too; lines
+    starting with `#` (an elastic job's round) are comments.
+    """
+    lists: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"^([A-Z][A-Z0-9_]*):\s*(.*)$", line)
+        if match:
+            current = lists.setdefault(match.group(1), [])
+            current.extend(v for v in match.group(2).split(",") if v.strip())
+        elif current is not None:
+            current.extend(v.strip() for v in line.split(",") if v.strip())
+    return lists
