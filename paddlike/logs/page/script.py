@@ -428,7 +428,7 @@ function drawDumps() {
   if (!F.dumps.length) { sec.hidden = true; return; }
   sec.hidden = false;
   document.getElementById('dump-list').innerHTML = F.dumps.map(function (d) {
-    return '<div class="dump"><div class="sub">stacks taken at +' + secs(d.t) + ' · ' + esc(d.dir) + '</div><pre>' +
+    return '<div class="dump-entry"><div class="sub">stacks taken at +' + secs(d.t) + ' · ' + esc(d.dir) + '</div><pre>' +
       d.summary.map(esc).join('\n') + '</pre></div>';
   }).join('');
 }
