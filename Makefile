@@ -18,7 +18,7 @@ PADDLE ?= paddlepaddle>=3,<4
 PADDLE_VENV ?= .venv-paddle
 PADDLE_STAMP := $(PADDLE_VENV)/.installed
 
-.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env test-gpu
+.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env test-gpu chromium
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,17 @@ etcd:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server) >/dev/null 2>&1; } || \
 	  echo "etcd-server not installed: etcd tests will skip"
 
+# Best effort: the job page's browser tests (tests/test_logs_html_browser.py) skip with a
+# reason when there is no chromium. Debian's package, headless; pages load from files only.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
+	  echo "chromium not installed: the job page's browser tests will skip"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 
-test: $(STAMP) torch-env etcd paddle-env
+test: $(STAMP) torch-env etcd paddle-env chromium
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
