@@ -193,8 +193,11 @@ def test_follow_to_stdout_is_refused_with_the_fix(capsys):
 
 
 def _running_job(path: Path) -> Path:
-    """A job whose summary says running, with this test process as its live trainer."""
+    """A job whose summary says running, with this test process as its live trainer and
+    its launcher (the owner file a launcher keeps while it holds the directory)."""
     path.mkdir(parents=True)
+    owner = {"pid": os.getpid(), "host": "127.0.0.1", "hostname": socket.gethostname()}
+    (path / ".paddlike.owner").write_text(json.dumps({**owner, "since": time.time()}))
     (path / "workerlog.0").write_text("step 1\n")
     now = time.time()
     proc = ProcessRecord(

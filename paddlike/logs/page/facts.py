@@ -22,22 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from paddlike.distributed import progress as P
-from paddlike.launch.run.logdir import HEADER_PREFIX
+from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, read_tail
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
-from paddlike.logs.reader import JobView, NodeView, ProcessView, last_run_header
-from paddlike.logs.report import format_duration, format_root_cause, format_success, read_tail
+from paddlike.logs.reader import JobView, NodeView, ProcessView
+from paddlike.logs.report import format_duration, format_root_cause, format_success
 
 TAIL_LINES = 20  # log lines kept per process for its detail panel
 LINE_CHARS = 400  # a longer log line is cut (a progress bar rewritten with \r)
 FLIGHT_KEEP_SMALL = 64  # flight entries kept per rank in a job of a few ranks
 FLIGHT_KEEP_LARGE = 12  # ... and in a large job (the page stays a few MB at 512 ranks)
 LARGE_JOB = 32  # ranks from which a job counts as large
+COMPARED = 64  # newest flight entries per rank compared across ranks (hang.compare_flights)
 HEADER_SCAN_BYTES = 64 << 20  # earlier runs' headers are looked for in this much of a log
-# The facts of a run header (paddlike.launch.run.logdir.format_header) the page needs.
-_HEADER = re.compile(
-    r"^==== paddlike run (?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) job \S+ \S+ rank \d+ "
-    r"local \d+ restart (?P<restart>\d+)(?: round (?P<round>\d+))?"
-)
+_STAMP = len(HEADER_PREFIX), len(HEADER_PREFIX) + 19  # where its time stands
 _ODD_RANK = re.compile(r"^rank (\d+) \(")  # hang.describe_groups' line for a lone rank
 
 
@@ -59,11 +56,17 @@ def run_starts(path: str | os.PathLike[str]) -> list[tuple[float, int, int | Non
     while pos >= 0:
         start = pos if data.startswith(needle, pos) else pos + 1
         line = data[start : data.find(b"\n", start) if b"\n" in data[start:] else None]
-        match = _HEADER.match(line.decode("utf-8", errors="replace"))
+        text = line.decode("utf-8", errors="replace")
+        match = parse_header(text)
         if match:
-            when = time.mktime(time.strptime(match.group("when"), "%Y-%m-%d %H:%M:%S"))
-            rnd = match.group("round")
-            runs.append((when, int(match.group("restart")), int(rnd) if rnd else None))
+            try:
+                stamp = time.strptime(text[_STAMP[0] : _STAMP[1]], "%Y-%m-%d %H:%M:%S")
+            except ValueError:
+                stamp = None
+            if stamp is not None:
+                rnd = match.group("round")
+                restart = int(match.group("restart"))
+                runs.append((time.mktime(stamp), restart, int(rnd) if rnd else None))
         pos = data.find(b"\n" + needle, start + 1)
     return runs
 
@@ -271,11 +274,13 @@ def _progress(
         }
         if history and history.get(rank):
             ranks[str(rank)]["steps"] = [[_ms(t, t0), s] for t, s in history[rank]]
+    stragglers = find_stragglers(found.values())
     return {
         "ranks": ranks,
-        "mismatch": compare_flights({r: p.flight for r, p in found.items()}),
-        "stragglers": describe_stragglers(find_stragglers(found.values())),
-        "straggler_ranks": [s.rank for s in find_stragglers(found.values())],
+        # A hang's disagreement is at the end of the records: their last entries suffice.
+        "mismatch": compare_flights({r: p.flight[-COMPARED:] for r, p in found.items()}),
+        "stragglers": describe_stragglers(stragglers),
+        "straggler_ranks": [s.rank for s in stragglers],
     }
 
 

@@ -29,7 +29,7 @@ h3 small { color:var(--muted); font-weight:normal; }
 .badge { font-size:12px; padding:2px 10px; border-radius:10px; color:#fff; text-transform:uppercase;
          letter-spacing:.04em; }
 .badge.failed { background:#d43c3c; } .badge.succeeded { background:#2e9d57; }
-.badge.running { background:#3a86d4; } .badge.interrupted, .badge.unknown { background:#7b8cb3; }
+.badge.running { background:#3a86d4; } .badge.interrupted, .badge.unknown, .badge.gone { background:#7b8cb3; }
 #facts-line { color:var(--muted); }
 #follow-line { color:#3a86d4; font-size:12px; }
 .chip { color:#fff; border-radius:8px; padding:0 7px; font-size:12px; margin-left:2px; }
@@ -112,7 +112,7 @@ BODY = """
       <div class="legend">
         <span><i style="background:#2e9d57"></i>ok</span><span><i style="background:#d43c3c"></i>failed</span>
         <span><i style="background:#e3a21a"></i>killed (stopped by the launcher)</span>
-        <span><i style="background:#3a86d4"></i>running</span><span><i style="background:#7b8cb3"></i>exited</span>
+        <span><i style="background:#3a86d4"></i>running</span><span><i style="background:#7b8cb3"></i>gone (its launcher died)</span>
         <span><i style="background:#9aa0a6"></i>unknown</span><span><i style="background:#c5ccd8"></i>earlier run</span>
         <span>┆ <b style="color:#d43c3c">root cause</b> · <b style="color:#7a3fb0">stacks taken</b> ·
           <b style="color:#d07a00">membership change</b></span>

@@ -25,7 +25,7 @@ SCRIPT = r"""
 var T_START = performance.now();
 var F = JSON.parse(document.getElementById('facts').textContent);
 var COLORS = {ok: '#2e9d57', failed: '#d43c3c', killed: '#e3a21a', running: '#3a86d4',
-              exited: '#7b8cb3', unknown: '#9aa0a6'};
+              gone: '#7b8cb3', exited: '#7b8cb3', unknown: '#9aa0a6'};
 var LABEL_W = 230, ROW_H = 20, NODE_H = 36, AXIS_H = 46, PAD_R = 110, FOOT_H = 36;
 var placed = [];
 var COLLAPSE_AT = 48, ODD_SHOWN = 12;
