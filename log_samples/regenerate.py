@@ -12,6 +12,8 @@ The log reader's tests run on these directories, and the docs quote them.
     ps/               parameter-server mode: 1 server, 2 trainers
     hung/             a torch gloo job whose rank 2 is stuck in `load_batch`;
                       --hang_timeout 5 --on_hang abort names it and ends the job (124)
+    hung_flight/      paddlike's own collectives, heartbeat() per step: rank 2 stops before its
+                      20th all_reduce, rank 1 is slow; progress files and flight records kept
     two_node/nodea/   a 2-node job (network namespaces nodea, nodeb), one directory
     two_node/nodeb/   per node; skipped with a message where namespaces are unavailable
     NAME.html         each sample's page (python -m paddlike.logs NAME --html NAME.html);
@@ -127,6 +129,17 @@ def hung() -> None:
     )  # fmt: skip
 
 
+def hung_flight() -> None:
+    _launch(
+        "hung_flight",
+        [
+            "--nproc_per_node", "4", "--hang_timeout", "3", "--on_hang", "abort",
+            "--kill_timeout", "2", "log_samples/scripts/hung_flight.py",
+        ],
+        expect=124,
+    )  # fmt: skip
+
+
 def two_node() -> None:
     sys.path.insert(0, str(ROOT))
     from tests.netns import netns_cluster, netns_unavailable_reason
@@ -209,6 +222,7 @@ SAMPLES: dict[str, Callable[[], None]] = {
     "restarted": restarted,
     "ps": ps,
     "hung": hung,
+    "hung_flight": hung_flight,
     "two_node": two_node,
     "pages": pages,
 }

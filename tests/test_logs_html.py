@@ -152,6 +152,18 @@ def test_hung_job_with_progress_files_carries_each_ranks_flight_record(tmp_path)
     assert other[8] is None  # still running: no end time
 
 
+def test_real_hung_job_carries_its_progress_files_flight_records_and_straggler():
+    facts = job_facts(load([SAMPLES / "hung_flight"]))
+    prog = facts["progress"]
+    assert sorted(prog["ranks"]) == ["0", "1", "2", "3"]
+    assert prog["straggler_ranks"] == [1]
+    assert any("rank 2 never entered collective #20" in m for m in prog["mismatch"])
+    last = {r: p["flight"][-1] for r, p in prog["ranks"].items()}
+    assert (last["2"][1], last["2"][9]) == (19, "done")
+    assert all((last[r][1], last[r][9]) == (20, "running") for r in ("0", "1", "3"))
+    assert facts["dumps"][0]["odd"] == 2
+
+
 def test_ps_job_shows_servers_and_trainers():
     facts = job_facts(load([SAMPLES / "ps"]))
     assert sorted(by_name(facts)) == ["server 0", "trainer 0", "trainer 1"]
@@ -249,7 +261,9 @@ def test_follow_stops_when_the_summary_says_running_but_no_process_is_alive(tmp_
     assert code == 0 and waited == []
 
 
-@pytest.mark.parametrize("sample", ["success", "failed", "restarted", "ps", "hung", "two_node"])
+@pytest.mark.parametrize(
+    "sample", ["success", "failed", "restarted", "ps", "hung", "hung_flight", "two_node"]
+)
 def test_every_log_sample_has_its_page_beside_it(sample):
     page = SAMPLES / f"{sample}.html"
     assert page.is_file(), f"{page} missing: run log_samples/regenerate.py {sample}"

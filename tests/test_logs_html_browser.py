@@ -195,6 +195,20 @@ def test_hung_job_with_progress_shows_the_flight_records_and_the_straggler(tmp_p
     assert headless.near(headless.colour_counts(pixels), PURPLE, tol=16) > 300  # the hang marks
 
 
+def test_real_hung_job_shows_where_each_rank_stopped_in_its_flight_record(tmp_path):
+    tree = open_page(make_page([SAMPLES / "hung_flight"], tmp_path / "hung_flight.html"))
+    assert "hung-odd" in rows(tree)["trainer 2"].classes
+    [table] = tree.find("flights")
+    odd = [e for e in table.walk() if "odd" in e.classes]
+    assert len(odd) == 1 and "rank 2" in odd[0].all_text()
+    assert "#19 all_reduce" in odd[0].all_text()
+    assert "#20 all_reduce 1024 B float32 (group 0) running since" in table.all_text()
+    cols = {e.attrs["data-rank"]: e.classes for e in tree.find("col")}
+    assert "slow" in cols["1"] and not any("slow" in cols[r] for r in ("0", "2", "3"))
+    [detail] = tree.find(id_="detail")  # the rank that stopped is shown first
+    assert "trainer 2" in detail.all_text() and "heartbeats" in detail.all_text()
+
+
 def test_ps_job_shows_its_server_and_trainers(tmp_path):
     tree = open_page(make_page([SAMPLES / "ps"], tmp_path / "ps.html"))
     assert set(rows(tree)) == {"server 0", "trainer 0", "trainer 1"}

@@ -376,7 +376,7 @@ function drawProgress() {
     lines + '</svg>';
   // step per rank: a column per rank
   var maxStep = Math.max.apply(null, ranks.map(function (r) { return P.ranks[r].step; }).concat([1]));
-  var w2 = width - LABEL_W - PAD_R, bw = Math.max(1, Math.min(24, w2 / ranks.length)), cols = '';
+  var w2 = width - LABEL_W - PAD_R, bw = Math.max(1, Math.min(48, w2 / ranks.length)), cols = '';
   ranks.forEach(function (r, k) {
     var s = P.ranks[r].step, h = 90 * s / maxStep, slow = strag.indexOf(r) >= 0;
     cols += '<rect class="col' + (slow ? ' slow' : '') + '" data-rank="' + r + '" x="' + (LABEL_W + k * bw).toFixed(1) +
