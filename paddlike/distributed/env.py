@@ -21,6 +21,7 @@ from .nodelist import ctrl_port, machine
 __all__ = [
     "ParallelEnv",
     "ctrl_port",
+    "env_int",
     "get_local_rank",
     "get_local_world_size",
     "get_node_size",
@@ -35,18 +36,38 @@ class EnvironmentContractError(ValueError):
     """A contract variable is set to something the runtime cannot use."""
 
 
-def _int(environ: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
-    """The first of `names` that is set, as an int; `default` when none is."""
+def env_int(
+    environ: Mapping[str, str], names: tuple[str, ...], default: int, *, strict: bool = True
+) -> int:
+    """The first of `names` that is set (not blank), as an int; `default` when none is.
+
+    A set value that is not an integer raises EnvironmentContractError naming the variable
+    (`strict`, the runtime's contract: a silent default could make two workers rank 0), or
+    gives `default` (not strict: for observers such as the progress heartbeat, which must
+    never stop the training it watches).
+
+        environ                  names              strict   ->
+        {}                       (RANK,)            either   default
+        {RANK: " 3 "}            (RANK,)            either   3
+        {A: "", B: "2"}          (A, B)             either   2
+        {RANK: "x"}              (RANK,)            True     EnvironmentContractError
+        {RANK: "x", B: "2"}      (RANK, B)          False    default (not B's value)
+    """
     for name in names:
         raw = environ.get(name, "").strip()
         if raw:
             try:
                 return int(raw)
             except ValueError:
+                if not strict:
+                    return default
                 raise EnvironmentContractError(
                     f"environment variable {name}={raw!r} is not an integer"
                 ) from None
     return default
+
+
+_int = env_int
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -134,12 +155,15 @@ class ParallelEnv:
         current = env.get(C.CURRENT_ENDPOINT, "").strip()
         if not current and rank < len(endpoints):
             current = endpoints[rank]
+        # The GPU: Paddle's FLAGS_selected_gpus (its first entry), else the local rank, which
+        # is what torchrun's and Kubeflow's environments give (one GPU per local rank).
         gpus = env.get(C.SELECTED_GPUS, "").strip().split(",")[0]
-        device_id = _int({C.SELECTED_GPUS: gpus}, (C.SELECTED_GPUS,), 0)
+        local_rank = get_local_rank(env)
+        device_id = _int({C.SELECTED_GPUS: gpus}, (C.SELECTED_GPUS,), local_rank)
         values = {
             "rank": rank,
             "world_size": get_world_size(env),
-            "local_rank": get_local_rank(env),
+            "local_rank": local_rank,
             "local_world_size": get_local_world_size(env),
             "nnodes": get_node_size(env),
             "device_id": device_id,

@@ -5,7 +5,7 @@ Every node runs the same ``python3 train.py``; the script says where the nodes a
     dist.env.machine([{"addr": "198.18.0.1"}, {"addr": "198.18.0.2"}])
     dist.env.ctrl_port(9988)
     dist.config.device_num(2)          # alias gpu_device_num
-    dist.init_parallel_env()           # (until parallel.py calls the hook: nodelist's)
+    dist.init_parallel_env()           # parallel.init_parallel_env calls start_if_configured
 
 At `init_parallel_env()` the process that ran the script becomes this node's launcher:
 it describes the job exactly as ``python -m paddlike.launch --ips A,B --master A:9988
@@ -35,7 +35,6 @@ __all__ = [
     "ctrl_port",
     "device_num",
     "gpu_device_num",
-    "init_parallel_env",
     "machine",
     "start_if_configured",
 ]
@@ -198,14 +197,6 @@ def start_if_configured(environ: Mapping[str, str] | None = None) -> None:
     code = run_job(described.options, described.job, {**env, WORKER_MARK: "1"})
     sys.stdout.flush()
     raise SystemExit(code)
-
-
-def init_parallel_env(*args: Any, **kwargs: Any) -> Any:
-    """`paddlike.distributed.init_parallel_env` preceded by the node-list start."""
-    start_if_configured()
-    from .parallel import init_parallel_env as init
-
-    return init(*args, **kwargs)
 
 
 def _reset() -> None:

@@ -20,7 +20,7 @@ from paddlike import contract as C
 
 from .collective import ops
 from .collective.errors import CollectiveError
-from .collective.group import Group, runtime
+from .collective.group import DEVICE, HOST, Group, Lane, runtime
 from .collective.reduce_op import ReduceOp
 from .collective.task import OpQueue
 from .env import ParallelEnv, master_address
@@ -59,49 +59,79 @@ def _timeout(timeout: float | None) -> float:
     return value
 
 
-def _nccl_usable(device_id: int) -> bool:
-    """CuPy imports, has NCCL, and sees the worker's selected GPU."""
-    try:
-        from .collective import nccl
+def _choose_backend(backend: str, device_id: int) -> tuple[str, frozenset[str], dict[str, str]]:
+    """(the name get_backend() reports, the kinds of arrays served, why a kind is not).
 
-        return nccl.available(device_id)
-    except Exception:
-        return False
+    "auto": host arrays through the CPU backend, and device arrays through NCCL where
+    NCCL can run here (torch's cpu:gloo,cuda:nccl); "cpu" or "nccl" force one kind."""
+    from .collective import nccl
 
-
-def _choose_backend(backend: str, device_id: int) -> str:
     name = (backend or "auto").strip().lower()
     if name not in BACKENDS:
         raise ValueError(f"init_parallel_env: backend={backend!r} is not one of {BACKENDS}")
-    if name == "auto":
-        return "nccl" if _nccl_usable(device_id) else "cpu"
-    if name == "nccl" and not _nccl_usable(device_id):
-        raise CollectiveError(
-            f"init_parallel_env: backend='nccl' needs CuPy with NCCL and a visible GPU "
-            f"{device_id} (FLAGS_selected_gpus); install paddlike[gpu] or use backend='cpu'"
-        )
-    return "nccl" if name == "nccl" else "cpu"
+    if name == "nccl":
+        why = nccl.unusable_reason(device_id)
+        if why is not None:
+            raise CollectiveError(
+                f"init_parallel_env: backend='nccl' needs CuPy with NCCL and a visible GPU "
+                f"{device_id} (FLAGS_selected_gpus, else LOCAL_RANK): {why}; install "
+                f"paddlike[gpu] or use backend='cpu'"
+            )
+        return "nccl", frozenset({DEVICE}), {HOST: "only NCCL (backend='nccl'); pass cupy "
+                                            "arrays, or init_parallel_env(backend='auto') "
+                                            "for both kinds"}  # fmt: skip
+    forced = f"only the CPU backend (backend={name!r}); use init_parallel_env(backend='auto')"
+    if name != "auto":
+        return "cpu", frozenset({HOST}), {DEVICE: forced + " on a GPU node for cupy arrays"}
+    why = nccl.unusable_reason(device_id)
+    if why is None:
+        return "nccl", frozenset({HOST, DEVICE}), {}
+    return "cpu", frozenset({HOST}), {DEVICE: f"only the CPU backend: NCCL cannot run here: {why}"}
 
 
-def _make_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float) -> Any:
-    if runtime.backend == "nccl":
-        from .collective.nccl import NcclCommunicator
-
-        return NcclCommunicator(
-            runtime.store, prefix, group_rank, ranks, runtime.device_id, timeout
-        )
+def _host_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float) -> Any:
     from .collective.cpu import CpuCommunicator
 
     return CpuCommunicator(runtime.store, prefix, group_rank, ranks, runtime.host, timeout)
 
 
-def _build_group(gid: int, ranks: list[int], timeout: float) -> Group:
+def _device_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float) -> Any:
+    from .collective.nccl import NcclCommunicator
+
+    return NcclCommunicator(runtime.store, prefix, group_rank, ranks, runtime.device_id, timeout)
+
+
+def make_group(gid: int, ranks: list[int], prefix: str, timeout: float, name: str) -> Group:
+    """A group of `ranks` whose keys in the store live under `prefix`: a lane per kind of
+    array this job serves. The host communicator is made now (every rank of the group is
+    here, in the same order); the device one when the first device array arrives, unless
+    NCCL was asked for by name (made now, so that a failure shows at init)."""
     rank = ranks.index(runtime.rank) if runtime.rank in ranks else -1
     group = Group(gid, ranks, rank, runtime.backend, timeout)
-    if rank >= 0:
-        prefix = f"{runtime.prefix}/g{gid}"
-        group.comm = _make_comm(ranks, rank, prefix, timeout)
-        group.queue = OpQueue(f"g{gid}")
+    group.refusals = dict(runtime.refusals)
+    if rank < 0:
+        return group
+    if HOST in runtime.kinds:
+        host = Lane(HOST, OpQueue(name))
+        host.comm = _host_comm(ranks, rank, prefix, timeout)
+        group.lanes[HOST] = host
+    if DEVICE in runtime.kinds:
+        from .collective import nccl
+
+        if runtime.device_queue is None:
+            runtime.device_queue = OpQueue("device")
+        device_id = runtime.device_id
+        device = Lane(DEVICE, runtime.device_queue,
+                      make=lambda: _device_comm(ranks, rank, prefix, timeout),
+                      context=lambda: nccl.caller_context(device_id))  # fmt: skip
+        if HOST not in runtime.kinds:
+            device.communicator()
+        group.lanes[DEVICE] = device
+    return group
+
+
+def _build_group(gid: int, ranks: list[int], timeout: float) -> Group:
+    group = make_group(gid, ranks, f"{runtime.prefix}/g{gid}", timeout, f"g{gid}")
     runtime.groups[gid] = group
     return group
 
@@ -120,7 +150,9 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
             return runtime.default
         env = ParallelEnv()
         seconds = _timeout(timeout)
-        runtime.backend = _choose_backend(backend, env.device_id)
+        runtime.backend, runtime.kinds, runtime.refusals = _choose_backend(
+            backend, env.device_id
+        )
         runtime.rank, runtime.world_size = env.rank, env.world_size
         runtime.device_id, runtime.timeout = env.device_id, seconds
         # The incarnation (how many times this process tore the runtime down) keeps the keys
@@ -128,14 +160,15 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
         restart = os.environ.get(C.RESTART_COUNT, "0")
         runtime.prefix = f"paddlike/r{restart}/i{runtime.incarnation}"
         runtime.host = _own_host(env)
-        if env.world_size > 1 or runtime.backend == "nccl":
+        if env.world_size > 1 or DEVICE in runtime.kinds:
             _connect_store(env, seconds)
         try:
             runtime.default = _build_group(0, list(range(env.world_size)), seconds)
         except BaseException:
             _close_store()
             raise
-        atexit.register(destroy_process_group)  # a script that forgets still leaves cleanly
+        _watch_uncaught_exceptions()
+        atexit.register(_destroy_at_exit)  # a script that forgets still leaves cleanly
         return runtime.default
 
 
@@ -256,6 +289,37 @@ def get_backend(group: Group | None = None) -> str:
     return g.backend if g is not None else runtime.backend
 
 
+_uncaught: list[BaseException] = []
+
+
+def _watch_uncaught_exceptions() -> None:
+    """Remember an uncaught exception (sys.excepthook runs before atexit), chaining to the
+    hook already installed."""
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "_paddlike_watch", False):
+        return
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        _uncaught.append(exc)
+        previous(kind, exc, tb)
+
+    hook._paddlike_watch = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+def _destroy_at_exit() -> None:
+    """At exit: a clean leave after a normal end; after an uncaught exception, no collective
+    at all (the other ranks must see this rank's exit, not a barrier it never meant)."""
+    if _uncaught:
+        with runtime.lock:
+            _close_quietly(clean=False)
+            runtime.incarnation += 1
+        return
+    destroy_process_group()
+
+
 def destroy_process_group(group: Group | None = None) -> None:
     """Close `group`, or everything (after a last barrier, so rank 0's store outlives use)."""
     with runtime.lock:
@@ -302,10 +366,13 @@ def _leave_store(deadline: float) -> None:
             store.wait([f"{base}/store-closed"], timeout=left)
 
 
-def _close_quietly() -> None:
+def _close_quietly(clean: bool = True) -> None:
     for g in list(runtime.groups.values()):
-        g.close()
+        g.close(clean)
     runtime.groups.clear()
+    if runtime.device_queue is not None:
+        runtime.device_queue.close()
+        runtime.device_queue = None
     runtime.default = None
     runtime.next_group_id = 1
     _close_store()

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlike import contract as C
+from paddlike.distributed.env import env_int
 
 __all__ = [
     "CAPACITY",
@@ -219,14 +220,8 @@ _parent_path: Path | None = None  # in a forked child: the parent's file, never 
 
 
 def _int(environ: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        raw = environ.get(name, "").strip()
-        if raw:
-            try:
-                return int(raw)
-            except ValueError:
-                return default
-    return default
+    """The heartbeat never stops the training it watches: a bad value gives `default`."""
+    return env_int(environ, names, default, strict=False)
 
 
 def writer() -> ProgressWriter | None:

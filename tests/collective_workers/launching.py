@@ -20,7 +20,7 @@ def launch(
     """Launch `script` on `nproc` local CPU workers; logs go to tmp/log."""
     cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", str(nproc),
            "--log_dir", str(tmp / "log"), str(script), *args]  # fmt: skip
-    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     proc = subprocess.Popen(cmd, cwd=tmp, env=full_env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     try:

@@ -64,4 +64,8 @@ class Communicator(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Release everything; after an error, without waiting for peers."""
+        """Release everything at a clean teardown."""
+
+    def abort(self) -> None:
+        """Release everything after an error, without waiting for peers."""
+        self.close()

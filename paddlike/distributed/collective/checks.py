@@ -12,12 +12,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SUPPORTED_DTYPES", "as_rank", "check_array", "check_list", "check_rank"]
+__all__ = [
+    "DEVICE_ONLY_DTYPES",
+    "SUPPORTED_DTYPES",
+    "as_rank",
+    "check_array",
+    "check_list",
+    "check_rank",
+]
 
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t)
     for t in ("bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64")
 )
+
+# NCCL reduces these too; the CPU backend's wire and reductions do not carry them.
+DEVICE_ONLY_DTYPES = frozenset(np.dtype(t) for t in ("uint32", "uint64"))
 
 
 def check_array(x: Any, op: str, arg: str) -> None:
@@ -27,7 +37,10 @@ def check_array(x: Any, op: str, arg: str) -> None:
             f"{op}: argument {arg!r} must be an array (numpy on the CPU backend, cupy on NCCL), "
             f"got {type(x).__name__}"
         )
-    if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
+    dtype = np.dtype(x.dtype)
+    if dtype not in SUPPORTED_DTYPES and not (
+        dtype in DEVICE_ONLY_DTYPES and type(x).__module__.startswith("cupy")
+    ):
         names = ", ".join(sorted(str(d) for d in SUPPORTED_DTYPES))
         raise TypeError(f"{op}: argument {arg!r} has dtype {x.dtype}, which is not one of {names}")
     if not x.flags.c_contiguous:

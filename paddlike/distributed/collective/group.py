@@ -1,15 +1,19 @@
 """Groups of ranks, and the process-wide runtime state (store, default group) they hang off.
 
 A group is what every operation accepts: its global ranks (sorted), this process's rank
-in it, and — for members — the communicator and its operation queue. Ranks outside a
-group hold a Group too (every rank calls `new_group`), so using it gives a clear error
-instead of a hang.
+in it, and — for members — one lane per kind of array it serves: host arrays (numpy)
+through the CPU backend, device arrays (cupy) through NCCL, each lane with its
+communicator (made when first needed) and operation queue. Device lanes of every group
+share one queue, so NCCL work reaches the GPU in the order it was issued, whatever the
+group (NCCL needs one order on every rank). Ranks outside a group hold a Group too (every
+rank calls `new_group`), so using it gives a clear error instead of a hang.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +21,36 @@ from .backend import Communicator
 from .errors import CollectiveError, GroupMembershipError
 from .task import OpQueue
 
-__all__ = ["Group", "Runtime", "runtime"]
+__all__ = ["DEVICE", "HOST", "Group", "Lane", "Runtime", "array_kind", "runtime"]
+
+HOST, DEVICE = "host", "device"
+KIND_WORDS = {HOST: "a host array (numpy)", DEVICE: "a device array (cupy)"}
+
+
+def array_kind(x: Any) -> str:
+    """DEVICE for cupy arrays, HOST for anything else (numpy): one attribute read."""
+    return DEVICE if type(x).__module__.startswith("cupy") else HOST
+
+
+@dataclass(eq=False)
+class Lane:
+    """One kind of array's path through a group: its communicator (built by `make` when
+    first needed, in queue order, so every rank builds it at the same point), its queue,
+    what the caller's thread hands to the queue (`context`), and the error that broke it."""
+
+    kind: str
+    queue: OpQueue
+    make: Callable[[], Communicator] | None = None
+    context: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+    comm: Communicator | None = None
+    broken: BaseException | None = field(default=None, repr=False)
+
+    def communicator(self) -> Communicator:
+        if self.comm is None:
+            if self.make is None:
+                raise CollectiveError("the communicator was closed")
+            self.comm, self.make = self.make(), None
+        return self.comm
 
 
 @dataclass(eq=False)
@@ -29,15 +62,30 @@ class Group:
     rank: int  # this process's rank in the group; -1 when not a member
     backend: str
     timeout: float
-    comm: Communicator | None = None
-    queue: OpQueue | None = None
-    broken: BaseException | None = field(default=None, repr=False)
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict, repr=False)  # kind -> why not
+    closed: bool = False
 
     @property
     def nranks(self) -> int:
         return len(self.ranks)
 
     world_size = nranks
+
+    @property
+    def comm(self) -> Communicator | None:
+        """The communicator of the first lane (host before device), once built."""
+        for lane in self.lanes.values():
+            if lane.comm is not None:
+                return lane.comm
+        return None
+
+    @property
+    def broken(self) -> BaseException | None:
+        for lane in self.lanes.values():
+            if lane.broken is not None:
+                return lane.broken
+        return None
 
     def is_member(self) -> bool:
         return self.rank >= 0
@@ -49,24 +97,47 @@ class Group:
         except ValueError:
             return -1
 
-    def require_member(self, what: str) -> Communicator:
-        if self.comm is None or self.queue is None:
-            if not self.is_member():
-                raise GroupMembershipError(
-                    f"{what}: this rank is not a member of group {self.id} (ranks {self.ranks}); "
-                    f"only those ranks may use it — check new_group(ranks) and the `group=` "
-                    f"argument"
-                )
+    def require_member(self, what: str) -> None:
+        if not self.is_member():
+            raise GroupMembershipError(
+                f"{what}: this rank is not a member of group {self.id} (ranks {self.ranks}); "
+                f"only those ranks may use it — check new_group(ranks) and the `group=` "
+                f"argument"
+            )
+        if self.closed:
             raise CollectiveError(f"{what}: group {self.id} was destroyed")
-        return self.comm
 
-    def close(self) -> None:
-        if self.queue is not None:
-            self.queue.close()
-        if self.comm is not None:
-            with contextlib.suppress(Exception):
-                self.comm.close()
-        self.comm, self.queue = None, None
+    def lane(self, kind: str, what: str, arg: str = "tensor") -> Lane:
+        """The lane for arrays of `kind`; refused (the group stays usable) when this job
+        has none: one line naming the array's kind and the backend."""
+        lane = self.lanes.get(kind)
+        if lane is None:
+            self.require_member(what)
+            raise TypeError(
+                f"{what}: {arg} is {KIND_WORDS[kind]}, but group {self.id} runs "
+                f"{self.refusals.get(kind, 'no backend for it')}"
+            )
+        return lane
+
+    def default_lane(self, what: str) -> Lane:
+        """The lane of an operation without arrays (barrier): host if there is one."""
+        self.require_member(what)
+        return self.lanes.get(HOST) or self.lane(DEVICE, what)
+
+    def close(self, clean: bool = True) -> None:
+        """Release the lanes: a clean teardown lets NCCL finish what is in flight
+        (destroy); after an error, abort without waiting for peers."""
+        for lane in self.lanes.values():
+            if lane.kind == HOST:
+                lane.queue.close()  # device lanes share the runtime's queue
+            comm, lane.comm, lane.make = lane.comm, None, None
+            if comm is not None:
+                with contextlib.suppress(Exception):
+                    if clean and lane.broken is None:
+                        comm.close()
+                    else:
+                        comm.abort()
+        self.closed = True
 
     def __repr__(self) -> str:
         return (
@@ -86,7 +157,10 @@ class Runtime:
     server: Any = None  # StoreServer on rank 0
     host: str = "127.0.0.1"
     prefix: str = "paddlike"
-    backend: str = "cpu"
+    backend: str = "cpu"  # what get_backend() says: "cpu" or "nccl"
+    kinds: frozenset[str] = frozenset({HOST})  # the kinds of arrays this job's groups serve
+    refusals: dict[str, str] = field(default_factory=dict)  # kind -> why this job has none
+    device_queue: OpQueue | None = None  # every group's NCCL work, in issue order
     timeout: float = 300.0
     rank: int = 0
     world_size: int = 1

@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+DESTROY_SECONDS = 10.0
 
 _DTYPES = {
     "float16": "NCCL_FLOAT16",
@@ -62,7 +63,9 @@ _DTYPES = {
     "int8": "NCCL_INT8",
     "uint8": "NCCL_UINT8",
     "int32": "NCCL_INT32",
+    "uint32": "NCCL_UINT32",
     "int64": "NCCL_INT64",
+    "uint64": "NCCL_UINT64",
     "bool": "NCCL_UINT8",
 }
 _OPS = {
@@ -75,17 +78,74 @@ _OPS = {
 _BOOL_OPS = {ReduceOp.SUM: ReduceOp.MAX, ReduceOp.PROD: ReduceOp.MIN}
 
 
-def available(device_id: int = 0) -> bool:
-    """CuPy imports, has NCCL, and sees GPU `device_id`."""
+NCCL_NAMES = ("NcclCommunicator", "get_unique_id", "groupStart", "groupEnd")
+
+
+def unusable_reason(device_id: int = 0) -> str | None:
+    """Why NCCL cannot run here on GPU `device_id` (None: it can). `cupy.cuda.nccl`
+    imports even when libnccl cannot be loaded: then it says `available = False` and
+    lacks NCCL's names, so both are checked, not the import alone."""
     try:
         import cupy
-        from cupy.cuda import nccl  # noqa: F401
-    except Exception:
-        return False
+    except Exception as exc:
+        return f"CuPy cannot be imported ({exc}); install paddlike[gpu]"
     try:
-        return int(cupy.cuda.runtime.getDeviceCount()) > device_id
-    except Exception:
-        return False
+        from cupy.cuda import nccl
+    except Exception as exc:
+        return f"cupy.cuda.nccl cannot be imported ({exc})"
+    missing = [n for n in NCCL_NAMES if not hasattr(nccl, n)]
+    if not getattr(nccl, "available", False) or missing:
+        return (
+            "CuPy could not load libnccl (cupy.cuda.nccl.available is False); install "
+            "nvidia-nccl-cu12 (paddlike[gpu]) or put libnccl.so.2 on LD_LIBRARY_PATH"
+        )
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:
+        return f"CUDA cannot count the GPUs ({exc})"
+    if count <= device_id:
+        return f"GPU {device_id} is not visible (CUDA sees {count})"
+    return None
+
+
+def available(device_id: int = 0) -> bool:
+    """CuPy imports, can load libnccl, and sees GPU `device_id`."""
+    return unusable_reason(device_id) is None
+
+
+_side_streams: dict[int, Any] = {}
+
+
+def caller_context(device_id: int) -> contextlib.AbstractContextManager[None]:
+    """Taken in the calling thread, entered where the operation runs (that thread, or the
+    device queue's): this device, and the caller's CUDA stream. The per-thread default
+    stream (CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1) names another stream in every thread,
+    so for another thread an event marks the caller's work so far and the operation runs
+    on a stream of its own that waits for that event."""
+    import cupy
+
+    cuda = cupy.cuda
+    with cuda.Device(device_id):
+        stream = cuda.get_current_stream()
+    caller = threading.get_ident()
+    ready = None
+    if stream.ptr == cuda.runtime.streamPerThread:
+        ready = cuda.Event(disable_timing=True)
+        ready.record(stream)
+
+    @contextlib.contextmanager
+    def on_callers_stream() -> Iterator[None]:
+        cuda.Device(device_id).use()
+        target = stream
+        if ready is not None and threading.get_ident() != caller:
+            target = _side_streams.get(device_id)
+            if target is None:
+                target = _side_streams[device_id] = cuda.Stream(non_blocking=True)
+            target.wait_event(ready)
+        with target:
+            yield
+
+    return on_callers_stream()
 
 
 def encode_unique_id(uid: Any) -> bytes:
@@ -305,19 +365,7 @@ class NcclCommunicator(Communicator):
         self.transport = "nccl"
 
     def caller_context(self) -> contextlib.AbstractContextManager[None]:
-        """The caller's CUDA stream (on this communicator's device), made current wherever
-        the operation runs: its thread, or the queue thread for sync_op=False."""
-        with self.device:
-            stream = self._cp.cuda.get_current_stream()
-        device = self.device
-
-        @contextlib.contextmanager
-        def on_callers_stream() -> Iterator[None]:
-            device.use()
-            with stream:
-                yield
-
-        return on_callers_stream()
+        return caller_context(self.device.id)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -327,18 +375,30 @@ class NcclCommunicator(Communicator):
     def _stream(self) -> int:
         return self._cp.cuda.get_current_stream().ptr
 
-    def _finish(self, deadline: float, what: str) -> None:
-        """Wait for the stream's work, or abort the communicator at the deadline."""
-        stream = self._cp.cuda.get_current_stream()
+    def _divide(self, x: Any) -> Callable[[], None]:
+        """AVG where NCCL lacks it: SUM, then this division (after the call finished)."""
+
+        def divide() -> None:
+            x.__itruediv__(self.size)  # in place, like x /= size
+
+        return divide
+
+    def _finish(
+        self, deadline: float, what: str, then: Callable[[], None] | None = None
+    ) -> None:
+        """Wait for the NCCL call just issued (an event recorded after it, not the whole
+        stream: the caller's later work on that stream is not the collective's), or abort
+        the communicator at the deadline. `then` (a local step on the result: a division,
+        a copy) runs after, on the same stream, and is waited for too."""
+        event = self._cp.cuda.Event(disable_timing=True)
+        event.record(self._cp.cuda.get_current_stream())
         done = threading.Event()
         errors: list[BaseException] = []
 
         def wait() -> None:
             try:
-                # The current device is per thread: with the legacy default stream (ptr 0),
-                # synchronize() acts on this thread's device, so make it ours first.
-                self.device.use()
-                stream.synchronize()
+                self.device.use()  # the current device is per thread
+                event.synchronize()
             except BaseException as exc:
                 errors.append(exc)
             finally:
@@ -356,16 +416,36 @@ class NcclCommunicator(Communicator):
             raise CollectiveError(f"{what}: NCCL failed: {errors[0]}")
         check = getattr(self.comm, "check_async_error", None)
         if check is not None:
-            check()
+            try:
+                check()
+            except Exception as exc:
+                self.abort()
+                raise CollectiveError(f"{what}: NCCL failed: {exc}") from None
+        if then is not None:
+            then()
+            after = self._cp.cuda.Event(disable_timing=True)
+            after.record(self._cp.cuda.get_current_stream())
+            after.synchronize()
 
     def abort(self) -> None:
+        """After an error: drops what is in flight, waits for no peer."""
         comm, self.comm = getattr(self, "comm", None), None
         if comm is not None:
             with contextlib.suppress(Exception):
                 comm.abort()
 
     def close(self) -> None:
-        self.abort()
+        """A clean teardown: destroy lets NCCL finish what is in flight (abort would drop
+        it); past DESTROY_SECONDS it aborts instead."""
+        comm, self.comm = getattr(self, "comm", None), None
+        if comm is None:
+            return
+        try:
+            build_with_deadline(lambda: comm.destroy(), time.monotonic() + DESTROY_SECONDS,
+                                f"{self.name}: NCCL destroy", lambda _: None)  # fmt: skip
+        except CollectiveError:
+            with contextlib.suppress(Exception):
+                comm.abort()
 
     def _grouped(self, sends: list[tuple[Any, int]], recvs: list[tuple[Any, int]], what: str):
         nccl, stream = self._nccl, self._stream()
@@ -387,9 +467,7 @@ class NcclCommunicator(Communicator):
         dst = x if out is None else out
         self.comm.allReduce(x.data.ptr, dst.data.ptr, x.size, self._dt(x, "all_reduce"),
                             getattr(self._nccl, name), self._stream())  # fmt: skip
-        if divide:
-            dst /= self.size
-        self._finish(deadline, "all_reduce")
+        self._finish(deadline, "all_reduce", self._divide(dst) if divide else None)
 
     def reduce(self, x: Any, root: int, op: ReduceOp, deadline: float) -> None:
         self.device.use()  # current device is per thread; async ops run on another
@@ -397,9 +475,8 @@ class NcclCommunicator(Communicator):
         out = x if self.rank == root else self._cp.empty_like(x)
         self.comm.reduce(x.data.ptr, out.data.ptr, x.size, self._dt(x, "reduce"),
                          getattr(self._nccl, name), root, self._stream())  # fmt: skip
-        if divide and self.rank == root:
-            x /= self.size
-        self._finish(deadline, "reduce")
+        then = self._divide(x) if divide and self.rank == root else None
+        self._finish(deadline, "reduce", then)
 
     def broadcast(self, x: Any, root: int, deadline: float) -> None:
         self.device.use()  # current device is per thread; async ops run on another
@@ -412,8 +489,13 @@ class NcclCommunicator(Communicator):
             flat = self._cp.empty((self.size, x.size), x.dtype)
             self.comm.allGather(x.data.ptr, flat.data.ptr, x.size, self._dt(x, "all_gather"),
                                 self._stream())  # fmt: skip
-            for k, o in enumerate(outs):
-                o[...] = flat[k].reshape(o.shape)
+
+            def unpack() -> None:
+                for k, o in enumerate(outs):
+                    o[...] = flat[k].reshape(o.shape)
+
+            self._finish(deadline, "all_gather", unpack)
+            return
         else:  # uneven: grouped point-to-point
             peers = [k for k in range(self.size) if k != self.rank]
             own = outs[self.rank]
@@ -450,9 +532,7 @@ class NcclCommunicator(Communicator):
         self.comm.reduceScatter(flat.data.ptr, out.data.ptr, out.size,
                                 self._dt(out, "reduce_scatter"), getattr(self._nccl, name),
                                 self._stream())  # fmt: skip
-        if divide:
-            out /= self.size
-        self._finish(deadline, "reduce_scatter")
+        self._finish(deadline, "reduce_scatter", self._divide(out) if divide else None)
 
     def all_to_all(self, outs: list[Any], ins: list[Any], deadline: float) -> None:
         """ins may be 2-D views with contiguous rows (ops.all_to_all_rows): packed here,

@@ -18,7 +18,7 @@ import numpy as np
 from . import flight
 from .checks import SUPPORTED_DTYPES, as_rank, check_array, check_list, check_same
 from .errors import CollectiveError
-from .group import Group, runtime
+from .group import DEVICE, Group, Lane, array_kind, runtime
 from .reduce_op import ReduceOp, as_reduce_op, check_op_dtype
 from .task import Task
 
@@ -54,6 +54,29 @@ def _group(group: Group | None, what: str) -> Group:
     return group
 
 
+def _lane(g: Group, x: Any, what: str, arg: str = "tensor") -> Lane:
+    """The lane of `x`'s kind (host: CPU backend, device: NCCL), checked up front so that a
+    mistake leaves the group usable: the kind, and on NCCL the dtype."""
+    kind = array_kind(x)
+    lane = g.lane(kind, what, arg)
+    if kind is DEVICE:
+        from .nccl import nccl_dtype_name
+
+        nccl_dtype_name(x.dtype, what)
+    return lane
+
+
+def _same_kind(items: Any, like: Any, what: str, arg: str) -> None:
+    """Every array of a list is of `like`'s kind (no numpy outputs for a cupy input)."""
+    kind = array_kind(like)
+    for i, item in enumerate(items):
+        if array_kind(item) != kind:
+            raise TypeError(
+                f"{what}: {arg}[{i}] is a {array_kind(item)} array ({type(item).__module__}) "
+                f"but the operation's arrays are {kind} arrays; pass one kind throughout"
+            )
+
+
 def _peer(g: Group, rank: Any, what: str, arg: str) -> int:
     """Global rank -> group rank, refused when outside the group."""
     rank = as_rank(rank, what, arg)  # numpy integers too
@@ -66,38 +89,43 @@ def _peer(g: Group, rank: Any, what: str, arg: str) -> int:
 def _run(
     g: Group,
     what: str,
-    fn: Callable[[float], None],
+    fn: Callable[[Any, float], None],
     sync_op: bool,
     tensor: Any = None,
     peer: int = -1,
+    lane: Lane | None = None,
 ) -> Task | None:
     """Every operation passes here: the one place that orders, records and runs them.
-    `tensor` and `peer` (a global rank) only describe the operation in the flight record."""
-    comm = g.require_member(what)
-    assert g.queue is not None
-    context = comm.caller_context()  # e.g. the caller's CUDA stream, for the queue thread
+    `fn(communicator, deadline)` runs on `lane` (by default `tensor`'s kind's); `tensor`
+    and `peer` (a global rank) also describe the operation in the flight record."""
+    if lane is None:
+        lane = g.default_lane(what) if tensor is None else _lane(g, tensor, what)
+    context = lane.context()  # e.g. the caller's CUDA stream, for the queue thread
     record = flight.begin(what, g.id, tensor, peer)  # in issue order, like the ranks' order
 
     def call() -> None:
-        if g.broken is not None:
+        if lane.broken is not None:
             flight.end(record, False)
             raise CollectiveError(
-                f"{what}: group {g.id} cannot be used after an earlier failure ({g.broken})"
+                f"{what}: group {g.id} cannot be used after an earlier failure ({lane.broken})"
             )
+        comm = None
         try:
             with context:
-                fn(time.monotonic() + g.timeout)
+                comm = lane.communicator()
+                fn(comm, time.monotonic() + g.timeout)
         except BaseException as exc:
             flight.end(record, False)
             # The ranks are now out of step: close the connections so that peers blocked on
             # this rank fail at once (they see it leave) instead of at their deadline.
-            g.broken = exc
-            with contextlib.suppress(Exception):
-                comm.close()
+            lane.broken = exc
+            if comm is not None:
+                with contextlib.suppress(Exception):
+                    comm.abort()
             raise
         flight.end(record, True)
 
-    task = g.queue.run(call, what, sync_op)
+    task = lane.queue.run(call, what, sync_op)
     return None if sync_op else task
 
 
@@ -117,16 +145,17 @@ def all_reduce(
     check_array(tensor, "all_reduce", "tensor")
     check_op_dtype(rop, tensor.dtype, "all_reduce")
     if out is None or out is tensor:
-        return _run(g, "all_reduce", lambda d: g.comm.all_reduce(tensor, rop, d), sync_op, tensor)  # type: ignore[union-attr]
+        return _run(g, "all_reduce", lambda c, d: c.all_reduce(tensor, rop, d), sync_op, tensor)
     check_same(out, tensor, "all_reduce", "out")
+    _same_kind([out], tensor, "all_reduce", "out")
     if _overlap(out, tensor):
         raise ValueError(
             "all_reduce: argument 'out' overlaps 'tensor' without being the same array; pass "
             "a separate array (or out=None to reduce in place)"
         )
 
-    def into(d: float) -> None:
-        g.comm.all_reduce(tensor, rop, d, out=out)  # type: ignore[union-attr]
+    def into(c: Any, d: float) -> None:
+        c.all_reduce(tensor, rop, d, out=out)
 
     return _run(g, "all_reduce", into, sync_op, tensor)
 
@@ -153,7 +182,7 @@ def reduce(
     check_array(tensor, "reduce", "tensor")
     check_op_dtype(rop, tensor.dtype, "reduce")
     root = _peer(g, dst, "reduce", "dst")
-    return _run(g, "reduce", lambda d: g.comm.reduce(tensor, root, rop, d), sync_op, tensor, dst)  # type: ignore[union-attr]
+    return _run(g, "reduce", lambda c, d: c.reduce(tensor, root, rop, d), sync_op, tensor, dst)
 
 
 def broadcast(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = True):
@@ -161,7 +190,7 @@ def broadcast(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bo
     g = _group(group, "broadcast")
     check_array(tensor, "broadcast", "tensor")
     root = _peer(g, src, "broadcast", "src")
-    return _run(g, "broadcast", lambda d: g.comm.broadcast(tensor, root, d), sync_op, tensor, src)  # type: ignore[union-attr]
+    return _run(g, "broadcast", lambda c, d: c.broadcast(tensor, root, d), sync_op, tensor, src)
 
 
 def _fill(outs: Any, like: Any, n: int, what: str, arg: str) -> list[Any]:
@@ -169,7 +198,9 @@ def _fill(outs: Any, like: Any, n: int, what: str, arg: str) -> list[Any]:
     if isinstance(outs, list) and not outs:
         outs.extend(_empty_like(like) for _ in range(n))
         return outs
-    return check_list(outs, n, what, arg, dtype=like.dtype)
+    checked = check_list(outs, n, what, arg, dtype=like.dtype)
+    _same_kind(checked, like, what, arg)
+    return checked
 
 
 def _empty_like(x: Any) -> Any:
@@ -196,7 +227,7 @@ def all_gather(
             f"all_gather: tensor_list[{g.rank}] (this rank's slot) has shape "
             f"{tuple(outs[g.rank].shape)}, but tensor has shape {tuple(tensor.shape)}"
         )
-    return _run(g, "all_gather", lambda d: g.comm.all_gather(outs, tensor, d), sync_op, tensor)  # type: ignore[union-attr]
+    return _run(g, "all_gather", lambda c, d: c.all_gather(outs, tensor, d), sync_op, tensor)
 
 
 def gather(
@@ -217,7 +248,7 @@ def gather(
         outs = _fill(gather_list, tensor, g.nranks, "gather", "gather_list")
         for i, o in enumerate(outs):
             check_same(o, tensor, "gather", f"gather_list[{i}]")
-    return _run(g, "gather", lambda d: g.comm.gather(tensor, outs, root, d), sync_op, tensor, dst)  # type: ignore[union-attr]
+    return _run(g, "gather", lambda c, d: c.gather(tensor, outs, root, d), sync_op, tensor, dst)
 
 
 def scatter(
@@ -236,9 +267,10 @@ def scatter(
         if tensor_list is None:
             raise ValueError("scatter: tensor_list is required on the source rank")
         ins = check_list(tensor_list, g.nranks, "scatter", "tensor_list")
+        _same_kind(ins, tensor, "scatter", "tensor_list")
         for i, a in enumerate(ins):
             check_same(a, tensor, "scatter", f"tensor_list[{i}]")
-    return _run(g, "scatter", lambda d: g.comm.scatter(tensor, ins, root, d), sync_op, tensor, src)  # type: ignore[union-attr]
+    return _run(g, "scatter", lambda c, d: c.scatter(tensor, ins, root, d), sync_op, tensor, src)
 
 
 def reduce_scatter(
@@ -254,12 +286,13 @@ def reduce_scatter(
     check_array(tensor, "reduce_scatter", "tensor")
     check_op_dtype(rop, tensor.dtype, "reduce_scatter")
     ins = check_list(tensor_list, g.nranks, "reduce_scatter", "tensor_list")
+    _same_kind(ins, tensor, "reduce_scatter", "tensor_list")
     for i, a in enumerate(ins):
         check_same(a, tensor, "reduce_scatter", f"tensor_list[{i}]")
     return _run(
         g,
         "reduce_scatter",
-        lambda d: g.comm.reduce_scatter(tensor, ins, rop, d),  # type: ignore[union-attr]
+        lambda c, d: c.reduce_scatter(tensor, ins, rop, d),
         sync_op,
         tensor,
     )
@@ -274,12 +307,13 @@ def all_to_all(
     """out_tensor_list[j] on rank k = rank j's in_tensor_list[k] (all of one shape)."""
     g = _group(group, "all_to_all")
     ins = check_list(in_tensor_list, g.nranks, "all_to_all", "in_tensor_list")
+    _same_kind(ins, ins[0], "all_to_all", "in_tensor_list")
     for i, a in enumerate(ins):
         check_same(a, ins[0], "all_to_all", f"in_tensor_list[{i}]")
     outs = _fill(out_tensor_list, ins[0], g.nranks, "all_to_all", "out_tensor_list")
     for i, o in enumerate(outs):
         check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
-    return _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), sync_op, ins[0])  # type: ignore[union-attr]
+    return _run(g, "all_to_all", lambda c, d: c.all_to_all(outs, ins, d), sync_op, ins[0])
 
 
 def all_to_all_rows(
@@ -311,9 +345,10 @@ def all_to_all_rows(
                 f"{a.dtype}, expected shape {tuple(ins[0].shape)} and dtype {ins[0].dtype}"
             )
     outs = check_list(out_tensor_list, g.nranks, "all_to_all", "out_tensor_list")
+    _same_kind(outs, ins[0], "all_to_all", "out_tensor_list")
     for i, o in enumerate(outs):
         check_same(o, ins[0], "all_to_all", f"out_tensor_list[{i}]")
-    _run(g, "all_to_all", lambda d: g.comm.all_to_all(outs, ins, d), True, outs[0])  # type: ignore[union-attr]
+    _run(g, "all_to_all", lambda c, d: c.all_to_all(outs, ins, d), True, outs[0])
 
 
 def _rows_view(a: Any) -> bool:
@@ -343,7 +378,7 @@ def send(tensor: Any, dst: int = 0, group: Group | None = None, sync_op: bool = 
     peer = _peer(g, dst, "send", "dst")
     if peer == g.rank:
         raise ValueError(f"send: dst={dst} is this rank; a rank cannot send to itself")
-    return _run(g, "send", lambda d: g.comm.send(tensor, peer, d), sync_op, tensor, g.ranks[peer])  # type: ignore[union-attr]
+    return _run(g, "send", lambda c, d: c.send(tensor, peer, d), sync_op, tensor, g.ranks[peer])
 
 
 def recv(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = True):
@@ -353,7 +388,7 @@ def recv(tensor: Any, src: int = 0, group: Group | None = None, sync_op: bool = 
     peer = _peer(g, src, "recv", "src")
     if peer == g.rank:
         raise ValueError(f"recv: src={src} is this rank; a rank cannot receive from itself")
-    return _run(g, "recv", lambda d: g.comm.recv(tensor, peer, d), sync_op, tensor, g.ranks[peer])  # type: ignore[union-attr]
+    return _run(g, "recv", lambda c, d: c.recv(tensor, peer, d), sync_op, tensor, g.ranks[peer])
 
 
 def isend(tensor: Any, dst: int, group: Group | None = None) -> Task:
@@ -371,4 +406,4 @@ def irecv(tensor: Any, src: int, group: Group | None = None) -> Task:
 def barrier(group: Group | None = None) -> None:
     """Return once every rank of the group has called barrier."""
     g = _group(group, "barrier")
-    _run(g, "barrier", lambda d: g.comm.barrier(d), True)  # type: ignore[union-attr]
+    _run(g, "barrier", lambda c, d: c.barrier(d), True)

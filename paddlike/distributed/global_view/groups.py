@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..collective.group import Group, runtime
-from ..collective.task import OpQueue
+from ..collective.group import DEVICE, HOST, KIND_WORDS, Group, runtime
 from .errors import GlobalViewError
 from .placement import Placement
 
@@ -34,12 +33,12 @@ def require_backend(p: Placement, what: str) -> None:
             f"{what}: the process group is not initialized; call "
             f"paddlike.distributed.init_parallel_env() before using placement {p}"
         )
-    want = "nccl" if p.type == "cuda" else "cpu"
-    if runtime.backend != want:
+    kind = DEVICE if p.type == "cuda" else HOST
+    if kind not in runtime.kinds:
         raise GlobalViewError(
-            f"{what}: placement {p} needs the {want!r} backend, but this job runs "
-            f"{runtime.backend!r}; use init_parallel_env(backend={want!r}) or a "
-            f"{'cuda' if want == 'cpu' else 'cpu'} placement"
+            f"{what}: placement {p} holds {KIND_WORDS[kind]}s, but this job runs "
+            f"{runtime.refusals.get(kind, 'no backend for them')}; or use a "
+            f"{'cpu' if kind == DEVICE else 'cuda'} placement"
         )
     bad = [r for r in p.ranks if r >= runtime.world_size]
     if bad:
@@ -56,16 +55,13 @@ def group_of(ranks: tuple[int, ...]) -> Group:
     key = (runtime.prefix, ranks)
     with runtime.lock:
         group = _cache.get(key)
-        if group is not None and group.comm is not None:
+        if group is not None and not group.closed:
             return group
-        from ..parallel import _make_comm
+        from ..parallel import make_group
 
         gid = -1 - len(_cache)  # apart from new_group's ids; destroy_process_group closes it
-        me = ranks.index(runtime.rank)
         prefix = f"{runtime.prefix}/gv/{'-'.join(map(str, ranks))}"
-        group = Group(gid, list(ranks), me, runtime.backend, runtime.timeout)
-        group.comm = _make_comm(list(ranks), me, prefix, runtime.timeout)
-        group.queue = OpQueue(f"gv{gid}")
+        group = make_group(gid, list(ranks), prefix, runtime.timeout, f"gv{gid}")
         runtime.groups[gid] = group
         _cache[key] = group
         return group
