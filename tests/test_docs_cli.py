@@ -26,9 +26,9 @@ def launcher_help() -> str:
         )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
-    from paddlike.launch.context.options import _Parser
+    from paddlike.launch.context.options import build_parser
 
-    return _Parser.build().format_help()
+    return build_parser().format_help()
 
 
 def help_options(text: str) -> set[str]:
@@ -54,14 +54,14 @@ def test_every_long_option_lists_its_environment_variable():
 
 def test_every_option_row_names_all_its_spellings_and_quotes_its_help_text():
     """The tables are the parser's: a changed help text or a new alias shows up here."""
-    from paddlike.launch.context.options import _Parser
+    from paddlike.launch.context.options import build_parser
 
     rows = {}
     for line in CLI_DOC.read_text().splitlines():
         match = re.match(r"\| (`-[^|]*) \|", line)
         if match:
             rows[frozenset(re.findall(r"`(-[^`]+)`", match.group(1)))] = line
-    for group in _Parser.build()._action_groups:
+    for group in build_parser()._action_groups:
         for action in group._group_actions:
             if not action.option_strings or action.dest == "help":
                 continue
@@ -71,10 +71,10 @@ def test_every_option_row_names_all_its_spellings_and_quotes_its_help_text():
 
 
 def test_every_help_group_is_a_section_of_the_reference():
-    from paddlike.launch.context.options import _Parser
+    from paddlike.launch.context.options import build_parser
 
     doc = CLI_DOC.read_text()
-    for group in _Parser.build()._action_groups:
+    for group in build_parser()._action_groups:
         if any(a.option_strings and a.dest != "help" for a in group._group_actions):
             assert f"## {group.title}\n" in doc, group.title
 

@@ -128,9 +128,9 @@ def test_torchruns_close_timeout_is_refused_with_the_closing_rule():
 
 
 def test_last_call_and_level_and_timeout_are_in_the_help_of_the_multi_node_group():
-    from paddlike.launch.context.options import _Parser
+    from paddlike.launch.context.options import build_parser
 
-    group = next(g for g in _Parser.build()._action_groups if g.title == "multi-node")
+    group = next(g for g in build_parser()._action_groups if g.title == "multi-node")
     names = {s for a in group._group_actions for s in a.option_strings}
     assert {"--rdzv_last_call", "--elastic_level", "--elastic_timeout"} <= names
 

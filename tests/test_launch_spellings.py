@@ -17,7 +17,7 @@ from paddlike.launch.context.options import (
     COMPAT_OPTIONS,
     LaunchOptions,
     UsageError,
-    _Parser,
+    build_parser,
     parse_options,
 )
 
@@ -58,7 +58,7 @@ def test_torchrun_spellings_mean_the_same_as_ours(argv, field, value):
 
 
 def test_every_option_in_help_accepts_dashes_for_underscores():
-    for action in _Parser.build()._actions:
+    for action in build_parser()._actions:
         for spelling in action.option_strings:
             if "_" not in spelling:
                 continue
@@ -373,7 +373,7 @@ def test_every_option_of_the_table_is_in_the_migration_guide():
     section = doc[doc.index("## Every option of the other launchers") :]
     missing = [n for n in sorted(COMPAT_OPTIONS) if n != "torch_tee" and f"`--{n}`" not in section]
     assert not missing, f"options handled but not in docs/migrating.md: {missing}"
-    for action in _Parser.build()._actions:
+    for action in build_parser()._actions:
         for spelling in action.option_strings:
             if spelling.startswith("--") and spelling != "--help":
                 assert f"`{spelling}`" in doc, spelling

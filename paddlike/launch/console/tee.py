@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import TextIO
 
-    from paddlike.launch.context.options import TeeSelection
+    from paddlike.launch.context.options.record import TeeSelection
 
 
 def tee_targets(selection: TeeSelection, specs: Sequence[ProcessSpec]) -> list[ProcessSpec]:

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike.contract import CUDA_VISIBLE_DEVICES
 from paddlike.launch import NamedTuple
-from paddlike.launch.context.options import LaunchOptions, UsageError
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
 
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
 NVIDIA_CTL = "/dev/nvidiactl"  # exists wherever a CUDA program could run; a stat, not a dlopen

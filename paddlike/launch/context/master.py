@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paddlike.launch.context.options import DEFAULT_MASTER_PORT, LaunchOptions, UsageError
+from paddlike.launch.context.options.record import DEFAULT_MASTER_PORT, LaunchOptions, UsageError
 
 
 def workers_port(options: LaunchOptions) -> int | None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from paddlike.contract import POD_IP
 from paddlike.launch import NamedTuple
-from paddlike.launch.context.options import LaunchOptions, UsageError
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.context.schedulers import SchedulerInfo, detect_scheduler
 
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 
 from paddlike.launch import NamedTuple
-from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options.record import UsageError
 
 
 class SchedulerInfo(NamedTuple):

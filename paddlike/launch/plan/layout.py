@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paddlike.launch.context.options import LaunchOptions, UsageError
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.plan.plan import EndpointLayout, PsLayout
 from paddlike.launch.plan.world import RendezvousResult
 

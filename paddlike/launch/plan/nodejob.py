@@ -23,7 +23,7 @@ from paddlike.launch.context.master import (
     ps_master_port,
     workers_port,
 )
-from paddlike.launch.context.options import LaunchOptions
+from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.plan.elastic import ElasticSpec, elastic_spec
 from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import collective_layout, collective_ports_needed

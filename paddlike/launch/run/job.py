@@ -35,7 +35,7 @@ from paddlike.launch.console.report import (
 )
 from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
-from paddlike.launch.context.options import LaunchOptions
+from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.peers.api import Peers
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers

@@ -1,0 +1,495 @@
+"""Other launchers' command lines: torchrun's, Paddle's two and OneFlow's options, and
+the variables they read (torchrun's ``PET_<OPTION>``, Paddle's ``PADDLE_*``).
+
+`--help` lists paddlike's options and their aliases (argparse parses those). The
+options here are the rest of what the other launchers accept: each is translated to
+ours (``--rdzv_endpoint h:p`` -> ``--master h:p``), accepted where its value is what
+paddlike does anyway (``--start_method spawn``), or refused with one line saying why
+(exit 2) — never ignored. docs/migrating.md has the whole table.
+
+Spellings: torchrun writes ``--nproc-per-node``; every long option of ours and of this
+table is accepted with ``-`` or ``_`` (`normalize_spelling`). torchrun also reads each
+option from ``PET_<DEST>`` (its dest upper-cased: ``--nproc-per-node`` ->
+``PET_NPROC_PER_NODE``); `THEIR_VARIABLES` and `pet_values` do the same. Where these come in the
+order of sources is `sources.PRECEDENCE`'s business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from paddlike.launch.context.options.record import (
+    THEIR_FLAG,
+    THEIR_OPTION_VARIABLE,
+    Source,
+    UsageError,
+)
+from paddlike.launch.context.options.values import (
+    PORT,
+    POSITIVE_INT,
+    BadValue,
+    host_port,
+    in_range,
+)
+
+PET_PREFIX = "PET_"
+
+_SCALE_BY_NODES = (
+    "an elastic job scales by starting or stopping nodes within --nnodes MIN:MAX "
+    "(docs/migrating.md#elastic-jobs)"
+)
+_AUTO_PARALLEL = "Paddle's auto-parallel rank mapping and tuner are not part of paddlike"
+
+# Options refused whatever their value: name -> why (the user reads "--name: why").
+REFUSED_OPTIONS = {
+    # torchrun
+    "logs_specs": "paddlike's log layout is fixed (workerlog.N in --log_dir, see docs/logdir.md)",
+    "numa_binding": "no NUMA binding; wrap the script (numactl ... with --no_python) instead",
+    "signals_to_handle": "the launcher always handles SIGINT, SIGTERM and SIGHUP (docs/cli.md)",
+    "duplicate_stdout_filters": "every worker's output is in workerlog.N; filter that file",
+    "duplicate_stderr_filters": "every worker's output is in workerlog.N; filter that file",
+    "virtual_local_rank": "each worker sees its own LOCAL_RANK and FLAGS_selected_gpus",
+    # Paddle's paddle.distributed.launch
+    "auto_parallel_config": _AUTO_PARALLEL,
+    "auto_tuner_json": _AUTO_PARALLEL,
+    "npus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
+    "xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
+    "selected_xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
+    "gloo_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
+    "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
+    # Paddle's fleet.launch
+    "http_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
+    "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
+    "cluster_topo_path": _AUTO_PARALLEL,
+    "rank_mapping_path": _AUTO_PARALLEL,
+    "enable_auto_mapping": _AUTO_PARALLEL,
+    "ranks": _AUTO_PARALLEL,
+    "enable_rank_mapping": _AUTO_PARALLEL,
+    "coordinators": "parameter-server coordinators are not supported (servers and trainers only)",
+    "coordinator_num": "parameter-server coordinators are not supported (servers and trainers "
+    "only)",
+    "elastic_pre_hook": "no pre-launch hook: run it in the node's start script before "
+    "the launcher; " + _SCALE_BY_NODES,
+    "scale": "no scale command: " + _SCALE_BY_NODES,
+    "force": "no forced rescale: " + _SCALE_BY_NODES,
+}
+
+BOOL_TRUE = {"1", "true", "t", "yes", "y", "on"}
+BOOL_FALSE = {"0", "false", "f", "no", "n", "off"}
+
+# Options accepted only with the values that describe what paddlike does anyway:
+# name -> (accepted values, lower case; why others are refused).
+ONLY_VALUES = {
+    "start_method": (
+        {"spawn"},
+        "workers are always fresh processes (spawn); fork and forkserver are not available",
+    ),
+    "event_log_handler": (
+        {"null"},
+        "no event handlers; the job's events are in summary.json",
+    ),
+    "sort_ip": (
+        BOOL_FALSE,
+        "node order is the --ips order (or --node_rank); sort --ips yourself",
+    ),
+    "enable_gpu_log": (
+        BOOL_FALSE,
+        "paddlike does not record GPU logs; use nvidia-smi or DCGM",
+    ),
+    "auto_cluster_config": (BOOL_FALSE, _AUTO_PARALLEL),
+    "with_gloo": (
+        {"1"},
+        "parameter-server workers always get Paddle fleet's gloo (PADDLE_WITH_GLOO=1)",
+    ),
+    "log_level": (
+        {"info"},
+        "the launcher prints one level of messages; --dry_run shows every "
+        "process's command and environment",
+    ),
+    "legacy": (
+        BOOL_TRUE | BOOL_FALSE,
+        "expected a boolean",
+    ),  # both launchers' options are ours
+}
+
+# Options whose values become ours (see `translate_compat`); the rest of the table.
+COMPAT_TRANSLATED = (
+    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
+    "torch_tee", "backend", "elastic_server",
+)  # fmt: skip
+COMPAT_SWITCHES = ("standalone", "run_path", "use_env")  # no value
+
+# torchrun's options among the above: read from PET_<NAME> as torchrun does.
+TORCHRUN_OPTIONS = {
+    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
+    "start_method", "event_log_handler", "standalone", "run_path", "logs_specs",
+    "numa_binding", "signals_to_handle", "duplicate_stdout_filters",
+    "duplicate_stderr_filters", "virtual_local_rank",
+}  # fmt: skip
+_PET_NAME = {"torch_tee": "PET_TEE"}  # torchrun's -t/--tee (paddlike's --tee differs)
+_SHORT = {"-r": "redirects", "-t": "torch_tee"}
+
+COMPAT_VALUED = frozenset(REFUSED_OPTIONS) | frozenset(ONLY_VALUES) | frozenset(COMPAT_TRANSLATED)
+COMPAT_OPTIONS = COMPAT_VALUED | frozenset(COMPAT_SWITCHES)
+
+
+class CompatError(ValueError):
+    """One line for `UsageError`: args[0] the option as the user wrote it, args[1] why."""
+
+
+def normalize_spelling(arg: str, known: frozenset[str] | set[str]) -> str:
+    """torchrun's dash spelling to ours: ``--nproc-per-node=2`` -> ``--nproc_per_node=2``.
+
+    Only names that exist with underscores are rewritten, so an unknown option keeps the
+    spelling the user typed in the error message.
+    """
+    if not arg.startswith("--") or "-" not in arg[2:].partition("=")[0]:
+        return arg
+    name, sep, value = arg.partition("=")
+    under = "--" + name[2:].replace("-", "_")
+    return under + sep + value if under in known else arg
+
+
+def pet_name(name: str) -> str:
+    return _PET_NAME.get(name, PET_PREFIX + name.upper())
+
+
+def compat_name(arg: str) -> tuple[str, str | None] | None:
+    """(table name, inline value) when `arg` (normalized) is an option of this table."""
+    if arg in _SHORT:
+        return _SHORT[arg], None
+    if arg[:2] in _SHORT and len(arg) > 2 and not arg.startswith("--"):
+        return _SHORT[arg[:2]], arg[2:].lstrip("=")
+    if not arg.startswith("--"):
+        return None
+    name, sep, value = arg[2:].partition("=")
+    if name in COMPAT_OPTIONS:
+        return name, (value if sep else None)
+    return None
+
+
+def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[str, tuple]:
+    """torchrun's options from PET_<NAME>, for those not given as flags."""
+    found = {}
+    for name in TORCHRUN_OPTIONS | {"torch_tee"}:
+        var = pet_name(name)
+        if name not in given and var in environ:
+            value = environ[var]
+            if name in COMPAT_SWITCHES:
+                if value.strip() in ("", "0"):
+                    continue
+                value = None
+            found[name] = (value, var)
+    return found
+
+
+def _std(text: str, what: str) -> int:
+    """torchrun's Std value (0 none, 1 stdout, 2 stderr, 3 both); maps are refused."""
+    text = text.strip()
+    if ":" in text:
+        raise CompatError(
+            f"per-rank maps ({text!r}) are not supported; choose the workers shown on the "
+            "console with --tee 0,1 or --tee all"
+        )
+    if text not in ("0", "1", "2", "3"):
+        raise CompatError(f"expected 0, 1, 2 or 3 as in torchrun, got {text!r}")
+    if text in ("1", "2"):
+        raise CompatError(
+            f"{text} ({'stdout' if text == '1' else 'stderr'} only) is not supported: a worker's "
+            f"stdout and stderr stay together in workerlog.N; use 0 or 3 ({what})"
+        )
+    return int(text)
+
+
+def _endpoint(text: str, default_port: int) -> str:
+    text = text.strip()
+    _, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return f"{text}:{default_port}"
+    return text
+
+
+# torchrun's --monitor_interval: any number of seconds > 0 (inf too: it is never waited for)
+_INTERVAL = in_range(float, "expected a number of seconds > 0", 0, above=True)
+
+_CONF_KEYS = "join_timeout, timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt"
+
+
+def _rdzv_conf(text: str) -> dict[str, str]:
+    """torchrun's key=value,... into our --rdzv_timeout, --rdzv_last_call and
+    --heartbeat_timeout."""
+    conf: dict[str, str] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CompatError(f"expected key=value entries, got {item!r}")
+        conf[key.strip()] = value.strip()
+    out = {}
+    for key in ("join_timeout", "timeout"):
+        if key in conf:
+            out["rdzv_timeout"] = conf.pop(key)
+    if "last_call_timeout" in conf:
+        out["rdzv_last_call"] = conf.pop("last_call_timeout")
+    if "keep_alive_interval" in conf or "keep_alive_max_attempt" in conf:
+        try:
+            interval = float(conf.pop("keep_alive_interval", "5"))
+            attempts = int(conf.pop("keep_alive_max_attempt", "3"))
+        except ValueError:
+            raise CompatError("keep_alive_interval and keep_alive_max_attempt: numbers") from None
+        out["heartbeat_timeout"] = repr(interval * attempts)
+    if conf:
+        key = sorted(conf)[0]
+        why = {
+            "is_host": "the node whose address --rdzv_endpoint (--master) names hosts the store",
+            "close_timeout": "a round closes when MAX nodes joined, or MIN or more and none "
+            "new for --rdzv_last_call seconds (last_call_timeout); there is no separate "
+            "close timeout",
+        }.get(key, f"not supported (accepted: {_CONF_KEYS})")
+        raise CompatError(f"key {key!r}: {why}")
+    return out
+
+
+def translate_compat(
+    found: Mapping[str, tuple[str | None, str]],
+) -> tuple[dict[str, tuple], dict]:
+    """The table's options -> ({our dest: (text, source)}, other fields).
+
+    `found` maps a table name to (value, where it came from). Raises `CompatError`
+    with args (source, why) for a refused option or value.
+    """
+    ours: dict[str, tuple[str, str]] = {}
+    extra: dict[str, object] = {}
+    for name, (value, source) in found.items():
+        texts: dict[str, str] = {}
+        try:
+            _compat_one(name, value, texts, extra)
+        except CompatError as bad:
+            raise CompatError(source, str(bad)) from None
+        ours.update((dest, (text, source)) for dest, text in texts.items())
+    backend = (found.get("rdzv_backend", ("static", ""))[0] or "static").strip()
+    if "rdzv_endpoint" in found:
+        endpoint, source = found["rdzv_endpoint"]
+        endpoint = (endpoint or "").strip()
+        if backend in ("etcd", "etcd-v2") and endpoint:
+            hosts = ",".join(_endpoint(e, 2379) for e in endpoint.split(","))
+            ours["master"] = ("etcd://" + hosts, source)
+        elif endpoint:
+            ours["master"] = (_endpoint(endpoint, 29400), source)
+        if "elastic_server" in found and ours["master"][1] != found["elastic_server"][1]:
+            raise CompatError(
+                source,
+                f"contradicts {found['elastic_server'][1]} (both say where the launchers "
+                "meet); drop one of them",
+            )
+    elif backend in ("etcd", "etcd-v2"):
+        raise CompatError(found["rdzv_backend"][1], "etcd needs --rdzv_endpoint host:port")
+    return ours, extra
+
+
+def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict) -> None:
+    if name in REFUSED_OPTIONS:
+        raise CompatError(REFUSED_OPTIONS[name])
+    if name in ONLY_VALUES:
+        allowed, why = ONLY_VALUES[name]
+        if (value or "").strip().lower() not in allowed:
+            shown = "/".join(sorted(allowed)) if len(allowed) < 4 else "a boolean"
+            raise CompatError(f"{why} (accepted: {shown}), got {value!r}")
+        return
+    if name == "rdzv_backend":
+        if (value or "").strip() not in ("static", "c10d", "etcd", "etcd-v2"):
+            raise CompatError(f"expected static, c10d, etcd or etcd-v2, got {value!r}")
+    elif name == "rdzv_conf":
+        ours.update(_rdzv_conf(value or ""))
+    elif name == "monitor_interval":
+        try:
+            _INTERVAL(value or "")
+        except BadValue as bad:
+            raise CompatError(f"{bad}, got {value!r}") from None
+        # Accepted: worker exits are noticed at once (pidfd), within any interval.
+    elif name == "role":
+        if not (value or "").strip():
+            raise CompatError("expected a non-empty name")
+        extra["role"] = value.strip()
+    elif name == "redirects":
+        if _std(value or "", "3: output only in the log files, like --tee none") == 3:
+            ours["tee"] = "none"
+    elif name == "torch_tee":
+        if _std(value or "", "3: every local worker on the console, like --tee all") == 3:
+            ours["tee"] = "all"
+    elif name == "backend":
+        word = (value or "").strip().lower()
+        if word == "gloo":
+            ours["gpus"] = "cpu"
+        elif word == "nccl":
+            extra["backend"] = "nccl"
+        elif word != "auto":
+            raise CompatError(
+                f"expected auto, nccl (GPU workers) or gloo (CPU workers), got {value!r}"
+            )
+    elif name == "elastic_server":
+        # Paddle fleet's legacy elastic launcher: an etcd server, host:port
+        try:
+            host_port((value or "").strip(), port_required=True)
+        except BadValue:
+            raise CompatError(f"expected the etcd server as host:port, got {value!r}") from None
+        ours["master"] = "etcd://" + (value or "").strip()
+    elif name == "standalone":
+        extra["standalone"] = True
+    elif name == "run_path":
+        extra["run_path"] = True
+    # use_env: LOCAL_RANK is always in the environment, no --local-rank argument.
+
+
+def split_compat(
+    args: Sequence[str],
+) -> tuple[list[str], dict[str, tuple[str | None, str]]]:
+    """Take this table's options out of the launcher's (normalized) arguments.
+
+    Returns the arguments for argparse and {name: (value, option as written)}.
+    """
+    rest: list[str] = []
+    found: dict[str, tuple[str | None, str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        hit = compat_name(arg)
+        if hit is None:
+            rest.append(arg)
+            i += 1
+            continue
+        name, value = hit
+        shown = arg.partition("=")[0] if arg.startswith("--") else arg[:2]
+        if name in COMPAT_SWITCHES:
+            if value is not None:
+                raise CompatError(shown, f"takes no value, got {value!r}")
+            i += 1
+        elif value is None:
+            if i + 1 >= len(args):
+                raise CompatError(shown, "expected one argument")
+            value = args[i + 1]
+            i += 2
+        else:
+            i += 1
+        found[name] = (value, shown)
+    return rest, found
+
+
+PADDLE_BOOL = BOOL_TRUE | BOOL_FALSE
+
+
+def fleet_elastic_server(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """Paddle fleet's legacy elastic launcher reads its etcd server from
+    PADDLE_ELASTIC_SERVER, else from Kubernetes' service variables of a service named
+    paddle-elastic-etcd: (host:port, the variable it came from), or None."""
+    if "PADDLE_ELASTIC_SERVER" in environ:
+        return environ["PADDLE_ELASTIC_SERVER"], "PADDLE_ELASTIC_SERVER"
+    host = environ.get("PADDLE_ELASTIC_ETCD_SERVICE_HOST")
+    port = environ.get("PADDLE_ELASTIC_ETCD_SERVICE_PORT")
+    if host and port:
+        return f"{host}:{port}", "PADDLE_ELASTIC_ETCD_SERVICE_HOST"
+    return None
+
+
+# Where other launchers' options came from the environment (below our flags and
+# PADDLIKE_<OPTION>, as PET_ variables are), not from a flag.
+_ENV_ORIGINS = ("PADDLE_ELASTIC_SERVER", "PADDLE_ELASTIC_ETCD_SERVICE_HOST")
+
+
+def _source(origin: str) -> Source:
+    """A translated option's origin as a `Source`: a flag, or a variable."""
+    from_env = origin.startswith(PET_PREFIX) or origin in _ENV_ORIGINS
+    return Source(THEIR_OPTION_VARIABLE if from_env else THEIR_FLAG, origin)
+
+
+def their_options(
+    ours: list[str], environ: Mapping[str, str]
+) -> tuple[list[str], dict[str, tuple[str, Source]], dict, dict[str, str]]:
+    """Other launchers' options (flags, then PET_ variables and fleet's elastic server)
+    -> (argparse's part, {our dest: (text, where it came from)}, other fields,
+    {table name: the option or variable as the user gave it}); `UsageError` for what
+    paddlike refuses."""
+    try:
+        rest, found = split_compat(ours)
+        for name, hit in pet_values(environ, found).items():
+            found[name] = hit
+        fleet = fleet_elastic_server(environ)
+        if fleet is not None and "elastic_server" not in found and "rdzv_endpoint" not in found:
+            found["elastic_server"] = fleet
+        texts, extra = translate_compat(found)
+    except CompatError as bad:
+        source, why = bad.args
+        option = source if source.startswith("-") else "--" + source[4:].lower()
+        shown = source if source.startswith("-") else f"{option} (from {source})"
+        raise UsageError(f"{shown}: {why}", option) from None
+    theirs = {dest: (text, _source(origin)) for dest, (text, origin) in texts.items()}
+    return rest, theirs, extra, {name: source for name, (_, source) in found.items()}
+
+
+# our dest -> the other launchers' variables for the same option, in the order they
+# are read (below the flag and PADDLIKE_<OPTION>): torchrun's PET_ first, then Paddle's.
+THEIR_VARIABLES = {
+    "nnodes": ("PET_NNODES", "PADDLE_ELASTIC_NP"),  # fleet's legacy elastic: MIN[:MAX]
+    "nproc_per_node": ("PET_NPROC_PER_NODE",),
+    "node_rank": ("PET_NODE_RANK",),
+    "master_addr": ("PET_MASTER_ADDR",),
+    "master_port": ("PET_MASTER_PORT",),
+    "max_restarts": ("PET_MAX_RESTARTS",),
+    "job_id": (
+        "PET_RDZV_ID",
+        "PADDLE_ELASTIC_JOB_ID",
+    ),  # fleet's legacy elastic launcher
+    "log_dir": ("PET_LOG_DIR",),
+    "host": ("PET_LOCAL_ADDR",),
+    "tee": ("PET_LOCAL_RANKS_FILTER",),
+    "kill_timeout": ("PET_SHUTDOWN_TIMEOUT",),
+    "module": ("PET_MODULE",),
+    "no_python": ("PET_NO_PYTHON",),
+    "start_port": ("PADDLE_START_PORT",),
+    "elastic_timeout": ("PADDLE_ELASTIC_TIMEOUT",),  # fleet's: the wait for more nodes
+}
+
+
+def paddlecloud_ports(raw: dict[str, object], environ: Mapping[str, str]) -> None:
+    """PaddleCloud opens TRAINER_PORTS_NUM ports from PADDLE_PORT for the job: the first
+    port when --start_port (or PADDLE_START_PORT) is not given. Both must be set: paddlike
+    sets PADDLE_PORT alone in a parameter-server process's own environment."""
+    port, num = environ.get("PADDLE_PORT"), environ.get("TRAINER_PORTS_NUM")
+    if port is None or num is None:
+        return
+    for var, text, check in (
+        ("PADDLE_PORT", port, PORT),
+        ("TRAINER_PORTS_NUM", num, POSITIVE_INT),
+    ):
+        try:
+            check(text)
+        except BadValue as bad:
+            raise UsageError(f"{var}: {bad}, got {text!r} (PaddleCloud's ports)", var) from None
+    if "start_port_from" not in raw:
+        raw["start_port"], raw["start_port_from"] = int(port), "PADDLE_PORT"
+    if raw["start_port_from"] == "PADDLE_PORT":
+        raw["ports_num"] = int(num)
+
+
+def apply_extra(raw: dict[str, object], extra: dict, sources: dict[str, str]) -> None:
+    """Fields of other launchers' options that are not ours by another name."""
+    if "role" in extra:
+        raw["role"] = extra["role"]
+    if extra.get("standalone"):
+        raw["standalone"] = True
+    if extra.get("run_path") and (raw.get("module") or raw.get("no_python")):
+        other = "--module" if raw.get("module") else "--no_python"
+        raise UsageError(
+            f"{sources['run_path']}: runs the script by its path; cannot be combined with {other}",
+            "--run_path",
+        )
+    if extra.get("backend") == "nccl":
+        # Fleet's --backend nccl: GPU workers; torchrun's word for "one per GPU, or exit 2".
+        if raw.get("cpu_only"):
+            raise UsageError(
+                f"{sources['backend']}: 'nccl' needs GPU workers, but --devices is cpu",
+                "--backend",
+            )
+        if "nproc_per_node" not in raw and "nproc_per_node_kind" not in raw:
+            raw["nproc_per_node_kind"] = "gpu"

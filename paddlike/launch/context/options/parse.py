@@ -1,0 +1,100 @@
+"""`parse_options`: the launcher's command line and environment into one record.
+
+The steps, each in its own module: split at the training script and parse ours
+(`parser`), take the other launchers' options out and translate them (`others`), pick
+each option's value from its sources (`sources`), check it (`values`), then the rules
+between options (`rules`). Bad input raises `UsageError` naming the option, its source
+and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from paddlike.launch.context.options import others, rules, values
+from paddlike.launch.context.options.parser import parse_ours, split_argv
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
+from paddlike.launch.context.options.sources import resolve
+
+
+def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOptions:
+    """Parse and validate the launcher's command line; raise `UsageError` on bad input."""
+    ours, script = split_argv(argv)
+    ours, theirs, extra, named = others.their_options(ours, environ)
+    ns = parse_ours(ours)  # only our options: positionals come from `script`
+    if not script:
+        raise UsageError(
+            "training_script: missing; usage: python -m paddlike.launch [options] "
+            "training_script [args ...]",
+            "training_script",
+        )
+    raw: dict[str, object] = {}
+    given: set[str] = set()
+    for dest, check in values.CHECKS.items():
+        found = resolve(dest, ns.get(dest), theirs.get(dest), environ)
+        if found is None:
+            continue
+        text, source = found
+        try:
+            raw[dest] = check(text)
+        except values.BadValue as bad:
+            hint = values.HINTS.get(dest, "")
+            raise UsageError(
+                f"{source.label(dest)}: {bad}, got {text!r}{hint}", f"--{dest}"
+            ) from None
+        given.add(dest)
+        if dest == "start_port":
+            raw["start_port_from"] = source.name
+    others.paddlecloud_ports(raw, environ)
+    for dest in values.FLAGS:
+        _switch(raw, dest, ns.get(dest), environ)
+    if "job_token_file" in raw:
+        if "job_token" in given:
+            raise UsageError(
+                "--job_token_file: give the token by --job_token or by --job_token_file, "
+                "not both (got both; values not shown: they are secrets)",
+                "--job_token_file",
+            )
+        raw["job_token"] = raw.pop("job_token_file")
+    if raw.get("gpus") == "cpu":
+        raw["cpu_only"] = True
+        del raw["gpus"]
+    if isinstance(raw.get("nproc_per_node"), str):
+        raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
+    others.apply_extra(raw, extra, named)
+    fleet_master = theirs.get("master")
+    if (
+        fleet_master is not None
+        and named.get("elastic_server") == fleet_master[1].name
+        and raw.get("master") == fleet_master[0]
+    ):
+        given.add("elastic_server")  # the launchers meet at fleet's server: its rule applies
+    rules.elastic_fields(raw, given)
+    raw["ips_given"] = "ips" in given
+    raw["master_port_given"] = "master_port" in given
+    raw["run_mode"] = rules.infer_run_mode(raw, given)
+    options = LaunchOptions(
+        training_script=script[0], training_script_args=tuple(script[1:]), **raw
+    )
+    rules.check_combinations(options)
+    return options
+
+
+def _switch(
+    raw: dict[str, object], dest: str, flag: bool | None, environ: Mapping[str, str]
+) -> None:
+    """A switch (store_true option) from its flag or its variables (1/true/yes, 0/false/no)."""
+    if flag is not None:
+        raw[dest] = bool(flag)
+        return
+    found = resolve(dest, None, None, environ)
+    if found is None:
+        return
+    text, source = found
+    word = text.strip().lower()
+    if word not in values.FLAG_TRUE | values.FLAG_FALSE:
+        raise UsageError(
+            f"{source.label(dest)}: expected 1/true/yes or 0/false/no, got {text!r}",
+            f"--{dest}",
+        )
+    raw[dest] = word in values.FLAG_TRUE

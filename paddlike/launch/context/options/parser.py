@@ -1,0 +1,357 @@
+"""The options of ours, as one table: what --help lists, the fast parse, the split at the
+training script.
+
+`HELP_GROUPS` is the table. A launch reads its options with `parse_ours` (no argparse: its
+import and the building of the parser were an eighth of a launch's start-up); argparse is
+built from the same table only for --help and for anything the fast parse does not take
+as plainly correct, so that every error and the help text are argparse's own. Values come
+back as text: `values` checks them, `sources` decides which one counts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from paddlike.contract import OPTION_ENV_PREFIX
+from paddlike.launch.context.options.others import (
+    BOOL_TRUE,
+    COMPAT_OPTIONS,
+    COMPAT_VALUED,
+    PADDLE_BOOL,
+    normalize_spelling,
+)
+from paddlike.launch.context.options.record import UsageError
+from paddlike.launch.context.options.values import FLAGS
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    import argparse
+
+# --help's groups: (title, ((spellings, help), ...)); an option's dest is its first long
+# spelling. Switches are `values.FLAGS`; every other option takes one value.
+HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
+    (
+        "Paddle options",
+        (
+            (
+                ("--ips",),
+                "comma-separated node IPs or hostnames (default 127.0.0.1)",
+            ),
+            (
+                ("--gpus", "--devices", "--selected_gpus"),
+                "physical GPU ids for this node's workers, e.g. 0,1 (entries of "
+                "CUDA_VISIBLE_DEVICES when set), or cpu; default: every visible GPU, or CPU "
+                "workers when none is visible",
+            ),
+            (
+                ("--nproc_per_node",),
+                "workers per node: a number (the GPUs split into that many slices), or gpu, cpu, "
+                "auto as in torchrun (default: one per visible GPU, or 1)",
+            ),
+            (
+                ("--run_mode",),
+                "collective (default), ps or ps-heter",
+            ),
+            (
+                ("--host", "--local_addr"),
+                "this node's address, when it cannot be matched (or POD_IP)",
+            ),
+            (
+                ("--start_port",),
+                "first port on multi-node jobs (default 6070)",
+            ),
+            (
+                ("--job_id", "--rdzv_id"),
+                "job name (default: generated from the time)",
+            ),
+        ),
+    ),
+    (
+        "torchrun/OneFlow compatible",
+        (
+            (
+                ("--nnodes", "--np"),
+                "number of nodes (must agree with --ips), or MIN:MAX for an elastic job",
+            ),
+            (
+                ("--node_rank", "--rank"),
+                "this node's index in --ips (ignored by elastic jobs)",
+            ),
+            (
+                ("--master_addr",),
+                "address where the launchers meet (default: node 0)",
+            ),
+            (
+                ("--master_port",),
+                "the workers' MASTER_PORT on node 0, as in torchrun; the launchers then meet at "
+                "the next port, unless --master says where (default: launchers at 6170, the "
+                "workers' port picked free)",
+            ),
+            (
+                ("-m", "--module"),
+                "run the script as a module",
+            ),
+            (
+                ("--no_python",),
+                "run training_script as a command, without the Python interpreter",
+            ),
+        ),
+    ),
+    (
+        "multi-node",
+        (
+            (
+                ("--master",),
+                "ip:port or etcd://host:port[,host:port] for rendezvous",
+            ),
+            (
+                ("--rdzv_timeout",),
+                "seconds to wait for all nodes (default 300)",
+            ),
+            (
+                ("--heartbeat_timeout",),
+                "seconds before a silent node is lost (10)",
+            ),
+            (
+                ("--rdzv_last_call",),
+                "elastic jobs: a round closes with MIN or more nodes after this many seconds "
+                "without a new arrival (default 30)",
+            ),
+            (
+                ("--elastic_level",),
+                "-1 off (default; 1 with --nnodes MIN:MAX), 0 fault tolerance (a fixed --nnodes N"
+                " waits for a replacement node), 1 scale within MIN:MAX",
+            ),
+            (
+                ("--elastic_timeout",),
+                "elastic jobs (Paddle's meaning): seconds a job with MIN to MAX-1 nodes waits for"
+                " more before a round starts; overrides --rdzv_last_call (default: that)",
+            ),
+            (
+                ("--max_restarts", "--max_restart"),
+                "restart rounds after a failure (default 0)",
+            ),
+            (
+                ("--job_token",),
+                "shared secret for the launchers' store",
+            ),
+            (
+                ("--job_token_file",),
+                "file holding the job token (instead of --job_token)",
+            ),
+        ),
+    ),
+    (
+        "parameter server",
+        (
+            (
+                ("--server_num",),
+                "servers on this node (implies --run_mode ps)",
+            ),
+            (
+                ("--worker_num", "--trainer_num"),
+                "trainers on this node (implies --run_mode ps)",
+            ),
+            (
+                ("--servers",),
+                "server endpoints ip:port,... (implies --run_mode ps)",
+            ),
+            (
+                ("--workers", "--trainers"),
+                "trainer hosts ip[:port],... (implies --run_mode ps)",
+            ),
+            (
+                ("--heter_workers",),
+                "heter trainer endpoints ip:port, stages separated by ';' (implies ps-heter)",
+            ),
+            (
+                ("--heter_worker_num",),
+                "heter trainers on this node per stage, e.g. 1;2 (implies ps-heter)",
+            ),
+            (
+                ("--heter_devices",),
+                "device kind per heter stage: gpu, or cpu;gpu (ps-heter)",
+            ),
+        ),
+    ),
+    (
+        "output",
+        (
+            (
+                ("--log_dir", "--logdir"),
+                "log directory (default log)",
+            ),
+            (
+                ("--log_overwrite",),
+                "truncate the log files instead of appending",
+            ),
+            (
+                ("--redirect_stdout_and_stderr",),
+                "stdout to workerlog.N, stderr to workerlog.N.err",
+            ),
+            (
+                ("--tee", "--local_ranks_filter"),
+                "local workers shown on the console: 0 (default), 0,1, all, none",
+            ),
+            (
+                ("--dry_run",),
+                "print every process, its command and environment; start nothing",
+            ),
+            (
+                ("--kill_timeout", "--shutdown_timeout"),
+                "seconds between SIGTERM and SIGKILL (default 5)",
+            ),
+        ),
+    ),
+    (
+        "hangs",
+        (
+            (
+                ("--hang_timeout",),
+                "seconds without a sign of life from any worker (log output, heartbeat, "
+                "collective) before the launcher takes every rank's stack (default: off)",
+            ),
+            (
+                ("--on_hang",),
+                "after a hang's stacks are written: dump (keep waiting, default) or abort (end "
+                "the job, exit code 124)",
+            ),
+        ),
+    ),
+)
+
+
+def _dest(spellings: tuple[str, ...]) -> str:
+    return next(s for s in spellings if s.startswith("--"))[2:]
+
+
+# every spelling of ours -> its dest (argparse's: the first long spelling)
+DEST = {s: _dest(sp) for _, rows in HELP_GROUPS for sp, _ in rows for s in sp}
+_SWITCHES = frozenset(s for s, dest in DEST.items() if dest in FLAGS)
+_KNOWN = frozenset(DEST) | {"-h", "--help"} | {"--" + name for name in COMPAT_OPTIONS}
+_TAKES_VALUE = (
+    frozenset(s for s in DEST if s not in _SWITCHES)
+    | {"--" + name for name in COMPAT_VALUED}
+    | {"-r", "-t"}
+)
+
+
+def parse_ours(ours: Sequence[str]) -> dict[str, object]:
+    """Our options (`split_argv`'s part, the other launchers' taken out) -> {dest: text,
+    or True for a switch}; the last of a repeated option wins, as in argparse.
+
+    Only plainly correct arguments are read here: an option of ours with a value that
+    does not start with "-" (or given as ``--name=value``), or a switch. Anything else
+    (--help, an unknown option, a missing value, ``--switch=1``) goes to argparse, which
+    prints the help or raises the `UsageError` it always did.
+    """
+    given: dict[str, object] = {}
+    i, n = 0, len(ours)
+    while i < n:
+        arg = ours[i]
+        if arg in _SWITCHES:
+            given[DEST[arg]] = True
+            i += 1
+        elif arg in DEST and i + 1 < n and not ours[i + 1].startswith("-"):
+            given[DEST[arg]] = ours[i + 1]
+            i += 2
+        else:
+            name, eq, text = arg.partition("=")
+            if not (eq and name.startswith("--") and name in DEST and name not in _SWITCHES):
+                return vars(build_parser().parse_args(ours))
+            given[DEST[name]] = text
+            i += 1
+    return given
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """argparse from `HELP_GROUPS`: --help's text, and the parse of what `parse_ours` does
+    not take; its errors become `UsageError` (one line, no usage dump)."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            # argparse's wording, reshaped to ours: "--ips: expected one argument".
+            if message.startswith("unrecognized arguments: "):
+                unknown = message.split(": ", 1)[1]
+                raise UsageError(f"{unknown}: unknown option (see --help)", unknown)
+            if message.startswith("argument "):
+                message = message[len("argument ") :]
+            raise UsageError(message)
+
+    def formatter(prog: str) -> argparse.HelpFormatter:
+        # An explicit width keeps argparse from importing shutil (and with it bz2,
+        # lzma, zlib): ~5 ms of every launch, spent only to format --help.
+        try:
+            columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
+        except (ValueError, OSError):
+            columns = 80
+        return argparse.HelpFormatter(prog, width=max(columns - 2, 40))
+
+    p = Parser(
+        prog="python -m paddlike.launch",
+        formatter_class=formatter,
+        description=(
+            "Start a distributed training job: one worker per device (or "
+            "--nproc_per_node CPU workers) on each node in --ips. Every option can "
+            f"also be set from the environment as {OPTION_ENV_PREFIX}<OPTION>, e.g. "
+            f"{OPTION_ENV_PREFIX}LOG_DIR; a flag on the command line wins. Every option "
+            "may be spelled with - in place of _, as torchrun spells them; torchrun's "
+            "PET_<OPTION> variables are read too, below these (docs/migrating.md)."
+        ),
+        allow_abbrev=False,
+    )
+    for title, rows in HELP_GROUPS:
+        g = p.add_argument_group(title)
+        for spellings, text in rows:
+            if _dest(spellings) in FLAGS:
+                g.add_argument(*spellings, action="store_true", default=None, help=text)
+            else:
+                g.add_argument(*spellings, dest=_dest(spellings), help=text)
+    # Parsed by `split_argv`, never by argparse; declared here for --help.
+    p.add_argument("training_script", nargs="?", help="the script (or module, or command) to run")
+    p.add_argument("training_script_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split at the training script: launcher options before it, the script's argv after.
+
+    argparse alone would still look at the script's arguments for option prefixes;
+    splitting first guarantees they are passed on untouched. The launcher's part comes
+    back with torchrun's dash spellings rewritten to ours (`normalize_spelling`), and
+    Paddle's ``--log_overwrite True|False`` (a value, where ours is a switch) folded.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = normalize_spelling(argv[i], _KNOWN)
+        if arg == "--":
+            return out, list(argv[i + 1 :])
+        if not arg.startswith("-") or arg == "-":
+            return out, list(argv[i:])
+        name, sep, value = arg.partition("=")
+        if name == "--log_overwrite":
+            if not sep and i + 1 < len(argv) and argv[i + 1].lower() in PADDLE_BOOL:
+                sep, value = "=", argv[i + 1]
+                i += 1
+            if sep:
+                if value.lower() not in PADDLE_BOOL:
+                    raise UsageError(
+                        f"--log_overwrite: expected no value, or true/false as in Paddle's "
+                        f"launcher, got {value!r}",
+                        "--log_overwrite",
+                    )
+                if value.lower() in BOOL_TRUE:
+                    out.append(name)
+                i += 1
+                continue
+        out.append(arg)
+        if arg in _TAKES_VALUE:
+            if i + 1 < len(argv):
+                out.append(argv[i + 1])
+            i += 2
+        else:
+            i += 1
+    return out, []

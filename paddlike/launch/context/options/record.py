@@ -1,0 +1,147 @@
+"""The launcher's options as one immutable record, and the error bad input raises.
+
+Every other stage reads `LaunchOptions`; nothing writes it after `parse_options`.
+"""
+
+from __future__ import annotations
+
+from paddlike.launch import NamedTuple
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    # --tee's local worker indices, or every trainer of this node
+    TeeSelection: TypeAlias = Literal["all"] | frozenset[int]
+
+PROG = "paddlike.launch"
+PS_OPTIONS = ("server_num", "worker_num", "servers", "workers")
+HETER_OPTIONS = ("heter_workers", "heter_worker_num", "heter_devices")
+DEFAULT_START_PORT = 6070
+DEFAULT_MASTER_PORT = 6170
+
+
+class UsageError(Exception):
+    """Bad user input: one line naming the option and the value. Exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, option: str = "") -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class LaunchOptions(NamedTuple):
+    """Everything the user asked for, validated. Defaults match Paddle's launcher."""
+
+    training_script: str
+    training_script_args: tuple[str, ...] = ()
+    # Paddle options
+    ips: tuple[str, ...] = ("127.0.0.1",)
+    ips_given: bool = False  # --ips came from the user (flag or env), not the default
+    gpus: tuple[str, ...] | None = None  # None: the visible GPUs (or CPU workers when none)
+    cpu_only: bool = False  # --devices cpu: CPU workers even where GPUs are visible
+    nproc_per_node: int | None = None  # None: one per visible GPU, or 1 on CPU
+    nproc_per_node_kind: str | None = None  # torchrun's words: "gpu" | "cpu" | "auto"
+    run_mode: str = "collective"  # collective | ps (inferred from PS options)
+    host: str | None = None
+    start_port: int = DEFAULT_START_PORT
+    job_id: str | None = None
+    # torchrun / OneFlow compatible
+    nnodes: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int = DEFAULT_MASTER_PORT
+    # --master_port (or PET_MASTER_PORT, PADDLIKE_MASTER_PORT) came from the user: then it
+    # is the workers' MASTER_PORT on node 0, as torchrun's; see context/master.py
+    master_port_given: bool = False
+    module: bool = False
+    no_python: bool = False
+    # multi-node (wired by the rendezvous)
+    master: str | None = None  # "ip:port" or "etcd://host:port[,host:port]"
+    rdzv_timeout: float = 300.0
+    heartbeat_timeout: float = 10.0
+    max_restarts: int = 0
+    # elastic (--nnodes MIN:MAX, --elastic_level 0|1): `nnodes` is MAX, this is MIN;
+    # None for a fixed set of nodes (plan/elastic.py)
+    min_nnodes: int | None = None
+    rdzv_last_call: float = 30.0  # seconds without a new arrival before a round closes
+    elastic_level: int = -1  # Paddle's: -1 off, 0 fault tolerance, 1 scale
+    # Paddle's: seconds a job with MIN..MAX-1 nodes waits for more before a round starts;
+    # sets the last call (over rdzv_last_call) when given
+    elastic_timeout: float | None = None
+    job_token: str | None = None
+    # parameter server
+    server_num: int | None = None
+    worker_num: int | None = None
+    servers: tuple[str, ...] | None = None  # "ip:port" entries
+    workers: tuple[str, ...] | None = None  # "ip" or "ip:port" entries
+    heter_workers: tuple[tuple[str, ...], ...] | None = None  # per heter stage, "ip:port"
+    heter_worker_num: tuple[int, ...] | None = None  # per heter stage, one-node jobs
+    heter_devices: tuple[str, ...] | None = None  # per heter stage: "cpu" | "gpu"
+    # output
+    log_dir: str = "log"
+    log_overwrite: bool = False
+    redirect_stdout_and_stderr: bool = False
+    tee: str = "0"  # "0", "0,2", "all" or "none"
+    dry_run: bool = False
+    kill_timeout: float = 5.0
+    # hangs
+    hang_timeout: float | None = None  # seconds without a sign of life from any worker
+    on_hang: str = "dump"  # "dump" | "abort"
+    # other launchers' options (see others.py)
+    # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
+    # "PADDLE_PORT"): one node then uses the ports from it instead of free ones
+    start_port_from: str | None = None
+    ports_num: int | None = None  # PaddleCloud's TRAINER_PORTS_NUM: ports opened from PADDLE_PORT
+    role: str = "default"  # torchrun's --role: the workers' ROLE_NAME
+    standalone: bool = False  # torchrun's --standalone: one node, its own rendezvous
+
+    @property
+    def is_ps(self) -> bool:
+        return self.run_mode in ("ps", "ps-heter")
+
+    @property
+    def heter_stage_sizes(self) -> tuple[int, ...]:
+        """Heter trainers per heter stage (stage 2 first); () outside ps-heter."""
+        if self.heter_workers is not None:
+            return tuple(len(s) for s in self.heter_workers)
+        return self.heter_worker_num or ()
+
+    @property
+    def tee_indices(self) -> TeeSelection:
+        """--tee as local worker indices: "0" -> {0}, "0,2" -> {0, 2}, "all", "none" -> {}."""
+        if self.tee == "all":
+            return "all"
+        if self.tee == "none":
+            return frozenset()
+        return frozenset(int(t) for t in self.tee.split(","))
+
+
+def elastic_text(o: LaunchOptions) -> str:
+    """The elastic node range as the user reads it: "2:4", or "3" for --elastic_level 0."""
+    if o.min_nnodes is None or o.min_nnodes == o.nnodes:
+        return str(o.nnodes)
+    return f"{o.min_nnodes}:{o.nnodes}"
+
+
+# Where a value may come from, highest first (`sources.PRECEDENCE` is the table):
+FLAG = "flag"  # our option on the command line: --master h:p (an alias, a dashed spelling)
+THEIR_FLAG = "their flag"  # another launcher's option, translated: --rdzv_endpoint h:p
+OUR_VARIABLE = "our variable"  # PADDLIKE_MASTER
+# another launcher's option from its variable, translated: PET_RDZV_ENDPOINT, fleet's
+# PADDLE_ELASTIC_SERVER
+THEIR_OPTION_VARIABLE = "their option's variable"
+THEIR_VARIABLE = "their variable"  # the same option, another launcher's name: PET_NNODES
+
+
+class Source(NamedTuple):
+    """Where an option's value came from: one of the kinds above, and the flag or the
+    variable by the name the user gave it."""
+
+    kind: str
+    name: str  # "--start_port", "-t", "PADDLIKE_START_PORT", "PET_RDZV_ENDPOINT"
+
+    def label(self, dest: str) -> str:
+        """How a message names the option: ``--tee``, ``--tee (from -t)``."""
+        return f"--{dest}" if self.kind == FLAG else f"--{dest} (from {self.name})"

@@ -1,0 +1,303 @@
+"""Rules between options: what one option's value says about another's.
+
+Three steps of `parse_options` live here: `elastic_fields` (--nnodes MIN:MAX and
+--elastic_level into the record's fields), `infer_run_mode` (a PS option implies
+--run_mode ps) and `check_combinations` (every rule between the record's fields, each
+error naming the options involved). Values one at a time are `values`' business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from paddlike.launch.context.options.record import (
+    HETER_OPTIONS,
+    PS_OPTIONS,
+    LaunchOptions,
+    UsageError,
+    elastic_text,
+)
+
+
+def elastic_fields(raw: dict[str, object], given: set[str]) -> None:
+    """--nnodes MIN:MAX and --elastic_level into `nnodes` (MAX) and `min_nnodes` (MIN, set
+    for an elastic job); --node_rank is dropped there (ranks come from each round)."""
+    nnodes = raw.get("nnodes")
+    if isinstance(nnodes, tuple):
+        raw["min_nnodes"], raw["nnodes"] = nnodes
+    level = raw.get("elastic_level", -1)
+    ranged = raw.get("min_nnodes") is not None
+    count = raw.get("nnodes")
+    fleet = "elastic_server" in given and "elastic_level" not in given
+    if fleet and not ranged and isinstance(count, int) and count >= 2:
+        # fleet's legacy elastic launcher: one node count with an elastic server is its
+        # fault-tolerance level (a lost node is waited for), as --elastic_level 0 here
+        raw["elastic_level"] = level = 0
+    shown = f"--nnodes {raw['min_nnodes']}:{count}" if ranged else f"--nnodes {count}"
+    if ranged and level == -1 and "elastic_level" in given:
+        raise UsageError(
+            f"--elastic_level: -1 (off) contradicts {shown}, an elastic range; drop "
+            "--elastic_level -1, or give one node count for a fixed job",
+            "--elastic_level",
+        )
+    if level == 1 and not ranged:
+        got = shown if count is not None else "no --nnodes"
+        raise UsageError(
+            f"--elastic_level: 1 (scale) needs a range of nodes, --nnodes MIN:MAX, got {got}; "
+            "for a fixed count that waits for replacements use --elastic_level 0",
+            "--elastic_level",
+        )
+    if level == 0 and not ranged:
+        if not isinstance(count, int) or count < 2:
+            got = shown if count is not None else "no --nnodes"
+            raise UsageError(
+                f"--elastic_level: 0 (fault tolerance) needs --nnodes N with N >= 2 (or "
+                f"MIN:MAX), got {got}; one node has nothing to be elastic about",
+                "--elastic_level",
+            )
+        raw["min_nnodes"] = count  # the world keeps N nodes; survivors wait for a replacement
+    if raw.get("min_nnodes") is None:
+        if "elastic_timeout" in given:
+            raise UsageError(
+                f"--elastic_timeout: only meaningful for an elastic job (--nnodes MIN:MAX or "
+                f"--elastic_level 0), got {raw['elastic_timeout']:g} for a fixed job, which "
+                "starts when all its nodes joined; drop it (or unset PADDLIKE_ELASTIC_TIMEOUT "
+                "and PADDLE_ELASTIC_TIMEOUT)",
+                "--elastic_timeout",
+            )
+        return
+    raw.pop("node_rank", None)  # torchrun ignores it for c10d/etcd too (Kubeflow sets it)
+
+
+def infer_run_mode(raw: Mapping[str, object], given: set[str]) -> str:
+    """ps when a PS option is given (ours only, never the script's); explicit mode must agree."""
+    ps_given = [o for o in PS_OPTIONS if o in given]
+    heter_given = [o for o in HETER_OPTIONS if o in given]
+    mode = raw.get("run_mode")
+    if mode == "collective" and (ps_given or heter_given):
+        option = (ps_given or heter_given)[0]
+        raise UsageError(
+            f"--run_mode: 'collective' contradicts --{option} (a parameter-server option); "
+            "drop one of them",
+            "--run_mode",
+        )
+    if mode is None:
+        mode = "ps-heter" if heter_given else "ps" if ps_given else "collective"
+    return str(mode)
+
+
+def check_combinations(o: LaunchOptions) -> None:
+    """Rules between options; each error names the options involved."""
+    if o.module and o.no_python:
+        raise UsageError("--module: cannot be combined with --no_python", "--module")
+    if o.min_nnodes is not None:
+        _check_elastic(o)
+    if o.run_mode == "ps-heter":
+        _check_heter(o)
+    elif o.run_mode == "ps":
+        for dest in HETER_OPTIONS:
+            if getattr(o, dest) is not None:
+                raise UsageError(
+                    f"--{dest}: a ps-heter option, but --run_mode is 'ps'; use --run_mode "
+                    "ps-heter or drop it",
+                    f"--{dest}",
+                )
+    if o.is_ps:
+        if o.gpus is not None:
+            raise UsageError(
+                f"--gpus: parameter-server mode runs on CPUs, got {','.join(o.gpus)!r}",
+                "--gpus",
+            )
+        if o.nproc_per_node is not None or o.nproc_per_node_kind is not None:
+            raise UsageError(
+                f"--nproc_per_node: not used in parameter-server mode (use --worker_num), "
+                f"got '{o.nproc_per_node or o.nproc_per_node_kind}'",
+                "--nproc_per_node",
+            )
+        if o.servers is not None and o.server_num is not None and o.server_num != len(o.servers):
+            raise UsageError(
+                f"--server_num: {o.server_num} contradicts --servers, which lists {len(o.servers)}",
+                "--server_num",
+            )
+        if o.workers is not None and o.worker_num is not None and o.worker_num != len(o.workers):
+            raise UsageError(
+                f"--worker_num: {o.worker_num} contradicts --workers, which lists {len(o.workers)}",
+                "--worker_num",
+            )
+        if (o.servers is None) != (o.workers is None):
+            missing = "--workers" if o.workers is None else "--servers"
+            raise UsageError(
+                f"{missing}: needed too when the other list is given "
+                "(each node starts the roles whose address is its own)",
+                missing,
+            )
+    if o.is_ps:
+        _check_ps_counts(o)
+    if o.standalone:
+        _check_standalone(o)
+    if o.role != "default" and o.is_ps:
+        raise UsageError(
+            f"--role: torchrun's worker role ({o.role!r}) is for collective jobs; parameter-"
+            "server jobs name their roles themselves (TRAINING_ROLE)",
+            "--role",
+        )
+    if o.ips_given and o.nnodes is not None and o.nnodes != len(o.ips) and not o.min_nnodes:
+        raise UsageError(
+            f"--nnodes: {o.nnodes} contradicts --ips, which lists {len(o.ips)} ({','.join(o.ips)})",
+            "--nnodes",
+        )
+    if o.node_rank is not None:
+        nnodes = o.nnodes if o.nnodes is not None else len(o.ips)
+        if o.node_rank >= nnodes:
+            raise UsageError(
+                f"--node_rank: {o.node_rank} is out of range for {nnodes} node(s)",
+                "--node_rank",
+            )
+    _check_device_words(o)
+    if o.gpus is not None and o.nproc_per_node is not None and len(o.gpus) % o.nproc_per_node:
+        raise UsageError(
+            f"--nproc_per_node: {o.nproc_per_node} does not divide the {len(o.gpus)} GPUs of "
+            f"--gpus {','.join(o.gpus)}",
+            "--nproc_per_node",
+        )
+
+
+def _check_elastic(o: LaunchOptions) -> None:
+    """An elastic job finds its nodes at each round's rendezvous: what that rules out."""
+    what = f"an elastic job (--nnodes {elastic_text(o)}"
+    what += ")" if o.elastic_level < 0 else f", --elastic_level {o.elastic_level})"
+    if o.is_ps:
+        raise UsageError(
+            f"--nnodes: {what} is collective, but --run_mode is {o.run_mode!r}; "
+            "parameter-server jobs run a fixed set of nodes: give one node count",
+            "--nnodes",
+        )
+    if o.ips_given and len(o.ips) > 1:
+        raise UsageError(
+            f"--ips: {what} finds its nodes at each round's rendezvous, but --ips lists "
+            f"{','.join(o.ips)}; drop --ips and give every node the same --master ip:port "
+            "(or etcd://host:port)",
+            "--ips",
+        )
+    if not o.master and not o.master_addr:
+        raise UsageError(
+            f"--master: {what} needs a place where the nodes meet: --master ip:port (node "
+            "0's store), --master etcd://host:port (recommended: losing node 0 is then an "
+            "ordinary node loss), --master_addr, or torchrun's --rdzv_endpoint",
+            "--master",
+        )
+    if o.master_port_given and o.master and o.master.startswith("etcd://"):
+        raise UsageError(
+            f"--master_port: {o.master_port} fixes the workers' port on rank 0's node, but "
+            f"rank 0 may move to another node between the rounds of {what} with --master "
+            f"{o.master}; drop --master_port (a free port is picked each round)",
+            "--master_port",
+        )
+
+
+def _check_ps_counts(o: LaunchOptions) -> None:
+    """Counts (--server_num/--worker_num/--heter_worker_num) describe one node's job.
+
+    On several nodes each launcher would start its own one-node job — every trainer
+    id 0, every world size 1 — so the combination is refused: the lists name every
+    process of a many-node job, in the order of their ids.
+    """
+    if o.servers is not None or o.workers is not None:
+        return
+    counts = [d for d in ("server_num", "worker_num", "heter_worker_num") if getattr(o, d)]
+    if not counts:
+        return
+    many = (
+        f"--ips lists {len(o.ips)} nodes"
+        if len(o.ips) > 1
+        else f"--nnodes is {o.nnodes}"
+        if o.nnodes is not None and o.nnodes > 1
+        else ""
+    )
+    if many:
+        raise UsageError(
+            f"--{counts[0]}: counts describe a one-node parameter-server job, but {many}; "
+            "on several nodes list every server and trainer with --servers ip:port,... and "
+            "--workers ip,... (the same lists on every node; see docs/ps.md)",
+            f"--{counts[0]}",
+        )
+
+
+def _check_standalone(o: LaunchOptions) -> None:
+    """torchrun's --standalone: one node on 127.0.0.1 with its own rendezvous (a free port);
+    what a one-node paddlike job does anyway. Options naming other nodes contradict it."""
+    for dest, bad in (
+        ("master", o.master is not None),
+        ("nnodes", o.nnodes is not None and o.nnodes > 1),
+        ("ips", len(o.ips) > 1),
+        ("node_rank", bool(o.node_rank)),
+    ):
+        if bad:
+            raise UsageError(
+                f"--standalone: a one-node job with its own rendezvous, but --{dest} "
+                f"{getattr(o, dest) if dest != 'ips' else ','.join(o.ips)} names another node "
+                "or a shared rendezvous; drop one of them",
+                "--standalone",
+            )
+
+
+def _check_heter(o: LaunchOptions) -> None:
+    """ps-heter: the heter stages (by list or by count), their devices, and that the
+    options agree on how many stages there are."""
+    lists = o.servers is not None or o.workers is not None
+    if o.heter_workers is None and o.heter_worker_num is None:
+        raise UsageError(
+            "--heter_workers: needed with --run_mode ps-heter (or --heter_worker_num on one "
+            "node): the heter trainers of each stage",
+            "--heter_workers",
+        )
+    if o.heter_workers is not None and not lists:
+        raise UsageError(
+            "--heter_workers: needs --servers and --workers too (each node starts the roles "
+            "whose address is its own); on one node use --heter_worker_num",
+            "--heter_workers",
+        )
+    if o.heter_workers is None and lists:
+        raise UsageError(
+            "--heter_worker_num: counts are for one-node jobs (with --server_num/--worker_num); "
+            "with --servers/--workers list the heter trainers by --heter_workers",
+            "--heter_worker_num",
+        )
+    if o.heter_workers is not None and o.heter_worker_num is not None:
+        listed = tuple(len(s) for s in o.heter_workers)
+        if listed != o.heter_worker_num:
+            raise UsageError(
+                f"--heter_worker_num: {';'.join(map(str, o.heter_worker_num))} contradicts "
+                f"--heter_workers, which lists {';'.join(map(str, listed))} per stage",
+                "--heter_worker_num",
+            )
+    source = "--heter_workers" if o.heter_workers is not None else "--heter_worker_num"
+    stages = len(o.heter_stage_sizes)
+    if o.heter_devices is None:
+        raise UsageError(
+            f"--heter_devices: needed in ps-heter mode, one device kind per heter stage "
+            f"(cpu or gpu; {source} gives {stages} stage(s)), e.g. --heter_devices "
+            + ";".join(["gpu"] * stages),
+            "--heter_devices",
+        )
+    if len(o.heter_devices) != stages:
+        raise UsageError(
+            f"--heter_devices: {';'.join(o.heter_devices)!r} names {len(o.heter_devices)} "
+            f"stage(s) but {source} gives {stages}; give one device kind per heter stage",
+            "--heter_devices",
+        )
+
+
+def _check_device_words(o: LaunchOptions) -> None:
+    """--devices cpu and --nproc_per_node gpu|cpu|auto against the other device options."""
+    kind = o.nproc_per_node_kind
+    if kind == "cpu" and o.gpus is not None:
+        raise UsageError(
+            f"--nproc_per_node: 'cpu' contradicts --gpus {','.join(o.gpus)}; drop one of them",
+            "--nproc_per_node",
+        )
+    if kind == "gpu" and o.cpu_only:
+        raise UsageError(
+            "--nproc_per_node: 'gpu' contradicts --devices cpu; drop one of them",
+            "--nproc_per_node",
+        )

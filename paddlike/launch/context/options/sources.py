@@ -1,0 +1,97 @@
+"""Where an option's value comes from: five sources, the first that has it wins.
+
+    source                         example (for --master)                 kind
+    1  our flag                    --master 10.0.0.1:6170 (or --master=)  FLAG
+    2  another launcher's flag     --rdzv_endpoint 10.0.0.1:6170          THEIR_FLAG
+    3  our variable                PADDLIKE_MASTER=10.0.0.1:6170          OUR_VARIABLE
+    4  another launcher's option   PET_RDZV_ENDPOINT=10.0.0.1:6170,       THEIR_OPTION_VARIABLE
+       from its variable           fleet's PADDLE_ELASTIC_SERVER
+    5  another launcher's variable PET_NNODES, PADDLE_START_PORT          THEIR_VARIABLE
+       for the same option         (`others.THEIR_VARIABLES`, in order)
+
+Sources 1 and 2 are both on the command line: they must agree (``--master a:1
+--rdzv_endpoint b:2`` is refused, naming both). Switches (``--dry_run``) have sources 1,
+3 and 5. Below all five, PaddleCloud's PADDLE_PORT with TRAINER_PORTS_NUM gives
+--start_port (`others.paddlecloud_ports`); below that, the record's defaults
+(`record.LaunchOptions`).
+
+`resolve` returns the text with its `Source` as data: messages name the source
+(``--nnodes (from PET_NNODES): ...``) and --start_port's origin is kept
+(`LaunchOptions.start_port_from`) from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from paddlike.contract import OPTION_ENV_PREFIX
+from paddlike.launch.context.options.others import THEIR_VARIABLES
+from paddlike.launch.context.options.record import (
+    FLAG,
+    OUR_VARIABLE,
+    THEIR_FLAG,
+    THEIR_OPTION_VARIABLE,
+    THEIR_VARIABLE,
+    Source,
+    UsageError,
+)
+
+PRECEDENCE = (FLAG, THEIR_FLAG, OUR_VARIABLE, THEIR_OPTION_VARIABLE, THEIR_VARIABLE)
+
+
+def env_name(dest: str) -> str:
+    """The environment variable of an option: log_dir -> PADDLIKE_LOG_DIR."""
+    return OPTION_ENV_PREFIX + dest.upper()
+
+
+def candidates(
+    dest: str,
+    flag: str | None,
+    theirs: tuple[str, Source] | None,
+    environ: Mapping[str, str],
+) -> list[tuple[str, Source]]:
+    """Every value given for `dest`, in `PRECEDENCE` order, each with its source.
+
+    `flag`: argparse's value (None: not on the command line); `theirs`: another
+    launcher's option translated to this one (`others.their_options`).
+    """
+    found: list[tuple[str, Source]] = []
+    if flag is not None:
+        found.append((flag, Source(FLAG, f"--{dest}")))
+    if theirs is not None and theirs[1].kind == THEIR_FLAG:
+        found.append(theirs)
+    if env_name(dest) in environ:
+        found.append((environ[env_name(dest)], Source(OUR_VARIABLE, env_name(dest))))
+    if theirs is not None and theirs[1].kind == THEIR_OPTION_VARIABLE:
+        found.append(theirs)
+    for var in THEIR_VARIABLES.get(dest, ()):
+        if var in environ:
+            found.append((environ[var], Source(THEIR_VARIABLE, var)))
+    return found
+
+
+def resolve(
+    dest: str,
+    flag: str | None,
+    theirs: tuple[str, Source] | None,
+    environ: Mapping[str, str],
+) -> tuple[str, Source] | None:
+    """The value of `dest` as text and where it came from; None when no source has it.
+
+    Our flag and another launcher's flag for the same option must agree; when they do,
+    the value is named by the other launcher's flag (``--master (from --rdzv_endpoint)``),
+    which is how the user spelled the part a message is about.
+    """
+    found = candidates(dest, flag, theirs, environ)
+    if not found:
+        return None
+    if len(found) > 1 and found[0][1].kind == FLAG and found[1][1].kind == THEIR_FLAG:
+        (ours, _), (text, source) = found[0], found[1]
+        if ours != text:
+            raise UsageError(
+                f"--{dest}: {ours!r} contradicts {source.name} (which means --{dest} "
+                f"{text}); drop one of them",
+                f"--{dest}",
+            )
+        return found[1]
+    return found[0]

@@ -1,0 +1,269 @@
+"""What each option's value may be: text in, a value out, or `BadValue` saying what was
+expected. The caller adds the option's name, where it came from and the text given:
+``--nproc_per_node (from PET_NPROC_PER_NODE): expected a positive integer, got 'x'``.
+
+Every number goes through one range checker, `in_range`: counts, ports, seconds and
+levels differ only in their type, their bounds and the words of the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+RUN_MODES = ("collective", "ps", "ps-heter")
+INF = float("inf")
+FINITE = 1.7976931348623157e308  # the largest float: an upper bound that refuses inf
+
+
+class BadValue(ValueError):
+    """Raised by a checker; the caller adds the option name and the value."""
+
+
+def in_range(
+    kind: type, expected: str, low: float, high: float = INF, *, above: bool = False
+) -> Callable[[str], int | float]:
+    """A checker for numbers of `kind` (int or float) in [low, high] ((low, high] when
+    `above`); anything else, NaN included, raises `BadValue(expected)`.
+
+    in_range(int, "expected a port number 1-65535", 1, 65535)("8080") -> 8080
+    in_range(float, "expected ... > 0", 0, INF, above=True)("0")       -> BadValue
+    """
+
+    def check(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise BadValue(expected) from None
+        if not (low < value if above else low <= value) or not value <= high:
+            raise BadValue(expected)
+        return value
+
+    return check
+
+
+POSITIVE_INT = in_range(int, "expected a positive integer", 1)
+NON_NEGATIVE_INT = in_range(int, "expected an integer >= 0", 0)
+PORT = in_range(int, "expected a port number 1-65535", 1, 65535)
+# seconds: finite (float("inf") is refused: a timeout of forever is "no timeout", which
+# the options that allow it spell by leaving the option out)
+POSITIVE_SECONDS = in_range(float, "expected a number of seconds > 0", 0, FINITE, above=True)
+NON_NEGATIVE_SECONDS = in_range(float, "expected a number of seconds >= 0", 0, FINITE)
+ELASTIC_LEVEL = in_range(int, "expected -1 (off), 0 (fault tolerance) or 1 (scale)", -1, 1)
+
+
+def nnodes(text: str) -> int | tuple[int, int]:
+    """A node count, or torchrun's / Paddle's MIN:MAX: (MIN, MAX) for an elastic range,
+    the count for N:N (a fixed job)."""
+    expected = "expected a positive integer, or MIN:MAX with 1 <= MIN <= MAX (an elastic range)"
+    low, sep, high = text.partition(":")
+    try:
+        if not sep:
+            return POSITIVE_INT(text)
+        lo, hi = POSITIVE_INT(low), POSITIVE_INT(high)
+    except BadValue:
+        raise BadValue(expected) from None
+    if lo > hi:
+        raise BadValue(f"MIN ({lo}) is above MAX ({hi}); expected MIN:MAX with MIN <= MAX")
+    return lo if lo == hi else (lo, hi)
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    items = tuple(t.strip() for t in text.split(","))
+    if not text.strip() or any(not t or " " in t for t in items):
+        raise BadValue("expected a comma-separated list of hosts, e.g. 192.168.0.1,192.168.0.2")
+    return items
+
+
+NPROC_KINDS = ("gpu", "cpu", "auto")
+
+
+def nproc(text: str) -> int | str:
+    """A positive count, or torchrun's gpu | cpu | auto."""
+    word = text.strip().lower()
+    if word in NPROC_KINDS:
+        return word
+    return POSITIVE_INT(text)  # + HINTS' words
+
+
+def gpu_list(text: str) -> tuple[str, ...] | str:
+    if text.strip().lower() == "cpu":
+        return "cpu"
+    items = tuple(t.strip() for t in text.split(","))
+    if not text.strip() or any(not t.isdigit() for t in items):
+        raise BadValue("expected a comma-separated list of GPU ids, e.g. 0,1, or cpu")
+    if len(set(items)) != len(items):
+        raise BadValue("expected each GPU id once")
+    return tuple(str(int(t)) for t in items)
+
+
+def host_port(text: str, *, port_required: bool) -> tuple[str, int | None]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        if port_required:
+            raise BadValue("expected ip:port entries, e.g. 192.168.0.1:6170,192.168.0.2:6170")
+        host, port = text, ""
+    if not host or " " in host:
+        raise BadValue("expected ip[:port] entries, e.g. 192.168.0.1:6170")
+    if not port:
+        return host, None
+    return host, PORT(port)
+
+
+def servers(text: str) -> tuple[str, ...]:
+    items = tuple(t.strip() for t in text.split(","))
+    if not text.strip():
+        raise BadValue("expected ip:port entries, e.g. 192.168.0.1:6170,192.168.0.2:6170")
+    for item in items:
+        host_port(item, port_required=True)
+    if len(set(items)) != len(items):
+        raise BadValue("expected each server endpoint once")
+    return items
+
+
+def workers(text: str) -> tuple[str, ...]:
+    items = tuple(t.strip() for t in text.split(","))
+    if not text.strip():
+        raise BadValue("expected ip[:port] entries, e.g. 192.168.0.1,192.168.0.1,192.168.0.2")
+    for item in items:
+        host_port(item, port_required=False)
+    return items
+
+
+def one_stage(text: str) -> str:
+    """--servers/--workers may use Paddle's stage separator, but name one stage only."""
+    if ";" in text:
+        n = len(text.split(";"))
+        raise BadValue(
+            f"lists {n} stages (separated by ';'); servers and CPU trainers are one stage "
+            "(stage 1): list the heter stages in --heter_workers"
+        )
+    return text
+
+
+def heter_stages(text: str) -> tuple[tuple[str, ...], ...]:
+    """Heter stages, e.g. "a:1,b:1;c:2": separated by ';', endpoints within one by ','."""
+    stages = tuple(servers(part) for part in text.split(";"))
+    flat = [ep for s in stages for ep in s]
+    if len(set(flat)) != len(flat):
+        raise BadValue("expected each heter endpoint once")
+    return stages
+
+
+def stage_counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(POSITIVE_INT(t.strip()) for t in text.split(";"))
+    except BadValue:
+        raise BadValue(
+            "expected a positive count per heter stage, separated by ';', e.g. 1;2"
+        ) from None
+
+
+HETER_DEVICES = ("cpu", "gpu")
+
+
+def stage_devices(text: str) -> tuple[str, ...]:
+    kinds = tuple(t.strip().lower() for t in text.split(";"))
+    if any(k not in HETER_DEVICES for k in kinds):
+        raise BadValue("expected one device kind per heter stage, cpu or gpu, e.g. gpu or cpu;gpu")
+    return kinds
+
+
+def one_of(*words: str, expected: str) -> Callable[[str], str]:
+    """A checker accepting exactly these words."""
+
+    def check(text: str) -> str:
+        if text not in words:
+            raise BadValue(expected)
+        return text
+
+    return check
+
+
+def tee(text: str) -> str:
+    text = text.strip().lower()
+    if text in ("all", "none"):
+        return text
+    items = [t.strip() for t in text.split(",")]
+    if not text or not all(t.isdigit() for t in items):
+        raise BadValue("expected 'all', 'none' or a comma-separated list of local worker indices")
+    return ",".join(str(int(t)) for t in items)
+
+
+def master(text: str) -> str:
+    if text.startswith("etcd://"):
+        rest = text[len("etcd://") :]
+        if not rest:
+            raise BadValue("expected etcd://host:port[,host:port]")
+        for item in rest.split(","):
+            host_port(item, port_required=True)
+        return text
+    host_port(text, port_required=True)
+    return text
+
+
+def non_empty(text: str) -> str:
+    if not text:
+        raise BadValue("expected a non-empty value")
+    return text
+
+
+def token_file(path: str) -> str:
+    """The job token read from a file (kept out of `ps` output and shell history)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise BadValue(f"cannot read the token file ({exc.strerror})") from None
+    if not token:
+        raise BadValue("the token file is empty")
+    return token
+
+
+# option dest -> checker, for every option that takes a value (in the order they are read)
+CHECKS: dict[str, Callable[[str], object]] = {
+    "ips": name_list,
+    "gpus": gpu_list,
+    "nproc_per_node": nproc,
+    "run_mode": one_of(*RUN_MODES, expected="expected one of " + ", ".join(RUN_MODES)),
+    "host": non_empty,
+    "start_port": PORT,
+    "job_id": non_empty,
+    "nnodes": nnodes,
+    "node_rank": NON_NEGATIVE_INT,
+    "master_addr": non_empty,
+    "master_port": PORT,
+    "master": master,
+    "rdzv_timeout": POSITIVE_SECONDS,
+    "heartbeat_timeout": POSITIVE_SECONDS,
+    "rdzv_last_call": POSITIVE_SECONDS,
+    "elastic_level": ELASTIC_LEVEL,
+    "elastic_timeout": NON_NEGATIVE_SECONDS,
+    "max_restarts": NON_NEGATIVE_INT,
+    "job_token": non_empty,
+    "job_token_file": token_file,
+    "server_num": POSITIVE_INT,
+    "worker_num": POSITIVE_INT,
+    "servers": lambda text: servers(one_stage(text)),
+    "workers": lambda text: workers(one_stage(text)),
+    "heter_workers": heter_stages,
+    "heter_worker_num": stage_counts,
+    "heter_devices": stage_devices,
+    "log_dir": non_empty,
+    "tee": tee,
+    "kill_timeout": NON_NEGATIVE_SECONDS,
+    "hang_timeout": POSITIVE_SECONDS,
+    "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
+}
+# What else a value may be, said after the value given.
+HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
+
+# switches (store_true options) and the words their variables may hold
+FLAGS = (
+    "module",
+    "no_python",
+    "log_overwrite",
+    "redirect_stdout_and_stderr",
+    "dry_run",
+)
+FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
+FLAG_FALSE = frozenset({"0", "false", "no", "off", ""})
