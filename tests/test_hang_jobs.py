@@ -77,8 +77,8 @@ def test_a_mismatched_collective_is_named_from_the_flight_record_after_the_job_f
     assert lines[0].startswith("no running trainer of job ")
     assert lines[0].endswith("(the job failed); from the progress files of ranks 0–3:")
     assert lines[1] == (
-        "rank 1's 5th collective was broadcast from rank 0; the others' (ranks 0, 2–3) was "
-        "all_reduce"
+        "rank 1 entered broadcast from rank 0 as #5 (default group); ranks 0, 2–3 entered "
+        "all_reduce as #5"
     )
     rank1 = (dump_dir(tmp_path / "log") / "rank.1.txt").read_text()
     assert "#5 broadcast 4096 B float32 peer 0 (group 0, failed)" in rank1

@@ -76,7 +76,7 @@ def test_paddlike_itself_counts_as_library_code():
     ("frames", "expected"),
     [
         # waiting in torch: the user frame, and torch's call name past its logging wrapper
-        (TORCH_ALL_REDUCE, Location("train.py:88", "main", "all_reduce")),
+        (TORCH_ALL_REDUCE, Location("train.py:88", "main", "all_reduce", waiting=True)),
         # user code innermost (time.sleep is a C call: native frames never count)
         (LOAD_BATCH, Location("data.py:41", "load_batch", "")),
         # paddlike's own collective: the function the user called, not its internals
@@ -87,7 +87,7 @@ def test_paddlike_itself_counts_as_library_code():
                 ("all_reduce", "/src/paddlike/distributed/collective/ops.py", 110),
                 ("step", "/home/u/train.py", 12),
             ),
-            Location("train.py:12", "step", "all_reduce"),
+            Location("train.py:12", "step", "all_reduce", waiting=True),
         ),
         # only library frames (a thread pool's idle worker): the innermost one's name
         (
@@ -178,16 +178,16 @@ def test_flight_records_name_the_rank_whose_collective_differs():
     flights = {r: [*agreed, Op(1204, state="running")] for r in (0, 1, 3)}
     flights[2] = [*agreed, Op(1204, "broadcast", peer=0, state="running")]
     assert compare_flights(flights) == [
-        "rank 2's 1,204th collective was broadcast from rank 0; the others' (ranks 0–1, 3) "
-        "was all_reduce"
+        "rank 2 entered broadcast from rank 0 as #1204 (default group); ranks 0–1, 3 are in "
+        "all_reduce #1204"
     ]
 
 
 def test_flight_records_name_a_size_mismatch_with_the_sizes():
     flights = {0: [Op(7)], 1: [Op(7)], 2: [Op(7, nbytes=8192)]}
     assert compare_flights(flights) == [
-        "rank 2's 7th collective was all_reduce of 8,192 B float32; the others' (ranks 0–1) "
-        "was all_reduce of 4,096 B float32"
+        "rank 2 entered all_reduce of 8,192 B float32 as #7 (default group); ranks 0–1 "
+        "entered all_reduce of 4,096 B float32 as #7"
     ]
 
 
@@ -217,7 +217,7 @@ def test_flight_records_that_agree_say_nothing_and_groups_are_compared_apart():
 def test_a_subgroups_mismatch_names_the_group():
     flights = {0: [Op(3, group_id=2)], 1: [Op(3, "barrier", nbytes=0, dtype="", group_id=2)]}
     assert compare_flights(flights) == [
-        "rank 0's 3rd collective on group 2 was all_reduce; the others' (rank 1) was barrier"
+        "rank 0 entered all_reduce as #3 (group 2); rank 1 entered barrier as #3"
     ]
 
 

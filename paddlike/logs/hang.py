@@ -4,14 +4,14 @@ Nothing here reads a file, a clock or a process: the caller passes what it colle
 (`stacks.py` on this node, the launcher across nodes), so every rule is a table test.
 
 - `locate` / `group_ranks` / `describe_groups`: where each rank is (its innermost frame
-  in user code, and the library call it is inside), ranks grouped by place, the odd one
-  out first: "rank 3 (nodeb, workerlog.3) is in `load_batch` at train.py:41" before
-  "ranks 0–2 (3 of 4) wait in `all_reduce` called from train.py:88".
-- `compare_flights`: the first collective on which the ranks disagree, or the one some
-  ranks never entered: "rank 1's 5th collective on group 0 was broadcast; the others'
-  (ranks 0, 2–3) was all_reduce".
-- `find_stragglers`: ranks lagging the median step, or slower per step than the median.
+  in user code, the library call it is inside, whether that call waits for the other
+  ranks), ranks grouped by place: "rank 3 (nodeb, workerlog.3) is in `load_batch` at
+  train.py:41", "ranks 0–2 (3 of 4) wait in `all_reduce` called from train.py:88".
+- `name_odd_ranks`: which ranks hold the others up, from the places and the flight
+  records' findings (`flights.py`), or that it cannot be told (the rule is below).
+- `summarize`: the report, its first line the verdict (the root cause of a hang abort).
 - `detect_hang`: whether the whole job stopped making progress, with an injected `now`.
+- `compare_flights` (flights.py) and `find_stragglers` (stragglers.py) are re-exported.
 """
 
 from __future__ import annotations
@@ -20,7 +20,22 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+
+from paddlike.logs.flights import (
+    FlightFinding,
+    FlightOp,
+    compare_flights,
+    flight_findings,
+    ordinal,
+    rank_ranges,
+    ranks_phrase,
+)
+from paddlike.logs.stragglers import (
+    StepSample,
+    Straggler,
+    describe_stragglers,
+    find_stragglers,
+)
 
 __all__ = [
     "Activity",
@@ -29,14 +44,20 @@ __all__ = [
     "Hang",
     "Location",
     "RankStack",
+    "StepSample",
     "Straggler",
     "ThreadStack",
+    "Verdict",
     "compare_flights",
     "describe_groups",
+    "describe_stragglers",
     "detect_hang",
     "find_stragglers",
+    "flight_findings",
     "group_ranks",
     "locate",
+    "name_odd_ranks",
+    "ordinal",
     "rank_ranges",
     "rebase",
     "summarize",
@@ -106,6 +127,7 @@ class RankStack:
     error: str = ""  # one line: why py-spy gave no stack ("" when it did)
     kernel: str = ""  # the no-cooperation fallback: "sleeping in futex_wait_queue"
     note: str = ""  # e.g. "Python frames only: native unwinding ran out of time"
+    stopped: bool = False  # the kernel says stopped (SIGSTOP, a debugger): it cannot move
 
     def main_thread(self) -> ThreadStack | None:
         for t in self.threads:
@@ -116,12 +138,15 @@ class RankStack:
 
 @dataclass(frozen=True, order=True)
 class Location:
-    """Where a rank is: `place` is what ranks are grouped by."""
+    """Where a rank is: `place` is what ranks are grouped by. `waiting`: inside a call
+    that waits for the other ranks (a collective, the rendezvous of init)."""
 
     where: str  # innermost user frame "train.py:88", or "" when only library frames
     function: str  # the user function of that frame, or the innermost frame's function
     call: str = ""  # the library call the user frame is inside ("all_reduce"), "" if none
     unknown: str = ""  # why no stack (then the other fields are "")
+    waiting: bool = False
+    stopped: bool = False
 
     @property
     def place(self) -> tuple[str, str, str, str]:
@@ -139,6 +164,20 @@ def is_library(filename: str, roots: Sequence[str] = LIBRARY_ROOTS) -> bool:
     return any(filename.startswith(r) for r in roots)
 
 
+# Code in which a rank waits for the others: the distributed packages of torch, Paddle
+# and paddlike (collectives, init's rendezvous, the stores they meet through).
+_DISTRIBUTED = re.compile(r"/(torch|paddle|paddlike)/distributed/")
+_DISTRIBUTED_NATIVE = ("c10d::", "gloo::", "nccl")
+
+
+def is_distributed(frame: Frame) -> bool:
+    """A frame of a collective or rendezvous: torch's, Paddle's or paddlike's
+    distributed package, or (native) c10d, gloo or NCCL."""
+    if frame.native:
+        return any(k in frame.function for k in _DISTRIBUTED_NATIVE)
+    return bool(_DISTRIBUTED.search(frame.filename))
+
+
 def _library_name(function: str) -> str:
     """'ProcessGroup.allreduce' -> 'allreduce'; 'all_reduce' stays."""
     return function.rsplit(".", 1)[-1]
@@ -152,11 +191,12 @@ def locate(stack: RankStack, roots: Sequence[str] = LIBRARY_ROOTS) -> Location:
         reason = stack.error or "no stack"
         if stack.kernel:
             reason = f"{reason}; {stack.kernel}"
-        return Location("", "", "", unknown=reason)
+        return Location("", "", "", unknown=reason, stopped=stack.stopped)
+    waiting = any(is_distributed(f) for f in thread.frames)
     frames = [f for f in thread.frames if not f.native]
     if not frames:
         f = thread.frames[0]
-        return Location("", f.function, "")
+        return Location("", f.function, "", waiting=waiting)
     for i, f in enumerate(frames):
         if is_library(f.filename, roots):
             continue
@@ -170,45 +210,42 @@ def locate(stack: RankStack, roots: Sequence[str] = LIBRARY_ROOTS) -> Location:
                 break
         if not call and i:
             call = _library_name(frames[i - 1].function)
-        return Location(f.short, f.function, call)
+        return Location(f.short, f.function, call, waiting=waiting)
     inner = frames[0]
-    return Location("", _library_name(inner.function), "")
+    return Location("", _library_name(inner.function), "", waiting=waiting)
 
 
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 4, 5, 7] -> '0–2, 4–5, 7'."""
-    out: list[str] = []
-    items = sorted(set(ranks))
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        out.append(str(items[i]) if i == j else f"{items[i]}–{items[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
-def _ranks_phrase(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
-
-
-def group_ranks(locations: Mapping[int, Location]) -> list[tuple[Location, list[int]]]:
-    """Ranks grouped by place, the odd one out first: smaller groups first, ranks whose
-    stack is unknown after those with one, then by lowest rank."""
+def group_ranks(
+    locations: Mapping[int, Location], first: Iterable[int] = ()
+) -> list[tuple[Location, list[int]]]:
+    """Ranks grouped by place: the groups of the ranks in `first` (the odd ones, see
+    name_odd_ranks) first, then smaller groups first, ranks whose stack is unknown
+    after those with one, then by lowest rank."""
     groups: dict[tuple[str, str, str, str], list[int]] = {}
-    first: dict[tuple[str, str, str, str], Location] = {}
+    head: dict[tuple[str, str, str, str], Location] = {}
     for rank in sorted(locations):
         loc = locations[rank]
         groups.setdefault(loc.place, []).append(rank)
-        first.setdefault(loc.place, loc)
-    order = sorted(groups, key=lambda k: (bool(first[k].unknown), len(groups[k]), groups[k][0]))
-    return [(first[k], groups[k]) for k in order]
+        head.setdefault(loc.place, loc)
+    odd = set(first)
+    order = sorted(
+        groups,
+        key=lambda k: (
+            not odd.intersection(groups[k]),
+            bool(head[k].unknown),
+            len(groups[k]),
+            groups[k][0],
+        ),
+    )
+    return [(head[k], groups[k]) for k in order]
 
 
 def describe_location(loc: Location, many: bool = False) -> str:
     """'waits in `all_reduce` called from train.py:88 (step)', 'is in `load_batch` at
-    train.py:41' ('wait'/'are' for several ranks), or why the stack is unknown."""
+    train.py:41' ('wait'/'are' for several ranks), 'is stopped', or why the stack is
+    unknown."""
+    if loc.stopped:
+        return f"{'are' if many else 'is'} stopped (SIGSTOP, or held by a debugger): no stack"
     if loc.unknown:
         return f"— stack unknown: {loc.unknown}"
     if loc.call and loc.where:
@@ -221,14 +258,17 @@ def describe_location(loc: Location, many: bool = False) -> str:
 
 
 def describe_groups(
-    locations: Mapping[int, Location], about: Mapping[int, str] | None = None
+    locations: Mapping[int, Location],
+    about: Mapping[int, str] | None = None,
+    first: Iterable[int] = (),
 ) -> list[str]:
-    """One line per group, the odd one out first. `about[rank]` ("nodeb, workerlog.1") is
-    shown for groups of one rank, where it tells the user which log to open."""
+    """One line per group, the groups of `first` first. `about[rank]` ("nodeb,
+    workerlog.1") is shown for groups of one rank, where it tells the user which log to
+    open."""
     total = len(locations)
     lines = []
-    for loc, ranks in group_ranks(locations):
-        who = _ranks_phrase(ranks)
+    for loc, ranks in group_ranks(locations, first):
+        who = ranks_phrase(ranks)
         if len(ranks) == 1 and about and about.get(ranks[0]):
             who += f" ({about[ranks[0]]})"
         elif len(ranks) > 1:
@@ -237,186 +277,84 @@ def describe_groups(
     return lines
 
 
-# --- flight records --------------------------------------------------------------------
-
-
-class FlightOp(Protocol):
-    """A flight-record entry (paddlike.distributed.progress.FlightEntry satisfies it)."""
-
-    group_seq: int
-    group_id: int
-    op: str
-    nbytes: int
-    dtype: str
-    peer: int
-    state: str
-
-
-def ordinal(n: int) -> str:
-    """1 -> '1st', 1204 -> '1,204th'."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n:,}{suffix}"
-
-
-def _op_text(e: FlightOp, with_size: bool) -> str:
-    text = e.op
-    if with_size and e.nbytes:
-        text += f" of {e.nbytes:,} B" + (f" {e.dtype}" if e.dtype else "")
-    if e.peer >= 0:
-        text += f" {_PEER_WORD.get(e.op, 'with')} rank {e.peer}"
-    return text
-
-
-_PEER_WORD = {"broadcast": "from", "scatter": "from", "recv": "from"}
-_PEER_WORD.update(dict.fromkeys(("reduce", "gather", "send"), "to"))
-
-
-def compare_flights(flights: Mapping[int, Sequence[FlightOp]]) -> list[str]:
-    """What the flight records say, per group the ranks share: the first sequence number
-    whose operation (or size) differs between ranks, else the ranks that are behind —
-    those that never entered a collective the others are in. [] when they agree."""
-    lines: list[str] = []
-    by_group: dict[int, dict[int, dict[int, FlightOp]]] = {}
-    for rank, entries in flights.items():
-        for e in entries:
-            by_group.setdefault(e.group_id, {}).setdefault(rank, {})[e.group_seq] = e
-    for gid in sorted(by_group):
-        ranks = by_group[gid]
-        if len(ranks) < 2:
-            continue
-        where = "" if gid == 0 else f" on group {gid}"
-        found = _first_mismatch(ranks)
-        if found is not None:
-            seq, parts = found
-            odd_key, odd_ranks = parts[0]
-            others = [r for _, rs in parts[1:] for r in rs]
-            others_key = parts[1][0] if len(parts) == 2 else None
-            odd = ranks[odd_ranks[0]][seq]
-            subject = _ranks_phrase(odd_ranks) + "'s"
-            with_size = odd_key[0] == (others_key[0] if others_key else None)
-            text = f"{subject} {ordinal(seq)} collective{where} was {_op_text(odd, with_size)}"
-            if others_key is not None:
-                other = ranks[parts[1][1][0]][seq]
-                text += f"; the others' ({_ranks_phrase(others)}) was {_op_text(other, with_size)}"
-            else:
-                text += "; the others disagree too: " + ", ".join(
-                    f"{_ranks_phrase(rs)}: {_op_text(ranks[rs[0]][seq], True)}"
-                    for _, rs in parts[1:]
-                )
-            lines.append(text)
-            continue
-        last = {r: max(seqs) for r, seqs in ranks.items()}
-        top = max(last.values())
-        behind = sorted(r for r, s in last.items() if s < top)
-        ahead = sorted(r for r, s in last.items() if s == top)
-        e = ranks[ahead[0]][top]
-        # A rank a collective ahead of a rank that is still finishing the previous one is
-        # normal while a job runs; it says something only while the ahead ranks wait.
-        if behind and e.state != "done":
-            lines.append(
-                f"{_ranks_phrase(behind)} never entered collective #{top}{where} "
-                f"({e.op}, which {_ranks_phrase(ahead)} "
-                f"{'is' if len(ahead) == 1 else 'are'} {_state_words(e.state)}); "
-                + "; ".join(
-                    f"{_ranks_phrase([r])}'s last was #{last[r]} "
-                    f"({ranks[r][last[r]].op}, {ranks[r][last[r]].state})"
-                    for r in behind[:4]
-                )
-                + ("; …" if len(behind) > 4 else "")
-            )
-    return lines
-
-
-def _state_words(state: str) -> str:
-    return {"running": "waiting in", "done": "past", "failed": "failed in"}.get(state, state)
-
-
-def _first_mismatch(
-    ranks: Mapping[int, Mapping[int, FlightOp]],
-) -> tuple[int, list[tuple[tuple[str, int, str, int], list[int]]]] | None:
-    """(seq, [(key, ranks)] minority first) for the first seq that two ranks both
-    recorded with different operations; None when all agree."""
-    seqs = sorted({s for entries in ranks.values() for s in entries})
-    for seq in seqs:
-        have = {r: entries[seq] for r, entries in ranks.items() if seq in entries}
-        if len(have) < 2:
-            continue
-        keyed: dict[tuple[str, int, str, int], list[int]] = {}
-        for r in sorted(have):
-            e = have[r]
-            keyed.setdefault((e.op, e.nbytes, e.dtype, e.peer), []).append(r)
-        if len(keyed) > 1:
-            parts = sorted(keyed.items(), key=lambda kv: (len(kv[1]), kv[1][0]))
-            return seq, parts
-    return None
-
-
-# --- stragglers ------------------------------------------------------------------------
-
-
-class StepSample(Protocol):
-    """A rank's step counter (paddlike.distributed.progress.RankProgress satisfies it)."""
-
-    rank: int
-    step: int
-    beats: int
-    step_time: float
-    busy_time: float
+# --- the odd rank ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Straggler:
-    rank: int
-    reason: str
+class Verdict:
+    """The ranks that hold the others up (`odd`, () when it cannot be told), which rule
+    named them, and in words why (or why it cannot be told)."""
+
+    odd: tuple[int, ...]
+    rule: str  # "stopped" | "elsewhere" | "behind" | "mismatch" | "unknown" | "fewest" | ""
+    why: str
 
 
-def find_stragglers(
-    samples: Iterable[StepSample], lag_steps: int = 5, slow_factor: float = 2.0
-) -> list[Straggler]:
-    """Ranks whose step lags the median by more than `lag_steps`, or whose time per step
-    exceeds `slow_factor` × the median. The time per step is taken outside paddlike's
-    collectives where the rank used them ("busy" time): in a synchronous job every
-    rank's step takes as long as the slowest rank's, only the busy time tells them apart.
-    Ranks that never called heartbeat() are left out."""
-    beating = [s for s in samples if s.beats > 0]
-    if len(beating) < 2:
-        return []
-    out: dict[int, list[str]] = {}
-    median_step = _median(sorted(s.step for s in beating), high=True)
-    for s in beating:
-        if median_step - s.step > lag_steps:
-            out.setdefault(s.rank, []).append(
-                f"{median_step - s.step} steps behind the median (step {s.step} vs {median_step})"
-            )
-    timed = [(s, s.busy_time if s.busy_time > 0 else s.step_time) for s in beating]
-    timed = [(s, t) for s, t in timed if t > 0]
-    if len(timed) >= 2:
-        median_t = _median(sorted(t for _, t in timed), high=False)
-        for s, t in timed:
-            if median_t > 0 and t > slow_factor * median_t:
-                what = (
-                    "outside collectives " if s.busy_time > 0 and s.busy_time < s.step_time else ""
-                )
-                out.setdefault(s.rank, []).append(
-                    f"{t / median_t:.1f}× the median time per step {what}"
-                    f"({_seconds(t)} vs {_seconds(median_t)})"
-                )
-    return [Straggler(r, "; ".join(reasons)) for r, reasons in sorted(out.items())]
+def name_odd_ranks(
+    locations: Mapping[int, Location], findings: Sequence[FlightFinding] = ()
+) -> Verdict:
+    """Who holds the job up, from where each rank is and what the flight records say.
+    The first rule that applies decides:
+
+    | rule      | when                                                    | odd ranks      |
+    |-----------|---------------------------------------------------------|----------------|
+    | stopped   | some ranks are stopped, not all                         | the stopped    |
+    | elsewhere | some ranks wait in a collective, others are outside any | the outside    |
+    | behind    | a record: ranks never entered what the others wait in   | those behind   |
+    | mismatch  | a record: ranks entered another collective, a minority  | the minority   |
+    | unknown   | every rank with a stack waits; some have no stack       | the unknown    |
+    | fewest    | one group of places strictly smaller than every other   | that group     |
+
+    Else it cannot be told: two ranks in different collectives, each the other's
+    equal; no stacks and no record; every rank at the same place. Counting alone
+    decides only the last rule, so two ranks are told apart by what they do, never by
+    which is lower."""
+    ranks = sorted(locations) or sorted({r for f in findings for r in (*f.odd, *f.others)})
+    if len(ranks) < 2:
+        return Verdict((), "", "one rank")
+    stopped = [r for r in ranks if locations.get(r, _NOWHERE).stopped]
+    if stopped and len(stopped) < len(ranks):
+        return Verdict(tuple(stopped), "stopped", "stopped: it cannot enter any collective")
+    known = {r: loc for r, loc in locations.items() if not loc.unknown}
+    waiting = [r for r, loc in known.items() if loc.waiting]
+    outside = sorted(r for r, loc in known.items() if not loc.waiting)
+    if waiting and outside:
+        return Verdict(tuple(outside), "elsewhere", "outside any collective the others wait in")
+    for f in findings:
+        if f.kind == "behind" and f.decisive:
+            return Verdict(f.odd, "behind", f"never entered collective #{f.seq}")
+    for f in findings:
+        if f.kind == "mismatch" and f.decisive:
+            return Verdict(f.odd, "mismatch", f"entered another collective as #{f.seq}")
+    unknown = sorted(r for r, loc in locations.items() if loc.unknown)
+    if unknown and known and len(waiting) == len(known):
+        return Verdict(tuple(unknown), "unknown", "gave no stack while the others wait")
+    groups = group_ranks(known)
+    if len(groups) >= 2 and len(groups[0][1]) < min(len(rs) for _, rs in groups[1:]):
+        return Verdict(tuple(groups[0][1]), "fewest", "fewer ranks at its place than any other")
+    return Verdict((), "", _cannot_tell(locations, known, groups, findings))
 
 
-def _median(ordered: Sequence[float], high: bool) -> float:
-    """The middle item; of an even count the upper (high) or lower one, never a mean: a
-    rank's own value, so that one slow rank of two is measured against the other."""
-    n = len(ordered)
-    return ordered[n // 2] if (n % 2 or high) else ordered[n // 2 - 1]
+_NOWHERE = Location("", "", unknown="not collected")
 
 
-def _seconds(t: float) -> str:
-    return f"{t * 1000:.0f} ms" if t < 1 else f"{t:.2f} s"
-
-
-def describe_stragglers(stragglers: Sequence[Straggler]) -> list[str]:
-    return [f"straggler: rank {s.rank} is {s.reason}" for s in stragglers]
+def _cannot_tell(
+    locations: Mapping[int, Location],
+    known: Mapping[int, Location],
+    groups: Sequence[tuple[Location, list[int]]],
+    findings: Sequence[FlightFinding],
+) -> str:
+    tie = next((f for f in findings if f.kind == "mismatch"), None)
+    if tie is not None:
+        return (
+            f"{ranks_phrase(tie.odd)} and {ranks_phrase(tie.others)} entered different "
+            f"collectives as #{tie.seq}, as many on each side: either went astray"
+        )
+    if not known:
+        return "no rank's stack could be read, and no flight record shows where they part"
+    if len(groups) == 1 and len(known) == len(locations):
+        return "every rank is at the same place (a network or backend problem, or a deadlock)"
+    return "the ranks are at different places, as many at each, and none waits for the others"
 
 
 # --- hang detection --------------------------------------------------------------------
@@ -500,12 +438,47 @@ def summarize(
     stragglers: Sequence[Straggler] = (),
     roots: Sequence[str] = LIBRARY_ROOTS,
 ) -> list[str]:
-    """The grouped summary: where the ranks are (odd one out first), then what the flight
-    records and step counters add."""
+    """The report. Its first line is the verdict (name_odd_ranks): the ranks that hold
+    the others up — the flight record's line where the record named them, else their
+    own place's line — or "no single rank stands out: why"; then where the ranks are
+    (the odd ones first), what the flight records and the step counters add. A line
+    is never repeated: the verdict's line moves to the top."""
     locations = {r: locate(s, roots) for r, s in stacks.items()}
     about = {r: ", ".join(x for x in (s.host, s.log_file) if x) for r, s in stacks.items()}
-    lines = describe_groups(locations, about)
-    if flights:
-        lines += compare_flights(flights)
-    lines += describe_stragglers(stragglers)
-    return lines
+    findings = flight_findings(flights) if flights else []
+    verdict = name_odd_ranks(locations, findings)
+    lines = describe_groups(locations, about, verdict.odd) + [f.text for f in findings]
+    head = _headline(verdict, locations, about, findings, lines)
+    if head is not None:
+        if head in lines:
+            lines.remove(head)
+        lines.insert(0, head)
+    return lines + describe_stragglers(stragglers)
+
+
+def _headline(
+    verdict: Verdict,
+    locations: Mapping[int, Location],
+    about: Mapping[int, str],
+    findings: Sequence[FlightFinding],
+    lines: Sequence[str],
+) -> str | None:
+    """The verdict's line; None when the report's first line already is."""
+    ranks = set(locations) | {r for f in findings for r in (*f.odd, *f.others)}
+    if len(ranks) < 2:
+        return None
+    if not verdict.odd:
+        return f"no single rank stands out: {verdict.why}"
+    odd = set(verdict.odd)
+    named = next((f for f in findings if set(f.odd) == odd), None)
+    if named is not None and verdict.rule in ("behind", "mismatch"):
+        return named.text  # the record named them: where the ranks part is the news
+    first = group_ranks(locations, verdict.odd)
+    if first and set(first[0][1]) == odd and (first[0][0].stopped or not first[0][0].unknown):
+        return None  # the odd ranks' own line (describe_groups put it first)
+    if named is not None:
+        return named.text
+    who = ranks_phrase(verdict.odd)
+    if len(verdict.odd) == 1 and about.get(verdict.odd[0]):
+        who += f" ({about[verdict.odd[0]]})"
+    return f"{who} {verdict.why}"

@@ -5,19 +5,15 @@ again with `--native` in the time left before one deadline (a rank whose native 
 fails or is late keeps its Python frames). Where py-spy cannot attach (not installed,
 no ptrace permission) the rank gets the kernel's view from /proc instead — the main
 thread's state and the kernel function it sleeps in (`wchan`) — and the reason in one
-line.
+line. A stopped process (SIGSTOP) is not given to py-spy, which cannot read it.
 
-`write_dump` writes what was collected into the log directory:
+`collect_job(targets)` adds what the workers' probes say (`--hang_timeout` puts one in
+each worker, see `worker_probe`): torch's flight record, and a Python stack for a rank
+py-spy could not read.
 
-    <log_dir>/stacks/<YYYYmmdd-HHMMSS>/rank.<N>.txt   one file per rank: its threads,
-                                                       progress counters, flight record
-    <log_dir>/stacks/<YYYYmmdd-HHMMSS>/summary.txt    the grouped summary (hang.summarize)
-    <log_dir>/stacks/<YYYYmmdd-HHMMSS>/stacks.json    everything above, machine-readable
-
-`dump_job(log_dir)` does both for the running trainers that this node's summary.json
-lists (`python -m paddlike.logs DIR --stacks`). Across nodes, each launcher collects its
-own ranks and ships `stacks_to_json(...)` through its store; `stacks_from_json` reads it
-back on the node that writes the summary.
+`dump_job(log_dir)` collects, summarises and writes the files (`stack_files`) for the
+running trainers that this node's summary.json lists (`python -m paddlike.logs DIR
+--stacks`).
 """
 
 from __future__ import annotations
@@ -30,23 +26,35 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from paddlike.distributed import progress as P
-from paddlike.logs import hang
+from paddlike.logs import hang, torch_flight
 from paddlike.logs.hang import Frame, RankStack, ThreadStack
+from paddlike.logs.stack_files import (
+    Dump,
+    merge_reports,
+    merge_torch_records,
+    node_report,
+    stacks_from_json,
+    stacks_to_json,
+    write_dump,
+)
+from paddlike.logs.torch_flight import TorchOp
 from paddlike.summary import RunSummary, read_summary
 
 __all__ = [
     "Dump",
     "Target",
     "collect",
+    "collect_job",
     "dump_job",
     "find_py_spy",
+    "job_flights",
     "job_targets",
     "merge_reports",
+    "merge_torch_records",
     "node_report",
     "parse_py_spy",
     "signs_of_life",
@@ -55,12 +63,12 @@ __all__ = [
     "write_dump",
 ]
 
-STACKS_DIR = "stacks"
 PTRACE_DENIED = (
     "no permission to attach (ptrace): run as the workers' user or root, or allow it "
     "(sysctl kernel.yama.ptrace_scope=0; in a container, the SYS_PTRACE capability)"
 )
 DEFAULT_TIMEOUT = 10.0
+STOPPED = "stopped (state T): py-spy cannot read a stopped process"
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,16 @@ _STATES = {
 }
 
 
+def main_thread_state(pid: int, proc: Path = Path("/proc")) -> str:
+    """The kernel's one-letter state of a process's main thread ("S", "T", ...); "" when
+    the process is gone."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()[0]
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
 def kernel_view(pid: int, proc: Path = Path("/proc")) -> str:
     """One line from /proc, which needs no ptrace: the main thread's state and the kernel
     function it sleeps in, and how many threads there are. "" when the process is gone."""
@@ -186,11 +204,17 @@ def collect(
     Python-only stack when the native pass fails or runs out of time, and gets the
     kernel's view when even the first pass fails."""
     deadline = time.monotonic() + timeout
+    results: dict[int, RankStack] = {}
+    # py-spy cannot read a stopped process (it would wait out the deadline): say so now
+    for t in targets:
+        if main_thread_state(t.pid) == "T":
+            results[t.rank] = replace(_fallback(t, STOPPED), stopped=True)
+    targets = [t for t in targets if t.rank not in results]
     tool = py_spy or find_py_spy()
     if tool is None:
         reason = "py-spy not found (pip install py-spy)"
-        return {t.rank: _fallback(t, reason) for t in sorted(targets, key=lambda t: t.rank)}
-    results: dict[int, RankStack] = {}
+        results.update({t.rank: _fallback(t, reason) for t in targets})
+        return {r: results[r] for r in sorted(results)}
     for t, (ok, out, err) in _dump_all(tool, targets, False, deadline):
         results[t.rank] = _parsed(t, out, "Python frames only") if ok else _fallback(t, err)
     if native:
@@ -206,6 +230,31 @@ def collect(
             )
             results[t.rank] = replace(results[t.rank], note=note)
     return {r: results[r] for r in sorted(results)}
+
+
+def collect_job(
+    targets: Sequence[Target], timeout: float = DEFAULT_TIMEOUT, py_spy: str | None = None
+) -> tuple[dict[int, RankStack], dict[int, list[TorchOp]]]:
+    """Every target's stack and torch flight record: the workers' probes first (they
+    answer in milliseconds, and py-spy pauses a rank while it reads it), then py-spy;
+    a rank py-spy could not read keeps the Python stack its probe sent. A stopped
+    process is asked nothing (it cannot answer)."""
+    moving = [t for t in targets if main_thread_state(t.pid) != "T"]
+    answers = torch_flight.ask(moving, min(torch_flight.TIMEOUT, timeout / 3)) if moving else {}
+    taken = torch_flight.fill_stacks(collect(targets, timeout, py_spy), answers)
+    return taken, {r: list(a.record) for r, a in answers.items() if a.record}
+
+
+def job_flights(
+    progress: Mapping[int, P.RankProgress], torch_records: Mapping[int, Sequence[TorchOp]]
+) -> dict[int, Sequence[hang.FlightOp]]:
+    """The flight record of every rank: paddlike's runtime's where it has one, else
+    torch's (a job uses one or the other)."""
+    flights: dict[int, Sequence[hang.FlightOp]] = {r: p.flight for r, p in progress.items()}
+    for rank, ops in torch_records.items():
+        if not flights.get(rank):
+            flights[rank] = ops
+    return dict(sorted(flights.items()))
 
 
 def _dump_all(
@@ -292,107 +341,6 @@ def _same_job(pid: int, job_id: str) -> bool:
     return f"PADDLIKE_JOB_ID={job_id}".encode() in environ.split(b"\0")
 
 
-# --- files -----------------------------------------------------------------------------
-
-
-@dataclass
-class Dump:
-    """What `dump_job` / `write_dump` produced."""
-
-    path: Path  # the stacks/<timestamp> directory (of the first node directory)
-    lines: list[str]  # the grouped summary
-    stacks: dict[int, RankStack] = field(default_factory=dict)
-    paths: list[Path] = field(default_factory=list)  # one per node directory
-
-
-def stacks_to_json(stacks: Mapping[int, RankStack]) -> list[dict[str, Any]]:
-    return [asdict(s) for _, s in sorted(stacks.items())]
-
-
-def stacks_from_json(data: Sequence[Mapping[str, Any]]) -> dict[int, RankStack]:
-    out = {}
-    for d in data:
-        threads = tuple(
-            ThreadStack(
-                name=t["name"],
-                frames=tuple(Frame(**f) for f in t["frames"]),
-                os_thread_id=t.get("os_thread_id", 0),
-                idle=t.get("idle", True),
-            )
-            for t in d.get("threads", [])
-        )
-        fields = {k: v for k, v in d.items() if k != "threads"}
-        out[int(d["rank"])] = RankStack(**fields, threads=threads)
-    return out
-
-
-def format_stack(stack: RankStack) -> str:
-    """py-spy's text layout, with full file names."""
-    head = f"rank {stack.rank}"
-    for label, value in (("host", stack.host), ("pid", stack.pid), ("log", stack.log_file)):
-        if value:
-            head += f"  {label} {value}"
-    lines = [head]
-    if stack.error:
-        lines.append(f"no Python stack: {stack.error}")
-    if stack.note:
-        lines.append(f"({stack.note})")
-    if stack.kernel:
-        lines.append(stack.kernel)
-    for t in stack.threads:
-        lines.append(f'Thread {t.os_thread_id} ({"idle" if t.idle else "active"}): "{t.name}"')
-        for f in t.frames:
-            where = f.filename if f.native else f"{f.filename}:{f.line}"
-            name = f.function if len(f.function) <= 200 else f.function[:199] + "…"  # C++
-            lines.append(f"    {name} ({where})")
-    return "\n".join(lines) + "\n"
-
-
-def format_progress(p: P.RankProgress, now_mono: float | None = None) -> str:
-    lines = [
-        f"progress: step {p.step}, {p.beats} heartbeats, {p.ops} collectives"
-        + (
-            f", {p.step_time:.3f} s/step ({p.busy_time:.3f} s outside collectives)"
-            if p.step_time
-            else ""
-        )
-    ]
-    if now_mono is not None and p.last_activity_mono:
-        lines[0] += f", last activity {now_mono - p.last_activity_mono:.1f} s ago"
-    if p.flight:
-        lines.append(f"flight record (last {len(p.flight)} collectives, oldest first):")
-        for e in p.flight:
-            if e.end_mono:
-                took = f"took {_duration(e.end_mono - e.start_mono)}"
-            else:
-                took = f"for {_duration(now_mono - e.start_mono)}" if now_mono else ""
-            lines.append(f"    {e.n:>8} {e.describe()} {took}")
-    return "\n".join(lines) + "\n"
-
-
-def node_report(
-    stacks: Mapping[int, RankStack], progress: Mapping[int, P.RankProgress]
-) -> dict[str, Any]:
-    """What one node sends to the node that writes the summary: JSON types only."""
-    return {
-        "stacks": stacks_to_json(stacks),
-        "progress": {str(r): p.to_json() for r, p in sorted(progress.items())},
-    }
-
-
-def merge_reports(
-    reports: Sequence[Mapping[str, Any]],
-) -> tuple[dict[int, RankStack], dict[int, P.RankProgress]]:
-    """Every node's node_report, as one job's stacks and progress by global rank."""
-    stacks: dict[int, RankStack] = {}
-    progress: dict[int, P.RankProgress] = {}
-    for report in reports:
-        stacks.update(stacks_from_json(report.get("stacks", [])))
-        for rank, data in report.get("progress", {}).items():
-            progress[int(rank)] = P.RankProgress.from_json(data)
-    return dict(sorted(stacks.items())), dict(sorted(progress.items()))
-
-
 def signs_of_life(
     log_dir: str | os.PathLike[str],
     logs: Mapping[int, str],
@@ -415,53 +363,6 @@ def signs_of_life(
 
 def _status(summary: RunSummary) -> str:
     return "is running" if summary.status == "running" else summary.status
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.1f} s"
-
-
-def write_dump(
-    log_dir: str | os.PathLike[str],
-    stacks: Mapping[int, RankStack],
-    lines: Sequence[str],
-    progress: Mapping[int, P.RankProgress] | None = None,
-    when: float | None = None,
-) -> Path:
-    """Write one file per rank, summary.txt and stacks.json under
-    <log_dir>/stacks/<timestamp>/; returns that directory."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when or time.time()))
-    root = Path(log_dir) / STACKS_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    out = root / stamp
-    n = 1
-    while True:
-        try:
-            out.mkdir()
-            break
-        except FileExistsError:
-            out = root / f"{stamp}-{n}"
-            n += 1
-    progress = progress or {}
-    now_mono = time.monotonic()
-    for rank in sorted(set(stacks) | set(progress)):
-        parts = []
-        if rank in stacks:
-            parts.append(format_stack(stacks[rank]))
-        if rank in progress:
-            parts.append(format_progress(progress[rank], now_mono))
-        (out / f"rank.{rank}.txt").write_text("\n".join(parts))
-    (out / "summary.txt").write_text("\n".join(lines) + "\n")
-    data = {
-        "time": when or time.time(),
-        "summary": list(lines),
-        "stacks": stacks_to_json(stacks),
-        "progress": {str(r): asdict(p) for r, p in sorted(progress.items())},
-    }
-    (out / "stacks.json").write_text(json.dumps(data, indent=1) + "\n")
-    return out
 
 
 def dump_job(
@@ -489,11 +390,9 @@ def dump_job(
             f"{nodes[0][0]}: no running trainer of job {first.job_id} on this machine "
             f"(the summary says the job {_status(first)}) and no progress files"
         )
-    stacks = collect(targets, timeout) if targets else {}
+    stacks, records = collect_job(targets, timeout) if targets else ({}, {})
     lines = hang.summarize(
-        stacks,
-        {r: p.flight for r, p in sorted(progress.items())},
-        hang.find_stragglers(progress.values()),
+        stacks, job_flights(progress, records), hang.find_stragglers(progress.values())
     )
     if not targets:
         # After the job ended the progress files remain: what the ranks did last.
@@ -506,5 +405,6 @@ def dump_job(
     paths = []
     for d, _, ts, ps in nodes:
         local = {t.rank: stacks[t.rank] for t in ts if t.rank in stacks}
-        paths.append(write_dump(d, local, lines, ps, when))
+        mine = {t.rank: records[t.rank] for t in ts if t.rank in records}
+        paths.append(write_dump(d, local, lines, ps, when, mine))
     return Dump(paths[0], lines, stacks, paths)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike import contract
 from paddlike.launch import NamedTuple
+from paddlike.logs.worker_probe import probe_env
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -273,6 +274,8 @@ def plan_collective(
         **_no_proxy_env(facts, layout.hosts),
         **_ifname_env(facts),
         **_launcher_env(options, facts, layout.hosts),
+        # --hang_timeout: torch's flight recorder on, and the probe that reads it out
+        **(probe_env(facts.environ) if options.hang_timeout else {}),
     }
     argv = _command(options, facts.python)
     processes = []

@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
 from paddlike.launch.plan.policy import hang_cause
 from paddlike.summary import RootCause
@@ -44,7 +45,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from paddlike.launch.peers.stackreq import StackChannel
-    from paddlike.launch.run.supervisor import Watched
+    from paddlike.logs.hang import RankStack
+    from paddlike.logs.stacks import Target
+    from paddlike.logs.torch_flight import TorchOp
+
+    Collect = Callable[
+        [Sequence[Target], float], tuple[dict[int, RankStack], dict[int, list[TorchOp]]]
+    ]
 
 # CPU seconds a silent rank must use between two checks to count as starting up.
 CPU_LIFE = 0.05
@@ -57,6 +64,19 @@ COLLECT_TIMEOUT = 10.0
 ANSWER_GRACE = 5.0
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Watched(NamedTuple):
+    """A running trainer as the hang rule sees it: its log (name relative to the log
+    directory) and where the launcher's header in it ends. The supervisor makes these
+    from its live processes; the rule never sees a process object."""
+
+    rank: int
+    pid: int
+    log_name: str
+    log_start: int
+    err_name: str | None = None
+    err_start: int = 0
 
 
 class HangWatch:
@@ -73,7 +93,14 @@ class HangWatch:
         timeout: float | None = None,
         on_hang: str = "dump",
         collect_timeout: float = COLLECT_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        cpu_seconds: Callable[[int], float] | None = None,
+        collect: Collect | None = None,
     ) -> None:
+        """`clock` (monotonic) and `wall` (Unix time) are the rule's clocks, `cpu_seconds`
+        a process's CPU time and `collect` the stacks and flight records of targets
+        (`paddlike.logs.stacks.collect_job`): given by tests, never patched."""
         self.log_dir = Path(log_dir)
         self.console = console
         self.host = host
@@ -91,6 +118,9 @@ class HangWatch:
         self._newest: float | None = None  # the newest local sign of life at the last check
         self.channel: StackChannel | None = None  # many nodes: this round's stack requests
         self._workers: Callable[[], Sequence[Watched]] = list
+        self._clock, self._wall = clock, wall
+        self._cpu_seconds = cpu_seconds or _cpu_seconds
+        self._collect = collect
 
     @property
     def fd(self) -> int | None:
@@ -107,14 +137,14 @@ class HangWatch:
         self._cpu_life.clear()
         self._reported = None
         self._quiet_until = 0.0
-        self._next = time.monotonic() + _SHORTEST_WAIT if self.timeout else None
+        self._next = self._clock() + _SHORTEST_WAIT if self.timeout else None
 
     def _after_collection(self) -> None:
         """py-spy pauses each rank while it reads its stack, for up to the collection's
         deadline: give every rank a whole --hang_timeout after it to show life again,
         or the pause itself would read as the next hang."""
         if self.timeout is not None:
-            self._quiet_until = time.monotonic() + self.timeout
+            self._quiet_until = self._clock() + self.timeout
             self._next = max(self._next or 0.0, self._quiet_until)
 
     def next_check(self) -> float | None:
@@ -129,7 +159,7 @@ class HangWatch:
             return None
         from paddlike.logs import hang
 
-        now, now_mono = time.time(), time.monotonic()
+        now, now_mono = self._wall(), self._clock()
         if now_mono < self._quiet_until:  # ranks were paused by py-spy until lately
             self._next = self._quiet_until
             return None
@@ -156,7 +186,7 @@ class HangWatch:
             self.console.say("--on_hang dump: the job keeps running")
             return None
         dump = str(path.relative_to(self.log_dir) / "summary.txt")
-        return hang_cause(self.host, self.node_index, lines, stalled, dump, time.time())
+        return hang_cause(self.host, self.node_index, lines, stalled, dump, self._wall())
 
     def _activity(self, workers: Sequence[Watched], now: float) -> list:
         from paddlike.distributed import progress as P
@@ -174,7 +204,7 @@ class HangWatch:
             if (p is not None and (p.beats or p.ops)) or self._wrote(w):
                 out.append(a)
                 continue
-            cpu = _cpu_seconds(w.pid)
+            cpu = self._cpu_seconds(w.pid)
             if cpu - self._cpu.get(w.rank, 0.0) >= CPU_LIFE:
                 self._cpu_life[w.rank] = now
             self._cpu[w.rank] = max(cpu, self._cpu.get(w.rank, 0.0))
@@ -217,19 +247,28 @@ class HangWatch:
         targets = [
             stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name) for w in workers
         ]
-        began = time.monotonic()
-        taken = stacks.collect(targets, self.collect_timeout)
+        began = self._clock()
+        taken, records = self._collect_job(targets)
         self._after_collection()
-        took = time.monotonic() - began
+        took = self._clock() - began
         prog = P.read_all(self.log_dir, self.job_id or None)
         lines = hang.summarize(
-            taken, {r: p.flight for r, p in prog.items()}, hang.find_stragglers(prog.values())
+            taken, stacks.job_flights(prog, records), hang.find_stragglers(prog.values())
         )
-        path = stacks.write_dump(self.log_dir, taken, [*lines, *extra], prog)
+        path = stacks.write_dump(self.log_dir, taken, [*lines, *extra], prog, None, records)
         for line in lines:
             self.console.say(f"  {line}")
         self.console.say(f"stacks of {len(taken)} ranks in {path} (taken in {took:.1f} s)")
         return lines, path
+
+    def _collect_job(
+        self, targets: Sequence[Target]
+    ) -> tuple[dict[int, RankStack], dict[int, list[TorchOp]]]:
+        if self._collect is not None:
+            return self._collect(targets, self.collect_timeout)
+        from paddlike.logs import stacks
+
+        return stacks.collect_job(targets, self.collect_timeout)
 
     # --------------------------------------------------------------------- many nodes
     def answer(self) -> RootCause | None:
@@ -254,21 +293,22 @@ class HangWatch:
 
         assert self.channel is not None
         workers = self._workers()
-        began, now = time.monotonic(), time.time()
+        began, now = self._clock(), self._wall()
         ages = hang.rebase(self._activity(workers, now), now) if self.timeout else []
         targets = [stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name)
                    for w in workers]  # fmt: skip
-        taken = stacks.collect(targets, self.collect_timeout) if targets else {}
+        taken, records = self._collect_job(targets) if targets else ({}, {})
         self._after_collection()
         prog = P.read_all(self.log_dir, self.job_id or None)
-        report = stacks.node_report(taken, prog)
+        report = stacks.node_report(taken, prog, records)
         report["activity"] = [[a.rank, a.last_log, a.last_progress, a.uses_heartbeat] for a in ages]
         self.channel.answer(n, report)
         reports, silent = self.channel.gather(n, self.collect_timeout + ANSWER_GRACE)
         all_stacks, all_prog = stacks.merge_reports(reports)
+        all_records = stacks.merge_torch_records(reports)
         lines = hang.summarize(
             all_stacks,
-            {r: p.flight for r, p in all_prog.items()},
+            stacks.job_flights(all_prog, all_records),
             hang.find_stragglers(all_prog.values()),
         )
         if silent:
@@ -301,10 +341,10 @@ class HangWatch:
         else:
             self.console.say(f"stacks requested ({body.get('why')}):")
         local = {r: s for r, s in taken.items()}
-        path = stacks.write_dump(self.log_dir, local, [*lines, *extra], prog)
+        path = stacks.write_dump(self.log_dir, local, [*lines, *extra], prog, None, records)
         for line in lines:
             self.console.say(f"  {line}")
-        took = time.monotonic() - began
+        took = self._clock() - began
         self.console.say(
             f"stacks of {len(local)} ranks of this node in {path} (the job's taken in {took:.1f} s)"
         )
@@ -313,7 +353,7 @@ class HangWatch:
                 self.console.say("--on_hang dump: the job keeps running")
             return None
         dump = str(path.relative_to(self.log_dir) / "summary.txt")
-        return hang_cause(self.host, self.node_index, lines, extra[0], dump, time.time())
+        return hang_cause(self.host, self.node_index, lines, extra[0], dump, self._wall())
 
 
 def _cpu_seconds(pid: int) -> float:

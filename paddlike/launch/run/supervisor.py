@@ -51,6 +51,7 @@ from paddlike.launch.plan.policy import (
 )
 from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.guardian import Guardian
+from paddlike.launch.run.hangwatch import HangWatch, Watched
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
 from paddlike.launch.run.signals import DUMP_SIGNAL, read_signals, signals_to_pipe
 from paddlike.summary import ProcessRecord, RootCause
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from paddlike.launch.context.options import TeeSelection
-    from paddlike.launch.run.hangwatch import HangWatch
 
 TAIL_LINES = 20
 # After SIGKILL a process can only linger in uninterruptible sleep; don't wait forever.
@@ -96,18 +96,6 @@ class RunOutcome(NamedTuple):
     @property
     def trainers(self) -> int:
         return sum(1 for r in self.records if r.role == Role.TRAINER.value)
-
-
-class Watched(NamedTuple):
-    """A running trainer as the hang rule (`run.hangwatch`) sees it: its log (name
-    relative to the log directory) and where the launcher's header in it ends."""
-
-    rank: int
-    pid: int
-    log_name: str
-    log_start: int
-    err_name: str | None = None
-    err_start: int = 0
 
 
 class _Proc:
