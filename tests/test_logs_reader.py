@@ -119,7 +119,7 @@ def paddle_dir(path: Path) -> Path:
 def test_default_view_puts_the_root_cause_above_a_table_of_every_process(tmp_path):
     log = failed_job_dir(tmp_path / "log")
     code, out = run([log])
-    assert code == 0
+    assert code == 3  # the job's exit code
     lines = out.splitlines()
     assert lines[0] == "FAILED: trainer rank 1 exited with code 3"
     assert "    | RuntimeError: rank 1 cannot read shard 1" in lines
@@ -132,14 +132,17 @@ def test_default_view_puts_the_root_cause_above_a_table_of_every_process(tmp_pat
     assert "killed" in row0 and "SIGTERM" in row0
     assert "failed" in row1 and " 3 " in row1 and "2.00 s" not in row1 and "1.50 s" in row1
     assert row1.rstrip().endswith("RuntimeError: rank 1 cannot read shard 1")
-    assert "killed = stopped by the launcher" in out
+    assert out.endswith(
+        "job failed: 2 processes on 1 node (1 killed, 1 failed); "
+        "killed = stopped by the launcher after another process failed\n"
+    )
 
 
 def test_json_has_the_same_facts(tmp_path):
     log = failed_job_dir(tmp_path / "log")
     code, out = run([log, "--json"])
     data = json.loads(out)
-    assert code == 0 and data["status"] == "failed"
+    assert code == 3 and data["status"] == "failed" and data["exit_code"] == 3
     assert data["root_cause"]["rank"] == 1 and data["root_cause"]["exit_code"] == 3
     procs = data["nodes"][0]["processes"]
     assert [(p["rank"], p["status"]) for p in procs] == [(0, "killed"), (1, "failed")]
@@ -193,7 +196,7 @@ def test_a_directory_without_logs_is_one_clear_line_and_exit_2(tmp_path, kind):
 def test_paddle_written_directory_is_inferred_from_file_names_and_contents(tmp_path):
     log = paddle_dir(tmp_path / "log")
     code, out = run([log])
-    assert code == 0
+    assert code == 1  # failed, its exit code unknown
     assert out.startswith("FAILED: trainer rank 1 (workerlog.1) logged: ExternalError: NCCL")
     data = json.loads(run([log, "--json"])[1])
     procs = data["nodes"][0]["processes"]
@@ -216,6 +219,7 @@ def test_paddle_ps_directory_shows_servers_and_trainers(tmp_path):
         (log / name).write_text("ok\n")
     data = json.loads(run([log, "--json"])[1])
     procs = data["nodes"][0]["processes"]
+    assert data["status"] == "unknown" and data["exit_code"] == 3
     assert [(p["role"], p["rank"], p["endpoint"]) for p in procs] == [
         ("server", 0, "127.0.0.1:6070"),
         ("server", 1, "127.0.0.1:6071"),
@@ -234,8 +238,13 @@ def sleeper():
         proc.wait()
 
 
-def running_job_dir(path: Path, live_pid: int, dead_pid: int) -> Path:
+def running_job_dir(path: Path, live_pid: int, dead_pid: int, launcher: int | None = None) -> Path:
+    """A summary that says running; the owner file names `launcher` (default: `live_pid`),
+    as a launcher's does while it holds the directory."""
     path.mkdir(parents=True)
+    owner = {"pid": live_pid if launcher is None else launcher, "host": "127.0.0.1"}
+    (path / ".paddlike.owner").write_text(json.dumps(owner | {"since": time.time()}))
+    started = time.time() - 5
     (path / "workerlog.0").write_text("epoch 0\n")
     (path / "workerlog.1").write_text("epoch 0\n")
     write_summary(
@@ -250,8 +259,12 @@ def running_job_dir(path: Path, live_pid: int, dead_pid: int) -> Path:
             log_dir=str(path),
             start_time=time.time() - 5,
             processes=[
-                record(0, "running", pid=live_pid, end_time=None, exit_code=None),
-                record(1, "running", pid=dead_pid, end_time=None, exit_code=None),
+                record(
+                    0, "running", pid=live_pid, start_time=started, end_time=None, exit_code=None
+                ),
+                record(
+                    1, "running", pid=dead_pid, start_time=started, end_time=None, exit_code=None
+                ),
             ],
         ),
     )
@@ -264,14 +277,21 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def test_running_job_shows_live_processes_as_running_and_gone_ones_as_exited(tmp_path, sleeper):
+def test_running_job_shows_live_processes_as_running_and_gone_ones_as_gone(tmp_path, sleeper):
     log = running_job_dir(tmp_path / "log", sleeper.pid, dead_pid())
     code, out = run([log, "--json"])
     data = json.loads(out)
-    assert code == 0 and data["status"] == "running"
-    assert [p["status"] for p in data["nodes"][0]["processes"]] == ["running", "exited"]
-    assert data["root_cause"] is None
-    assert "node 0 of 1" in run([log])[1]
+    assert code == 75 and data["status"] == "running" and data["exit_code"] == 75
+    assert [p["status"] for p in data["nodes"][0]["processes"]] == ["running", "gone"]
+    assert data["root_cause"] is None and data["hung_for"] is None
+    code, out = run([log])
+    assert code == 75
+    assert out.splitlines()[0].startswith("node 0 of 1 (")
+    assert ": running, ran " in out.splitlines()[0]
+    assert out.endswith(
+        "job running: 2 processes on 1 node (1 running, 1 gone); gone = its launcher died "
+        "before recording how it ended\n"
+    )
 
 
 def test_multi_node_parent_directory_shows_each_node(tmp_path):
@@ -284,7 +304,7 @@ def test_multi_node_parent_directory_shows_each_node(tmp_path):
     ]
     (a / "summary.json").write_text(json.dumps(summary))
     code, out = run([tmp_path / "job"])
-    assert code == 0
+    assert code == 3
     assert out.index("node 0 of 2") < out.index("node 1 of 2")
     assert out.count("FAILED:") == 1
     data = json.loads(run([tmp_path / "job" / "nodeb", tmp_path / "job" / "nodea", "--json"])[1])
@@ -373,7 +393,7 @@ def test_sample_success_shows_every_worker_ok():
 
 def test_sample_failed_names_rank_1_its_exit_code_and_its_traceback():
     code, out = run([sample("failed")])
-    assert code == 0
+    assert code == 3
     assert out.startswith("FAILED: trainer rank 1 exited with code 3\n")
     assert "    | RuntimeError: rank 1 cannot read shard data/part-00001" in out
     data = json.loads(run([sample("failed"), "--json"])[1])
@@ -477,7 +497,7 @@ def test_running_job_of_the_real_launcher_is_followed_until_the_launcher_ends_it
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=30) == 143
         follow.communicate(timeout=30)  # stops by itself: the summary says the job ended
-        assert follow.returncode == 0
+        assert follow.returncode == 143  # the job's outcome: stopped by SIGTERM
         data = json.loads(run([log, "--json"])[1])
         assert data["status"] == "interrupted"
         assert data["root_cause"] is not None and "SIGTERM" in data["root_cause"]["reason"]
@@ -491,5 +511,5 @@ def test_running_job_of_the_real_launcher_is_followed_until_the_launcher_ends_it
 def test_follow_with_rank_shows_only_that_process(tmp_path):
     log = failed_job_dir(tmp_path / "log")
     code, out = run([log, "--follow", "--rank", "0", "--tail", "1"])
-    assert code == 0
+    assert code == 3  # the job's outcome
     assert out == "[trainer 0] epoch 1\n"

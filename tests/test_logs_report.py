@@ -8,6 +8,7 @@ from paddlike.logformat import last_run_start
 from paddlike.logs.errors import first_error_in_file, first_error_line
 from paddlike.logs.report import (
     format_duration,
+    format_failure_line,
     format_root_cause,
     format_success,
     read_tail,
@@ -68,6 +69,29 @@ def test_failure_report_names_the_signal_and_its_number():
 def test_failure_report_without_a_process_is_just_the_reason():
     text = format_root_cause(RootCause(reason="node 1 (198.18.0.2) stopped sending heartbeats"))
     assert text == "FAILED: node 1 (198.18.0.2) stopped sending heartbeats"
+
+
+def test_a_launcher_that_received_a_signal_is_stopped_not_failed():
+    cause = RootCause(
+        reason="launcher on 127.0.0.1 received SIGINT", host="127.0.0.1", node_index=0,
+        signal="SIGINT",
+    )  # fmt: skip
+    assert cause.stopped and not failed_cause().stopped
+    assert format_root_cause(cause) == (
+        "STOPPED: launcher on 127.0.0.1 received SIGINT\n"
+        "  where  node 0 (127.0.0.1)\n"
+        "  exit   signal SIGINT (2)"
+    )
+    assert format_root_cause(cause, color=True).startswith("\x1b[33;1mSTOPPED:\x1b[0m ")
+
+
+def test_a_failure_a_restart_follows_is_one_line_with_its_first_error_and_log():
+    cause = failed_cause(tail=[*TRACEBACK, "cleanup done"])
+    assert format_failure_line(cause, log_dir="log") == (
+        "trainer rank 1 exited with code 3: ValueError: bad shape (3, 4) (log log/workerlog.1)"
+    )
+    quiet = failed_cause(tail=["epoch 0"], log_file=None)
+    assert format_failure_line(quiet) == "trainer rank 1 exited with code 3"
 
 
 def test_failure_report_says_when_the_log_is_empty():

@@ -1,11 +1,13 @@
 """python -m paddlike.logs [DIR ...]: what every process of a job did, and why it failed.
 
-Exit status: 0 when the directory was read (whatever the job's outcome), 2 when a
-directory is missing, empty or unreadable, or an option names no process, 130 on
-Ctrl-C during --follow. --stacks exits 2 when there is nothing to take stacks of (no
-summary.json, or no running trainer and no progress files). While a launcher on this
-machine runs the job of a single DIR, --stacks asks it (SIGUSR1): it takes the stacks of
-the whole job, on every node, and this command prints what it wrote.
+Exit status (the default view, --json and --follow): the job's outcome, as
+`paddlike.logs.outcome` tabulates it (0 succeeded; the job's exit code when it failed;
+75 still running; 3 no summary and no error; 2 not a log directory or a bad option);
+130 on Ctrl-C during --follow. --rank/--role exit 0 once the log is shown. --stacks
+exits 2 when there is nothing to take stacks of (no summary.json, or no running trainer
+and no progress files). While a launcher on this machine runs the job of a single DIR,
+--stacks asks it (SIGUSR1): it takes the stacks of the whole job, on every node, and
+this command prints what it wrote.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from paddlike.logs import outcome
 from paddlike.logs.follow import Follower
 from paddlike.logs.reader import JobView, LogDirError, ProcessView, load, node_dirs
 from paddlike.logs.report import TAIL_LINES, read_tail, use_color
@@ -31,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m paddlike.logs",
         description="Summarise a log directory written by paddlike.launch (or by Paddle's "
         "launchers): every process's status, exit code, first error line, and the root cause.",
+        epilog="exit status: the job's outcome, for CI scripts: 0 it succeeded; its exit code "
+        "when it failed or was stopped (1 where none is known, or its launcher was killed); "
+        f"{outcome.EXIT_RUNNING} it is still running; {outcome.EXIT_UNKNOWN} no summary.json "
+        f"and no error in the logs; {outcome.EXIT_NOT_LOGS} not a log directory or a bad "
+        "option. --rank/--role exit 0 once the log is shown. A running job quiet for "
+        f"{outcome.HUNG_AFTER:g} s (no output, heartbeat or collective from any rank) is "
+        "called hung: --stacks shows where each rank is.",
     )
     parser.add_argument(
         "dirs",
@@ -104,6 +114,8 @@ def job_to_json(job: JobView) -> dict[str, Any]:
         )
     return {
         "status": job.status,
+        "exit_code": outcome.exit_code(job),
+        "hung_for": job.hung_for,
         "root_cause": job.root_cause.to_dict() if job.root_cause else None,
         "nodes": nodes,
     }
@@ -155,7 +167,7 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
         job = load(dirs)
     except LogDirError as e:
         print(f"paddlike.logs: {e}", file=sys.stderr)
-        return 2
+        return outcome.EXIT_NOT_LOGS
     if args.rank is not None or args.role is not None:
         selected = _select(job, args.role, args.rank)
         if isinstance(selected, str):
@@ -171,11 +183,12 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
             ]
             out.write("\n\n".join(blocks) + "\n")
         return 0
+    job.hung_for = outcome.hung_for(job)
     if args.json:
         out.write(json.dumps(job_to_json(job), indent=2) + "\n")
     else:
         out.write(format_job(job, color=color) + "\n")
-    return 0
+    return outcome.exit_code(job)
 
 
 def _stacks(dirs: list[str], as_json: bool, out: TextIO) -> int:
@@ -256,17 +269,17 @@ def _follow(dirs: list[str], args: argparse.Namespace, out: TextIO, color: bool)
         only=only,
     )
     try:
-        outcome = follower.run()
+        ended = follower.run()
     except KeyboardInterrupt:
         out.flush()
         return 130
-    if outcome == "orphaned":
+    if ended == "orphaned":
         print(
             "paddlike.logs: stopped following: the summary says running but no process of the "
             "job is alive (the launcher was probably killed)",
             file=sys.stderr,
         )
-    return 0
+    return outcome.exit_code(load(dirs))
 
 
 if __name__ == "__main__":

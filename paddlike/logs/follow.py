@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from paddlike.logs.reader import _LOG_NAME, LOG_PREFIXES, pid_alive
+from paddlike.logformat import LOG_NAME as _LOG_NAME
+from paddlike.logformat import LOG_PREFIXES
+from paddlike.logs.alive import pid_alive
 from paddlike.logs.report import paint, read_tail
-from paddlike.summary import read_summary
+from paddlike.summary import RunStatus, read_summary
 
 POLL_INTERVAL = 0.1
 # A summary that says "running" while none of its processes lives: the launcher may be
@@ -74,9 +76,9 @@ def _job_state(node_dirs: list[Path]) -> tuple[bool, bool]:
             ended = False
             alive = True  # cannot tell: keep following until Ctrl-C
             continue
-        if summary.status == "running":
+        if summary.status == RunStatus.RUNNING:
             ended = False
-            if any(pid_alive(p.pid) for p in summary.processes):
+            if any(pid_alive(p.pid, p.start_time) for p in summary.processes):
                 alive = True
     return ended, alive
 

@@ -32,12 +32,20 @@ from paddlike.logformat import (
     parse_endpoints,
     read_tail,
 )
+from paddlike.logs.alive import launcher_alive, launcher_pid, pid_alive
 from paddlike.logs.errors import first_error_in_file
-from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunSummary
+from paddlike.summary import (
+    SUMMARY_FILE,
+    ProcessRecord,
+    ProcessStatus,
+    RootCause,
+    RunStatus,
+    RunSummary,
+)
 
 _LOG_NAME = LOG_NAME  # (follow.py's name for it)
 _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
-__all__ = ["ENDPOINTS_FILE", "LOG_PREFIXES", "last_run_header", "parse_endpoints"]
+__all__ = ["ENDPOINTS_FILE", "LOG_PREFIXES", "last_run_header", "parse_endpoints", "pid_alive"]
 
 
 def last_run_error(path: str | os.PathLike[str]) -> str | None:
@@ -46,11 +54,10 @@ def last_run_error(path: str | os.PathLike[str]) -> str | None:
     return first_error_in_file(path, start=last_run_start(path))
 
 
-# Process statuses shown by the reader. The first four come from the summary;
-# "exited" is a process the summary still lists as running whose pid is gone (the
-# launcher writes the end state when the job ends); "unknown" is a Paddle-written
-# directory's process whose log shows no error.
-STATUSES = ("ok", "failed", "killed", "running", "exited", "unknown")
+# Process statuses shown by the reader (summary.ProcessStatus): the summary's four, and
+# "gone" (the summary says running, the pid is gone: its launcher died before recording
+# the end) and "unknown" (a Paddle-written directory's process whose log shows no error).
+STATUSES = tuple(ProcessStatus)
 
 
 class LogDirError(Exception):
@@ -84,7 +91,7 @@ class ProcessView:
         if self.start_time is None:
             return None
         end = self.end_time if self.end_time is not None else None
-        if end is None and self.status == "running":
+        if end is None and self.status == ProcessStatus.RUNNING:
             end = time.time()
         return None if end is None else max(0.0, end - self.start_time)
 
@@ -109,7 +116,7 @@ class NodeView:
     node_index: int | None = None
     host: str = ""
     hostname: str = ""
-    status: str = "unknown"  # the summary's status, or "unknown" without one
+    status: str = RunStatus.UNKNOWN  # the summary's (GONE: its launcher died), or UNKNOWN
     trainer_endpoints: list[str] = field(default_factory=list)
     server_endpoints: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -122,6 +129,9 @@ class JobView:
     nodes: list[NodeView]
     root_cause: RootCause | None = None
     root_cause_log_dir: str | None = None  # the node directory holding the cause's log
+    # seconds without output or progress from any rank of a running job, when that is
+    # long enough to call it hung (set by `paddlike.logs.__main__`, which looks)
+    hung_for: float | None = None
 
     @property
     def processes(self) -> list[ProcessView]:
@@ -129,16 +139,17 @@ class JobView:
 
     @property
     def status(self) -> str:
-        """running if any node runs; else failed, interrupted, succeeded, unknown."""
+        """running if any node runs; else failed, interrupted, gone (a launcher died
+        without recording the end), succeeded (every node), unknown."""
         statuses = {node.status for node in self.nodes}
-        for status in ("running", "failed", "interrupted"):
+        for status in (RunStatus.RUNNING, RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.GONE):
             if status in statuses:
                 return status
-        if statuses == {"succeeded"}:
-            return "succeeded"
-        if any(p.status == "failed" for p in self.processes):
-            return "failed"
-        return "unknown"
+        if statuses == {RunStatus.SUCCEEDED}:
+            return RunStatus.SUCCEEDED
+        if any(p.status == ProcessStatus.FAILED for p in self.processes):
+            return RunStatus.FAILED
+        return RunStatus.UNKNOWN
 
     def find(self, role: str, rank: int) -> ProcessView | None:
         """The process of `role` with global `rank` (or local index where the rank is unknown)."""
@@ -262,19 +273,6 @@ def _read_endpoints(log_dir: Path) -> dict[str, list[str]]:
         return {}
 
 
-def pid_alive(pid: int | None) -> bool:
-    """True when a process with `pid` exists here (os.kill(pid, 0); EPERM counts as alive)."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _is_this_host(summary: RunSummary) -> bool:
     return not summary.hostname or summary.hostname == socket.gethostname()
 
@@ -283,8 +281,9 @@ def _view_from_record(
     record: ProcessRecord, log_dir: Path, summary: RunSummary, local_host: bool
 ) -> ProcessView:
     status = record.status
-    if status == "running" and local_host and not pid_alive(record.pid):
-        status = "exited"
+    running = status == ProcessStatus.RUNNING
+    if running and local_host and not pid_alive(record.pid, record.start_time):
+        status = ProcessStatus.GONE
     log_path = log_dir / record.log_file
     view = ProcessView(
         role=record.role,
@@ -303,7 +302,7 @@ def _view_from_record(
         restarts=record.restarts,
         endpoint=record.endpoint,
     )
-    if status in ("failed", "exited", "running") or record.signal:
+    if status in (ProcessStatus.FAILED, ProcessStatus.GONE, ProcessStatus.RUNNING) or record.signal:
         view.first_error = last_run_error(log_path)
     if record.role == "heter":
         view.stage = _stage_of(log_path)
@@ -351,11 +350,9 @@ def load_node(log_dir: str | os.PathLike[str]) -> NodeView:
         local_host = _is_this_host(summary)
         procs = [_view_from_record(r, path, summary, local_host) for r in summary.processes]
         status = summary.status
-        if status == "running" and local_host and not any(pid_alive(p.pid) for p in procs):
-            notes.append(
-                "the summary says running but none of its processes is alive here: "
-                "the launcher was probably killed before it could record the end"
-            )
+        if status == RunStatus.RUNNING and local_host and not launcher_alive(path):
+            status = RunStatus.GONE
+            notes.append(_launcher_gone(path, procs))
         return NodeView(
             log_dir=str(path),
             processes=sorted(procs, key=_process_order),
@@ -379,11 +376,26 @@ def load_node(log_dir: str | os.PathLike[str]) -> NodeView:
         log_dir=str(path),
         processes=sorted(procs, key=_process_order),
         host=host,
-        status="unknown",
+        status=RunStatus.UNKNOWN,
         trainer_endpoints=trainers,
         server_endpoints=servers,
         notes=notes,
     )
+
+
+def _launcher_gone(path: Path, procs: list[ProcessView]) -> str:
+    """What the reader says of a node whose launcher died without recording the end."""
+    pid = launcher_pid(path)
+    who = f"the launcher (pid {pid})" if pid is not None else "the launcher"
+    text = (
+        f"{who} is gone without recording how the job ended (killed by SIGKILL or the OOM "
+        "killer, or its machine restarted)"
+    )
+    left = [p for p in procs if p.status == ProcessStatus.RUNNING]
+    if not left:
+        return text + "; its processes are gone too"
+    pids = " ".join(str(p.pid) for p in left)
+    return text + f"; {len(left)} of its processes still run: stop them with kill {pids}"
 
 
 def _infer_processes(
@@ -418,7 +430,7 @@ def _infer_processes(
                     host=endpoint.rsplit(":", 1)[0] if endpoint else "",
                     log_file=log_file,
                     log_path=str(log_path),
-                    status="failed" if error else "unknown",
+                    status=ProcessStatus.FAILED if error else ProcessStatus.UNKNOWN,
                     endpoint=endpoint,
                     first_error=error,
                     stage=_stage_of(log_path) if role == "heter" else None,
@@ -464,7 +476,7 @@ def _root_cause(nodes: list[NodeView], tail_lines: int) -> tuple[RootCause | Non
         if node.summary is not None:
             continue
         for proc in node.processes:
-            if proc.status == "failed":
+            if proc.status == ProcessStatus.FAILED:
                 reason = f"{proc.role} {'rank ' + str(proc.rank) if proc.rank is not None else ''}"
                 reason = reason.strip() + f" ({proc.log_file}) logged: {proc.first_error}"
                 cause = RootCause(

@@ -194,12 +194,16 @@ def format_root_cause(
     tail_lines: int = TAIL_LINES,
 ) -> str:
     """The multi-line failure report: what failed, where, how, for how long, and its log's end.
+    `STOPPED:` instead of `FAILED:` when a launcher received a signal (`RootCause.stopped`).
 
     `log_dir`, when given, is joined to the cause's relative log file name so the
     user can copy the path. `tail_lines` caps the quoted lines (the cause carries
     at most what the launcher captured).
     """
-    label = paint("FAILED:", _RED + ";" + _BOLD, color)
+    if cause.stopped:  # Ctrl-C or a scheduler's SIGTERM: nothing of the job failed
+        label = paint("STOPPED:", _YELLOW + ";" + _BOLD, color)
+    else:
+        label = paint("FAILED:", _RED + ";" + _BOLD, color)
     out = [f"{label} {cause.reason}"]
     rows: list[tuple[str, str]] = []
     where = _where(cause)
@@ -236,6 +240,23 @@ def format_root_cause(
         out.append("  last lines:")
         out.append(format_tail(tail, color=color))
     return "\n".join(out)
+
+
+def format_failure_line(cause: RootCause, *, log_dir: str | os.PathLike[str] | None = None) -> str:
+    """The failure in one line, for a round that a restart follows (the full report is
+    kept for the failure that ends the job): what, its first error line, its log.
+
+    trainer rank 1 exited with code 3: ValueError: bad batch (log log/workerlog.1)
+    """
+    from paddlike.logs.errors import first_error_line
+
+    text = cause.reason
+    error = first_error_line(cause.tail)
+    if error:
+        text += f": {error}"
+    if cause.log_file:
+        text += f" (log {_log_path(cause.log_file, log_dir)})"
+    return text
 
 
 def format_success(

@@ -12,7 +12,7 @@ import time
 
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import describe_exit, format_duration, format_root_cause, paint
-from paddlike.summary import SUMMARY_FILE
+from paddlike.summary import SUMMARY_FILE, ProcessStatus, RootCause, RunStatus
 
 COLUMNS = (
     "ROLE",
@@ -27,8 +27,16 @@ COLUMNS = (
     "LOG",
     "FIRST ERROR",
 )
-_STATUS_COLOR = {"ok": "32", "failed": "31;1", "killed": "33", "running": "36", "exited": "36"}
-_STATUS_WORD = {"killed": "killed", "exited": "exited", "unknown": "?"}
+_STATUS_COLOR = {
+    ProcessStatus.OK: "32",
+    ProcessStatus.FAILED: "31;1",
+    ProcessStatus.KILLED: "33",
+    ProcessStatus.RUNNING: "36",
+    ProcessStatus.GONE: "33",
+}
+_STATUS_WORD = {ProcessStatus.UNKNOWN: "?"}
+# A node's or the job's status in the headings and the last line.
+_RUN_WORD = {RunStatus.GONE: "launcher gone"}
 MAX_ERROR_WIDTH = 120
 
 
@@ -98,10 +106,11 @@ def node_heading(node: NodeView) -> str:
     text = f"node {s.node_index} of {s.nnodes}"
     if where:
         text += f" ({where})"
-    text += f": {s.status}"
+    text += f": {_RUN_WORD.get(node.status, node.status)}"
     if s.exit_code is not None:
         text += f", exit {s.exit_code}"
-    end = s.end_time if s.end_time is not None else (time.time() if s.status == "running" else None)
+    running = node.status == RunStatus.RUNNING
+    end = s.end_time if s.end_time is not None else (time.time() if running else None)
     if end is not None:
         text += f", ran {format_duration(end - s.start_time)}"
     text += f", started {_clock(s.start_time)}, job {s.job_id} ({s.mode})"
@@ -156,13 +165,38 @@ def _footer(job: JobView) -> str:
     for p in procs:
         counts[p.status] = counts.get(p.status, 0) + 1
     parts = [f"{n} {status}" for status, n in counts.items()]
-    text = f"job {job.status}: {len(procs)} processes on {len(job.nodes)} node"
+    status = _RUN_WORD.get(job.status, job.status)
+    text = f"job {status}: {len(procs)} processes on {len(job.nodes)} node"
     text += "s" if len(job.nodes) != 1 else ""
     if parts:
         text += " (" + ", ".join(parts) + ")"
-    if "killed" in counts:
-        text += "; killed = stopped by the launcher after another process failed"
+    if ProcessStatus.KILLED in counts:
+        text += f"; killed = {killed_because(job.root_cause)}"
+    if ProcessStatus.GONE in counts:
+        text += "; gone = its launcher died before recording how it ended"
+    if job.hung_for is not None:
+        dirs = " ".join(n.log_dir for n in job.nodes)
+        text += (
+            f"\nthe job looks hung: no output or progress from any rank for "
+            f"{format_duration(job.hung_for)}; see where each rank is: "
+            f"python -m paddlike.logs --stacks {dirs}"
+        )
     return text
+
+
+def killed_because(cause: RootCause | None) -> str:
+    """Why the launcher stopped processes that had not failed, from the job's root cause."""
+    if cause is None:
+        return "stopped by the launcher"
+    if cause.role is not None:
+        return "stopped by the launcher after another process failed"
+    if cause.stopped:
+        return f"stopped because the {cause.reason}"
+    if cause.hung:
+        return "stopped by the launcher because the job hung (--on_hang abort)"
+    if cause.membership is not None:
+        return "stopped by the launcher when the job's nodes changed"
+    return f"stopped by the launcher because {cause.reason}"
 
 
 def format_process_tail(p: ProcessView, lines: list[str], *, color: bool = False) -> str:
