@@ -13,7 +13,8 @@ from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousTimeout
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.rendezvous import Rendezvous
-from paddlike.launch.peers.watch import CounterLiveness, JobWatch
+from paddlike.launch.peers.liveness import CounterLiveness
+from paddlike.launch.peers.watch import JobWatch
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
@@ -155,7 +156,9 @@ def test_each_node_reads_one_world_value_rather_than_every_nodes_entry():
     assert [kv.reads.get(p.node_key(0, i), 0) for i in range(3)] == [1, 1, 1]
 
 
-def _watch(kv: MemoryKV, node: int, clock: StepClock | None = None) -> JobWatch:
+def _watch(
+    kv: MemoryKV, node: int, clock: StepClock | None = None, log_dir: str | None = None
+) -> JobWatch:
     clock = clock or StepClock()
     return JobWatch(
         connect=lambda: kv,
@@ -167,6 +170,7 @@ def _watch(kv: MemoryKV, node: int, clock: StepClock | None = None) -> JobWatch:
         round_=0,
         heartbeat_timeout=10.0,
         monitor=node == 0,
+        log_dir=log_dir,
         clock=clock,
     )
 
@@ -178,8 +182,7 @@ def _failure(node: int) -> RootCause:
 
 def test_the_first_failure_published_is_every_nodes_root_cause():
     kv = MemoryKV()
-    w0, w1 = _watch(kv, 0), _watch(kv, 1)
-    w0.log_dir, w1.log_dir = "/logs/a", "/logs/b"
+    w0, w1 = _watch(kv, 0, log_dir="/logs/a"), _watch(kv, 1, log_dir="/logs/b")
     try:
         w1.publish(_failure(1))
         w0.publish(_failure(0))  # too late: node 1's was first

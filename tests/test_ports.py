@@ -15,10 +15,13 @@ import pytest
 from paddlike.launch.context.node import PsNode
 from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.plan.layout import (
+    PortRequest,
     collective_layout,
+    port_request,
     ps_counts_layout,
     ps_lists_layout,
     start_port_ports,
+    workers_port_overlap,
 )
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 from paddlike.launch.run.ports import _process_start_time, free_ports, reserve_ports
@@ -176,3 +179,48 @@ def test_ps_counts_put_everything_on_this_node_on_free_ports():
     layout = ps_counts_layout("127.0.0.1", 2, 3, free_ports(6))
     assert len(layout.servers) == 2 and len(layout.trainers) == 3
     assert len(set(layout.servers + layout.trainers)) == 5
+
+
+@pytest.mark.parametrize(
+    ("nnodes", "workers_port", "hosts_it", "start_from", "expected"),
+    [
+        # many nodes: free ports, traded at the rendezvous; node 0 claims a --master_port
+        (2, None, True, None, PortRequest(3)),
+        (2, 6170, True, None, PortRequest(2, workers_port=6170)),
+        (2, 6170, False, None, PortRequest(3)),
+        (2, None, False, "--start_port", PortRequest(3)),  # a start port is one node's
+        # one node: it always hosts the workers' store; a given start is used as it is
+        (1, 6170, False, None, PortRequest(2, workers_port=6170)),
+        (1, None, False, "--start_port", PortRequest(3, 7000, "--start_port", 4)),
+        (1, 6170, False, "PADDLE_PORT", PortRequest(2, 7000, "PADDLE_PORT", 4, 6170)),
+    ],
+)
+def test_a_rounds_port_request_as_a_table(nnodes, workers_port, hosts_it, start_from, expected):
+    request = port_request(
+        reserve=3,
+        nnodes=nnodes,
+        workers_port=workers_port,
+        hosts_workers_store=hosts_it,
+        start_port=7000,
+        start_port_from=start_from,
+        ports_num=4,
+    )
+    assert request == expected
+
+
+def test_nothing_to_reserve_asks_for_no_port():
+    assert port_request(reserve=0, nnodes=2, workers_port=6170, hosts_workers_store=True) == (
+        PortRequest(0)
+    )
+
+
+def test_a_master_port_among_the_trainers_consecutive_ports_is_named_with_its_source():
+    request = port_request(
+        reserve=3, nnodes=1, workers_port=7001, hosts_workers_store=True, start_port=7000,
+        start_port_from="--start_port",
+    )  # fmt: skip
+    assert workers_port_overlap(request, (7000, 7001)) == (
+        "--master_port 7001: also a trainer port from --start_port 7000 (this node needs "
+        "7000-7001 for its trainers); give ports that do not overlap"
+    )
+    assert workers_port_overlap(request, (7002, 7003)) is None

@@ -2,18 +2,16 @@
 `StoreServer` through `StoreClient`, or etcd through `peers.etcd.EtcdStore`.
 
 Also the one way to wait for several keys under one deadline (`wait_keys`) and the
-one way to start node 0's store (`host_store`).
+one way to connect to node 0's store (`connect_with_progress`); `peers.links` hosts it.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from paddlike.distributed.store import StoreClient, StoreServer, StoreTimeoutError
-from paddlike.launch.peers.errors import StoreHostError
+from paddlike.distributed.store import StoreClient, StoreTimeoutError
 
 CONNECT_CHUNK = 1.0  # seconds per connection attempt to node 0's store, between progress lines
 
@@ -45,31 +43,6 @@ def wait_keys(kv: KV, keys: Sequence[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for k in keys:
         kv.get(k, timeout=max(0.001, deadline - time.monotonic()))
-
-
-def is_store_host(master_host: str, hosts: Sequence[str], node_index: int) -> bool:
-    """Whether this node hosts the launchers' store: the node whose address the master
-    names (by default the first --ips entry, so node 0)."""
-    try:
-        addr = socket.gethostbyname(master_host)
-    except OSError as exc:
-        raise StoreHostError(
-            f"--master_addr: {master_host!r} does not resolve ({exc}); give an IP address"
-        ) from exc
-    return addr == hosts[node_index]
-
-
-def host_store(
-    host: str, port: int, *, allowed_hosts: Sequence[str] | None, token: bytes | None
-) -> StoreServer:
-    """Start node 0's store for the launchers; a taken port is a user error naming it."""
-    try:
-        return StoreServer(host, port, allowed_hosts=allowed_hosts, token=token).start()
-    except OSError as exc:
-        raise StoreHostError(
-            f"--master: cannot host the launchers' store at {host}:{port}: "
-            f"{exc.strerror or exc}; another job's store may hold it, pick another port"
-        ) from exc
 
 
 def connect_with_progress(

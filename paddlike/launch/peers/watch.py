@@ -16,7 +16,7 @@ During a round each launcher runs a `JobWatch`:
   (node 0 gone, network cut) aborts with that as the cause. Each call on the
   watch's own connections gives up after one beat period, so a cut network is
   seen within the timeout rather than after TCP's;
-- parameter-server jobs: `services_stop()` gives the supervisor its `ServicesStop`:
+- parameter-server jobs: `services` is the supervisor's `ServicesStop`:
   each node stores ``job/<round>/trainers-ok/<i>`` once its trainers have all exited
   0 (at once when it has none), and a thread waiting for every node's key makes the
   servers stop everywhere then, not when one node's own trainers are done;
@@ -29,10 +29,11 @@ During a round each launcher runs a `JobWatch`:
 - `finish(ok)` reports this node's end and waits until every node has ended (or
   was lost); it returns the job-wide root cause, None when the round succeeded
   everywhere. Node 0 keeps its store up until everyone has read the outcome
-  (`JobSession.close`; on etcd every node waits so, as its keys go with its lease).
+  (`StorePeers.close`; on etcd every node waits so, as its keys go with its lease).
 
-`multinode.run_multinode` runs the rounds; `session.JobSession` (the link to the other
-nodes, TCP store or etcd) makes one JobWatch per round.
+`run.jobrun.JobRun` runs the rounds; `session.StorePeers` (the link to the other nodes,
+TCP store or etcd, opened by `peers.links`) makes one JobWatch per round, whole: what
+it needs (elastic or not, the log directory, services, stacks) comes to its constructor.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError
+from paddlike.distributed.store import StoreError, StoreTimeoutError
+from paddlike.launch import NamedTuple
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
@@ -59,7 +61,7 @@ from paddlike.launch.plan.world import node_label
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
-    from paddlike.launch.peers.etcd import EtcdStore
+    from paddlike.launch.peers.liveness import Liveness
     from paddlike.launch.peers.stackreq import StackChannel
 
 HEARTBEATS_PER_TIMEOUT = 5
@@ -67,94 +69,15 @@ WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
 
 
-class Liveness(Protocol):
-    """How a backend shows that nodes are alive (TCP store counters or etcd leases)."""
+class WatchSpec(NamedTuple):
+    """What one round's watch is for: the round's members and this node's place in them."""
 
-    def beat(self) -> None:
-        """Say this node is alive; raise StoreError when the backend cannot be reached."""
-
-    def silent(self, now: float) -> list[int]:
-        """Nodes whose heartbeats lapsed (only asked on monitoring nodes)."""
-
-
-class CounterLiveness:
-    """TCP store heartbeats: each node bumps ``hb/<i>``; the monitor notes when each changed."""
-
-    def __init__(
-        self,
-        kv: KV,
-        node_index: int,
-        nnodes: int,
-        timeout: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.kv = kv
-        self.node_index = node_index
-        self.nnodes = nnodes
-        self.timeout = timeout
-        self.clock = clock
-        self._seen: dict[int, tuple[bytes | None, float]] = {}
-
-    def beat(self) -> None:
-        self.kv.add(p.heartbeat_key(self.node_index), 1)
-
-    def silent(self, now: float) -> list[int]:
-        lost = []
-        for j in range(self.nnodes):
-            if j == self.node_index:
-                continue
-            value = self.kv.try_get(p.heartbeat_key(j))
-            old = self._seen.get(j)
-            if old is None or old[0] != value:
-                self._seen[j] = (value, now)
-            elif now - old[1] > self.timeout:
-                lost.append(j)
-        return lost
-
-
-class LeaseLiveness:
-    """etcd heartbeats: `beat` renews this node's lease; a node whose ``alive/<j>`` key
-    (attached to its lease) is gone has lost its lease, so it is dead or cut off.
-
-    Elastic jobs renumber nodes each round, so each round has keys of its own
-    (``alive/<round>/<j>``, written by each node as its watch starts): a node whose key
-    never appears is lost once `timeout` passed since this watch started."""
-
-    def __init__(
-        self,
-        kv: EtcdStore,
-        node_index: int,
-        nnodes: int,
-        *,
-        round_: int | None = None,
-        timeout: float = 0.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.kv = kv
-        self.node_index = node_index
-        self.nnodes = nnodes
-        self.round = round_
-        self.timeout = timeout
-        self.clock = clock
-        self._started = clock()
-        self._seen: set[int] = set()
-
-    def key(self, node: int) -> str:
-        return p.alive_key(node) if self.round is None else p.round_alive_key(self.round, node)
-
-    def beat(self) -> None:
-        self.kv.keepalive()
-
-    def silent(self, now: float) -> list[int]:
-        lost = []
-        for j in range(self.nnodes):
-            if j == self.node_index:
-                continue
-            if self.kv.try_get(self.key(j)) is not None:
-                self._seen.add(j)
-            elif self.round is None or j in self._seen or now - self._started > self.timeout:
-                lost.append(j)
-        return lost
+    round: int
+    hosts: tuple[str, ...]
+    node_index: int
+    log_dir: str
+    services: bool  # PS on several nodes: the servers stop with the job's trainers
+    elastic: ElasticSpec | None
 
 
 class JobWatch:
@@ -173,9 +96,21 @@ class JobWatch:
         heartbeat_timeout: float,
         monitor: bool,
         heartbeat_kv: KV | None = None,
+        elastic: ElasticSpec | None = None,
+        log_dir: str | None = None,
+        services: bool = False,
+        stacks: StackChannel | None = None,
+        hosts_store: bool = False,
         clock: Callable[[], float] = time.monotonic,
         warn: Callable[[str], None] = lambda line: None,
     ) -> None:
+        """`elastic`: the job's spec (lost nodes and nodes leaving on a signal are
+        membership changes, and a node waiting in the next round below MAX ends this one);
+        `log_dir`: this node's, for the log files named in published causes; `services`:
+        PS on several nodes (the servers stop with the job's trainers); `stacks`: the round's
+        job-wide stack requests (SIGUSR1, --hang_timeout), started and stopped with it;
+        `hosts_store`: this node hosts the launchers' store, so it cannot leave an elastic
+        job alone (its store goes with it): a signal to it ends the job everywhere."""
         self.kv = kv
         self.warn = warn  # the console's warning line
         self.heartbeat_kv = heartbeat_kv or kv  # the heartbeat thread's own connection
@@ -189,8 +124,9 @@ class JobWatch:
         self.monitor = monitor
         self.clock = clock
         self.abort_key = p.abort_key(round_)
-        self.log_dir: str | None = None  # this node's log directory, for published causes
-        self.services: ServicesStop | None = None  # set by the peers for PS on several nodes
+        self.elastic = elastic
+        self.log_dir = log_dir
+        self.hosts_store = hosts_store
         self._read_fd, self._write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -198,13 +134,14 @@ class JobWatch:
         self._lost_contact: RootCause | None = None
         self._threads: list[threading.Thread] = []
         self._services_fds: tuple[int, ...] = ()
+        self.services: ServicesStop | None = None
+        if services:
+            self._services_fds = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            self.services = ServicesStop(
+                self._services_fds[0], self._local_trainers_done, self._services_ready
+            )
         self._fds_open = True  # until stop() closes them
-        # job-wide stack requests (SIGUSR1, --hang_timeout), set by the peers: their own
-        # thread and fd, started and stopped with this watch
-        self.stacks: StackChannel | None = None
-        # an elastic job (set by the peers): lost nodes and nodes leaving on a signal are
-        # membership changes, and a node waiting in the next round below MAX ends this one
-        self.elastic: ElasticSpec | None = None
+        self.stacks = stacks
         self.leaving = False  # elastic: this node's launcher got a signal and leaves
         self.ends: dict[int, bytes] = {}  # each node's end mark, once `finish` read them
 
@@ -239,7 +176,10 @@ class JobWatch:
         return p.trainers_ok_key(self.round, node)
 
     def start(self) -> JobWatch:
-        for target, name in ((self._watch, "abort-watch"), (self._heartbeat, "heartbeat")):
+        threads = [(self._watch, "abort-watch"), (self._heartbeat, "heartbeat")]
+        if self.services is not None:
+            threads.append((self._wait_trainers_ok, "trainers-ok"))
+        for target, name in threads:
             t = threading.Thread(target=target, name=f"{name}-r{self.round}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -261,22 +201,9 @@ class JobWatch:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    # -- parameter-server lifecycle --
-
-    def services_stop(self) -> ServicesStop:
-        """The supervisor's say on when the servers stop: once every node's trainers are done.
-
-        Starts a thread that waits for every node's ``trainers-ok`` key on its own
-        connection; a lost node or an abort ends the round through `fd` instead.
-        """
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._services_fds = (read_fd, write_fd)
-        t = threading.Thread(
-            target=self._wait_trainers_ok, name=f"trainers-ok-r{self.round}", daemon=True
-        )
-        t.start()
-        self._threads.append(t)
-        return ServicesStop(read_fd, self._local_trainers_done, self._services_ready)
+    # -- parameter-server lifecycle: the servers stop once every node's trainers are done --
+    # (`services`: the supervisor's say; a thread waits for every node's ``trainers-ok`` key
+    # on its own connection; a lost node or an abort ends the round through `fd` instead)
 
     def _local_trainers_done(self) -> None:
         try:
@@ -505,45 +432,3 @@ class JobWatch:
                 return
             with contextlib.suppress(StoreError):
                 self.kv.get(self.done_key(j), timeout=left)
-
-
-def tcp_store_watch(
-    *,
-    address: tuple[str, int],
-    token: bytes | None,
-    kv: StoreClient,
-    node_index: int,
-    nnodes: int,
-    hosts: Sequence[str],
-    round_: int,
-    heartbeat_timeout: float,
-) -> JobWatch:
-    """A JobWatch on the launchers' TCP store: node 0 monitors heartbeats."""
-
-    # Each call of the watch's own connections gives up after one heartbeat period, so a cut
-    # network is noticed within the timeout rather than after a TCP timeout.
-    period = heartbeat_timeout / HEARTBEATS_PER_TIMEOUT
-
-    def connect() -> StoreClient:
-        return StoreClient(
-            *address,
-            timeout=heartbeat_timeout,
-            token=token,
-            reconnect_timeout=period,
-            io_timeout=period,
-        )
-
-    hb_kv = connect()
-    liveness = CounterLiveness(hb_kv, node_index, nnodes, heartbeat_timeout)
-    return JobWatch(
-        connect=connect,
-        kv=kv,
-        liveness=liveness,
-        node_index=node_index,
-        nnodes=nnodes,
-        hosts=hosts,
-        round_=round_,
-        heartbeat_timeout=heartbeat_timeout,
-        monitor=node_index == 0,
-        heartbeat_kv=hb_kv,
-    )

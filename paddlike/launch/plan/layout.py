@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from paddlike.launch import NamedTuple
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.plan.plan import EndpointLayout, PsLayout
 from paddlike.launch.plan.world import RendezvousResult
@@ -142,3 +143,62 @@ def _check_heter_endpoints(
                     "give each process its own port",
                     "--heter_workers",
                 )
+
+
+class PortRequest(NamedTuple):
+    """The ports one round needs on this node, before any is reserved (`port_request`)."""
+
+    count: int  # ports for this node's processes, free ones or consecutive from `start`
+    start: int | None = None  # one node with a given start port: from here, consecutively
+    source: str = ""  # where `start` came from (--start_port, PADDLE_START_PORT, ...)
+    limit: int | None = None  # how many ports from `start` the source grants (--ports_num)
+    workers_port: int | None = None  # claimed last: the workers' store (--master_port)
+
+
+def port_request(
+    *,
+    reserve: int,
+    nnodes: int,
+    workers_port: int | None,
+    hosts_workers_store: bool,
+    start_port: int | None = None,
+    start_port_from: str | None = None,
+    ports_num: int | None = None,
+) -> PortRequest:
+    """What to reserve: `reserve` ports in all, of which a given --master_port (the workers'
+    store, on the node that hosts it: `hosts_workers_store`) is claimed rather than free;
+    one node with a start port takes consecutive ones from it. Many nodes always reserve
+    free ones (they trade them at the rendezvous).
+
+    | reserve | nnodes | workers_port | hosts it | start_port_from | -> count, start, workers |
+    | ------- | ------ | ------------ | -------- | --------------- | ------------------------ |
+    | 0       | any    | any          | any      | any             | 0 (nothing to reserve)   |
+    | 3       | 2      | None         | yes      | -               | 3 free                   |
+    | 3       | 2      | 6170         | yes      | -               | 2 free + 6170            |
+    | 3       | 2      | 6170         | no       | -               | 3 free                   |
+    | 3       | 1      | 6170         | (always) | --start_port    | 2 from start + 6170      |
+    """
+    if not reserve:
+        return PortRequest(0)
+    claim = workers_port is not None and (nnodes == 1 or hosts_workers_store)
+    count = reserve - 1 if claim else reserve
+    given = start_port_from and nnodes == 1 and start_port is not None
+    return PortRequest(
+        count,
+        start=start_port if given else None,
+        source=(start_port_from or "") if given else "",
+        limit=ports_num if given else None,
+        workers_port=workers_port if claim else None,
+    )
+
+
+def workers_port_overlap(request: PortRequest, ports: Sequence[int]) -> str | None:
+    """Why the given --master_port cannot be the workers' store port (it is one of the
+    trainers' consecutive ports), or None when it can."""
+    if request.workers_port is None or request.workers_port not in ports:
+        return None
+    return (
+        f"--master_port {request.workers_port}: also a trainer port from {request.source} "
+        f"{request.start} (this node needs {ports[0]}-{ports[-1]} for its trainers); give "
+        "ports that do not overlap"
+    )

@@ -2,9 +2,15 @@
 
     guardian (forked before any thread) -> log directory (locked)
       -> peers (LocalPeers; or node 0's store / etcd: StorePeers)
-      -> rounds: reserve ports -> rendezvous -> plan -> endpoints.log, banner
-                 -> supervise -> job-wide outcome (peers.finish) -> summary, report
+      -> rounds (`JobRun`, one method per step of a round):
+           meet (ports, rendezvous) -> place (this node's rank) -> plan -> announce
+           (endpoints.log, banner) -> supervise -> settle (the job-wide outcome,
+           `Peers.finish`) -> conclude (summary.json, report: `run.roundend`)
       -> the exit code
+
+Where a round is carried out: here (`JobRun.round`). What the next round is (restart,
+new members, give up) is decided by the pure rules `plan.policy.run_rounds` and
+`plan.elastic.run_elastic`.
 
 Signals: from the start SIGINT, SIGTERM and SIGHUP end the launcher with 130, 143 or
 129 and one line saying what it was waiting for. While the workers run the supervisor
@@ -28,25 +34,15 @@ from collections.abc import Mapping, Sequence
 from paddlike.launch.console.banner import format_banner
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
-from paddlike.launch.console.report import (
-    report_failure,
-    report_remote_failure,
-    report_success,
-)
+from paddlike.launch.console.report import report_failure
 from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
 from paddlike.launch.context.options.record import LaunchOptions
-from paddlike.launch.peers.api import Peers
+from paddlike.launch.peers.api import Peers, RoundWatch
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.protocol import decode_cause
-from paddlike.launch.plan.elastic import (
-    ElasticRoundEnd,
-    ElasticSpec,
-    below_min_cause,
-    is_membership_change,
-    run_elastic,
-)
+from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 from paddlike.launch.plan.policy import (
@@ -59,14 +55,17 @@ from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
-from paddlike.launch.run.ports import PortError, claim_ports, reserve_ports
+from paddlike.launch.run.ports import PortError, round_ports
 from paddlike.launch.run.record import RunRecord
+from paddlike.launch.run.roundend import conclude_round, elastic_round_cause
 from paddlike.launch.run.signals import LauncherSignal, signals_raise
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
 from paddlike.summary import RootCause
 
+__all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.roundend's
 
-class _Where:
+
+class Where:
     """What the launcher is doing, for the line a signal prints."""
 
     def __init__(self) -> None:
@@ -92,7 +91,7 @@ def run_job(
     console = Console(color=sys.stderr.isatty() and "NO_COLOR" not in environ)
     progress = ProgressLine()
     progress.attach(console)
-    where = _Where()
+    where = Where()
     # Forked once, before any thread exists (the store's and the watches' come later):
     # a fork copies only the forking thread, and a lock held by another thread then
     # stays locked forever in the child.
@@ -115,7 +114,7 @@ def _run(
     python: str,
     console: Console,
     progress: ProgressLine,
-    where: _Where,
+    where: Where,
     guardian: Guardian | None,
     logs: Sequence[str] = (),
 ) -> int:
@@ -140,7 +139,7 @@ def _run(
     with logdir:
         if job.workers_port is not None and job.nnodes > 1:
             try:  # node 0 claims --master_port before the others wait for it
-                _ports(options, job)
+                round_ports(options, job)
             except PortError as exc:
                 return _cannot_start(str(exc), options, job, environ, console, where)
         try:
@@ -151,10 +150,20 @@ def _run(
         finally:
             progress.clear()
         where.peers = peers
+        run = JobRun(
+            options,
+            job,
+            environ,
+            python=python,
+            logdir=logdir,
+            console=console,
+            progress=progress,
+            guardian=guardian,
+            peers=peers,
+            where=where,
+        )
         try:
-            code = _rounds(
-                peers, options, job, environ, python, logdir, console, progress, guardian, where
-            )
+            code = run.run()
         except LauncherSignal:
             raise  # run_job tells the others first, then closes the peers
         except BaseException:
@@ -170,7 +179,7 @@ def _cannot_start(
     job: NodeJob,
     environ: Mapping[str, str],
     console: Console,
-    where: _Where,
+    where: Where,
 ) -> int:
     """This node cannot start: one line here, and (many nodes) the others told through the
     store when it can be reached, so that they do not wait for this node. Exit 2."""
@@ -203,178 +212,229 @@ def _job_claim(options: LaunchOptions, job: NodeJob) -> JobClaim | None:
 
 
 def _open_peers(
-    options: LaunchOptions, job: NodeJob, progress: ProgressLine, where: _Where
+    options: LaunchOptions, job: NodeJob, progress: ProgressLine, where: Where
 ) -> Peers:
-    """LocalPeers on one node; else node 0's store or etcd, connected."""
+    """LocalPeers on one node; else node 0's store or etcd, connected, with the job's
+    rounds (fixed or elastic)."""
     if job.nnodes == 1:
         return LocalPeers()
+    from paddlike.launch.peers.links import open_link
+    from paddlike.launch.peers.rounds import rounds_for
     from paddlike.launch.peers.session import StorePeers
 
     def waiting(what: str) -> None:
         where.waiting = what
 
-    return StorePeers.open(options, job, progress=progress.show, waiting=waiting)
-
-
-def _rounds(
-    peers: Peers,
-    options: LaunchOptions,
-    job: NodeJob,
-    environ: Mapping[str, str],
-    python: str,
-    logdir: LogDir,
-    console: Console,
-    progress: ProgressLine,
-    guardian: Guardian | None,
-    where: _Where,
-) -> int:
-    """Rounds (`policy.run_rounds`) until one succeeds on every node, or restarts run out."""
-    hostname = socket.gethostname()
-    generated_job_id = options.job_id or new_job_id()
-    record = RunRecord(logdir.path, warn=console.warn)
-    hangs = HangWatch(
-        logdir.path,
-        console,
-        host=job.host,
-        node_index=job.index,
-        host_label=hostname if job.nnodes == 1 else job.host,
-        timeout=options.hang_timeout,
-        on_hang=options.on_hang,
+    link = open_link(options, job, progress=progress.show, waiting=waiting)
+    rounds = rounds_for(
+        link,
+        job.elastic,
+        timeout=options.rdzv_timeout,
+        progress=progress.show,
+        assign=job.assign_ranks,
     )
-    # One node without --job_token: a secret of its own, so that another local user cannot
-    # use this job's stores or parameter servers over loopback. (Many nodes need the same
-    # secret everywhere: there it comes only from --job_token / --job_token_file.)
-    job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
+    return StorePeers(
+        link,
+        rounds,
+        node_index=job.index,
+        hosts=job.hosts,
+        heartbeat_timeout=options.heartbeat_timeout,
+    )
 
-    leaving = False  # elastic: this node's launcher got a signal and left the job
 
-    def one_round(round_: int, restarts: int) -> ElasticRoundEnd:
+class JobRun:
+    """The job's run of rounds on this node: rounds until one succeeds on every node, or
+    the rules say stop. It owns what lasts across rounds (options, log directory,
+    console, guardian, peers, summary record, hang watch); each round's things (its
+    plan, watch, supervisor) are made by the step that needs them."""
+
+    def __init__(
+        self,
+        options: LaunchOptions,
+        job: NodeJob,
+        environ: Mapping[str, str],
+        *,
+        python: str,
+        logdir: LogDir,
+        console: Console,
+        progress: ProgressLine,
+        guardian: Guardian | None,
+        peers: Peers,
+        where: Where,
+    ) -> None:
+        self.options = options
+        self.job = job
+        self.environ = environ
+        self.python = python
+        self.logdir = logdir
+        self.console = console
+        self.progress = progress
+        self.guardian = guardian
+        self.peers = peers
+        self.where = where
+        self.hostname = socket.gethostname()
+        self.job_id = options.job_id or new_job_id()
+        self.record = RunRecord(logdir.path, warn=console.warn)
+        self.hangs = HangWatch(
+            logdir.path,
+            console,
+            host=job.host,
+            node_index=job.index,
+            host_label=self.hostname if job.nnodes == 1 else job.host,
+            timeout=options.hang_timeout,
+            on_hang=options.on_hang,
+        )
+        # One node without --job_token: a secret of its own, so that another local user
+        # cannot use this job's stores or parameter servers over loopback. (Many nodes need
+        # the same secret everywhere: there it comes only from --job_token / --job_token_file.)
+        self.job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
+        self.leaving = False  # elastic: this node's launcher got a signal and left the job
+
+    @property
+    def elastic(self) -> ElasticSpec | None:
+        return self.job.elastic
+
+    def run(self) -> int:
+        """The rounds (`policy.run_rounds`, or `elastic.run_elastic`); the exit code."""
+        if self.elastic is None:
+            return run_rounds(
+                self.options.max_restarts,
+                lambda r: RoundEnd(*self.round(r, r)[:2]),
+                self.console.say,
+            )
+        code = run_elastic(self.elastic, self.options.max_restarts, self.round, self.console.say)
+        if self.record.rounds and not self.leaving:  # the job ended for all its members
+            self.peers.end_elastic(self.record.outcome_text())  # (nodes waiting to join stop)
+        return code
+
+    def round(self, round_: int, restarts: int) -> ElasticRoundEnd:
         """Round `round_` (an elastic job's rendezvous may place this node in a later one),
         after `restarts` failure restarts."""
-        nonlocal job
+        met = self.meet(round_)
+        if isinstance(met, ElasticRoundEnd):
+            return met
+        round_ = met.round
+        self.place(met)
+        plan = self.plan(met, restarts)
+        self.announce(met, plan)
+        watch = self.peers.watch(
+            round_, str(self.logdir.path), services=self.job.servers_wait_for_job
+        )
+        outcome = self.supervise(plan, watch, restarts, round_)
+        cause, survivors = self.settle(watch, outcome)
+        if self.elastic is not None:
+            self.record.round_ended(round_, restarts, met.hosts, cause)
+        end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
+        return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
+
+    # -- the steps of a round --
+
+    def meet(self, round_: int) -> RendezvousResult | ElasticRoundEnd:
+        """This round's ports, then the rendezvous; how the round ended when it failed."""
         try:
-            ports = _ports(options, job)
-            entry = job.entry(ports, hostname=hostname, pid=os.getpid(), job_id=generated_job_id)
+            ports = round_ports(self.options, self.job)
+            entry = self.job.entry(
+                ports, hostname=self.hostname, pid=os.getpid(), job_id=self.job_id
+            )
             try:
-                result = peers.rendezvous(round_, entry)
+                return self.peers.rendezvous(round_, entry)
             finally:
-                progress.clear()
+                self.progress.clear()
         except RendezvousAborted as exc:
             cause = decode_cause(exc.cause)
-            console.say(f"the job stopped during the rendezvous: {cause.reason}")
+            self.console.say(f"the job stopped during the rendezvous: {cause.reason}")
             return ElasticRoundEnd(cause_exit_code(cause), cause, round_, 0)
         except (RendezvousError, PortError) as exc:
-            console.error(str(exc))
+            self.console.error(str(exc))
             code = getattr(exc, "exit_code", 1)
             return ElasticRoundEnd(code, RootCause(reason=str(exc)), round_, 0)
-        round_ = result.round
-        job = where.job = job.placed(result)  # a rank assigned at the rendezvous is kept
-        hangs.node_index, hangs.host = job.index, job.host
+
+    def place(self, result: RendezvousResult) -> None:
+        """A rank assigned at the rendezvous is kept from then on."""
+        job = self.where.job = self.job = self.job.placed(result)
+        self.hangs.node_index, self.hangs.host = job.index, job.host
+
+    def plan(self, result: RendezvousResult, restarts: int) -> LaunchPlan:
         facts = JobFacts(
             result.job_id,
-            python,
-            str(logdir.path),
-            environ,
-            job.interface,
+            self.python,
+            str(self.logdir.path),
+            self.environ,
+            self.job.interface,
             restart_count=restarts,
-            job_token=job_token,
+            job_token=self.job_token,
         )
-        plan = job.plan(result, facts)
-        elastic_round = round_ if job.elastic is not None else None
-        logdir.write_endpoints(
+        return self.job.plan(result, facts)
+
+    def announce(self, result: RendezvousResult, plan: LaunchPlan) -> None:
+        """endpoints.log; the banner on a job's first round, else an elastic round's line."""
+        elastic_round = result.round if self.elastic is not None else None
+        self.logdir.write_endpoints(
             plan.trainer_endpoints,
             plan.server_endpoints,
             plan.heter_endpoints,
             header=_round_header(result, elastic_round),
         )
-        if round_ == 0 or (job.elastic is not None and not record.rounds):
-            if peers.address:
+        if result.round == 0 or (self.elastic is not None and not self.record.rounds):
+            if self.peers.address:
                 n = len(result.nodes)
-                console.say(
-                    f"rendezvous with {n} node{'s' if n != 1 else ''} at {peers.address} took "
-                    f"{result.elapsed:.2f} s"
+                self.console.say(
+                    f"rendezvous with {n} node{'s' if n != 1 else ''} at {self.peers.address} "
+                    f"took {result.elapsed:.2f} s"
                 )
-            console.block(format_banner(plan, logdir.path, interface=job.interface, why=job.reason))
-        elif elastic_round is not None:
-            console.say(
-                f"round {round_}: {len(result.nodes)} nodes ({', '.join(result.hosts)}); this "
-                f"node is node {job.index}, ranks {_rank_span(plan)}"
+            self.console.block(
+                format_banner(
+                    plan, self.logdir.path, interface=self.job.interface, why=self.job.reason
+                )
             )
-        watch = peers.watch(round_, str(logdir.path), services=job.servers_wait_for_job)
+        elif elastic_round is not None:
+            self.console.say(
+                f"round {elastic_round}: {len(result.nodes)} nodes ({', '.join(result.hosts)}); "
+                f"this node is node {self.job.index}, ranks {_rank_span(plan)}"
+            )
+
+    def supervise(
+        self, plan: LaunchPlan, watch: RoundWatch, restarts: int, round_: int
+    ) -> RunOutcome:
+        """This node's processes, from start to end, under the round's watch."""
         supervisor = Supervisor(
             plan,
-            logdir,
-            base_env=environ,
-            console=console,
-            guardian=guardian,
-            kill_timeout=options.kill_timeout,
-            tee=options.tee_indices,
+            self.logdir,
+            base_env=self.environ,
+            console=self.console,
+            guardian=self.guardian,
+            kill_timeout=self.options.kill_timeout,
+            tee=self.options.tee_indices,
         )
-        hangs.channel = watch.stacks
-        outcome = supervisor.run(
+        self.hangs.channel = watch.stacks
+        return supervisor.run(
             restart_count=restarts,
-            round_=elastic_round,
+            round_=round_ if self.elastic is not None else None,
             extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
             on_failure=watch.publish,
             services_stop=watch.services,
-            on_started=lambda records: record.running(plan, records, restarts),
-            hangs=hangs,
+            on_started=lambda records: self.record.running(plan, records, restarts),
+            hangs=self.hangs,
         )
+
+    def settle(self, watch: RoundWatch, outcome: RunOutcome) -> tuple[RootCause | None, int]:
+        """The round's job-wide cause (None: it succeeded everywhere) once every node
+        ended it, and (elastic) how many of its members may come back."""
         own = outcome.root_cause
-        survivors = 0
-        if job.elastic is None:
+        if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
-                report_failure(console, own, logdir.path)
-            cause = peers.finish(watch, outcome.exit_code == 0)
-        else:
-            nonlocal leaving
-            leaving = watch.leaving
-            if leaving:
-                what = own.reason if own is not None else "stopped"
-                console.say(f"{what}: this node leaves the elastic job; the others go on")
-            cause = peers.finish(watch, outcome.exit_code == 0)
-            survivors = len(peers.survivors or ())
-            cause = _elastic_round_cause(
-                console, job.elastic, own, cause, survivors, leaving, logdir.path
-            )
-            record.round_ended(round_, restarts, result.hosts, cause)
-        end = conclude_round(console, record, plan, outcome, cause, restarts)
-        return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
-
-    if job.elastic is None:
-        return run_rounds(
-            options.max_restarts, lambda r: RoundEnd(*one_round(r, r)[:2]), console.say
+                report_failure(self.console, own, self.logdir.path)
+            return self.peers.finish(watch, outcome.exit_code == 0), 0
+        self.leaving = watch.leaving
+        if self.leaving:
+            what = own.reason if own is not None else "stopped"
+            self.console.say(f"{what}: this node leaves the elastic job; the others go on")
+        cause = self.peers.finish(watch, outcome.exit_code == 0)
+        survivors = len(self.peers.survivors or ())
+        cause = elastic_round_cause(
+            self.console, self.elastic, own, cause, survivors, self.leaving, self.logdir.path
         )
-    code = run_elastic(job.elastic, options.max_restarts, one_round, console.say)
-    if record.rounds and not leaving:  # the job ended for all its members: say so
-        peers.end_elastic(record.outcome_text())  # (nodes waiting to join stop)
-    return code
-
-
-def _elastic_round_cause(
-    console: Console,
-    spec: ElasticSpec,
-    own: RootCause | None,
-    cause: RootCause | None,
-    survivors: int,
-    leaving: bool,
-    log_dir: os.PathLike[str],
-) -> RootCause | None:
-    """How an elastic round ended for this node, and what it prints about it: this node's
-    own failure report unless a membership change explains it (a lost node's peers fail
-    first); the end of the job when fewer than MIN nodes are left and none may wait."""
-    if leaving:
-        # this node leaves: the round ends with its own exit code, not in a new round
-        return cause.replace(membership=None) if cause is not None else None
-    if own is not None:
-        if not is_membership_change(cause):
-            report_failure(console, own, log_dir)
-        elif not is_membership_change(own):
-            console.say(f"{own.reason}: put down to the change of nodes, not a restart")
-    if cause is not None and is_membership_change(cause) and spec.ends_with(survivors):
-        cause = below_min_cause(cause, survivors, spec)
-        console.error(f"the elastic job ends: {cause.reason}")
-    return cause
+        return cause, survivors
 
 
 def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
@@ -391,84 +451,7 @@ def _rank_span(plan: LaunchPlan) -> str:
     return f"{min(ranks)}-{max(ranks)}" if len(ranks) > 1 else str(ranks[0]) if ranks else "none"
 
 
-def _ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
-    """This round's ports: on one node the consecutive ones from a given start
-    (--start_port, PADDLE_START_PORT, PaddleCloud's PADDLE_PORT), else free ones reserved
-    here (many nodes trade them at the rendezvous). A --master_port (collective) is the
-    workers' store port: node 0 claims it as its last port instead of a free one, and a
-    taken one ends the round with exit 2 naming it."""
-    if not job.reserve:
-        return ()
-
-    def may_host_store() -> bool:  # no rank yet: node 0 is the node the master names
-        try:
-            return job.master is not None and socket.gethostbyname(job.master[0]) == job.host
-        except OSError:
-            return False
-
-    claim_workers_port = job.workers_port is not None and (
-        job.nnodes == 1 or (job.index == 0 if job.rank_known else may_host_store())
-    )
-    trainers = job.reserve - 1 if claim_workers_port else job.reserve
-    if options.start_port_from and job.nnodes == 1:
-        ports = claim_ports(
-            options.start_port,
-            trainers,
-            job.host,
-            source=options.start_port_from,
-            limit=options.ports_num,
-        )
-    else:
-        ports = reserve_ports(trainers, job.host)
-        while job.workers_port in ports:  # free by chance: the workers' port is not theirs
-            ports = reserve_ports(trainers, job.host)
-    if not claim_workers_port:
-        return ports
-    assert job.workers_port is not None
-    if job.workers_port in ports:
-        from paddlike.launch.run.ports import PortTakenError
-
-        raise PortTakenError(
-            f"--master_port {job.workers_port}: also a trainer port from "
-            f"{options.start_port_from} {options.start_port} (this node needs "
-            f"{ports[0]}-{ports[-1]} for its trainers); give ports that do not overlap"
-        )
-    claimed = claim_ports(job.workers_port, 1, job.host, source="--master_port")
-    return (*ports, *claimed)
-
-
-def conclude_round(
-    console: Console,
-    record: RunRecord,
-    plan: LaunchPlan,
-    outcome: RunOutcome,
-    cause: RootCause | None,
-    round_: int,
-) -> RoundEnd:
-    """The round's job-wide outcome is known (`cause`, None when every node succeeded):
-    write this node's summary once, say "OK" or that another node failed, and return how
-    the round ended. (This node's own failure report was printed when its round ended.)"""
-    exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
-    status = "failed" if cause is not None and outcome.status == "succeeded" else outcome.status
-    record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
-    if is_membership_change(cause):  # said already, and the next round's line follows
-        return RoundEnd(exit_code, cause)
-    if cause is None:
-        report_success(
-            console,
-            trainers=outcome.trainers,
-            duration=outcome.duration,
-            nnodes=plan.nnodes,
-            log_dir=record.log_dir,
-            restarts=round_,
-        )
-        return RoundEnd(exit_code, None)
-    if outcome.exit_code == 0:  # else the failure report is out already
-        report_remote_failure(console, cause)
-    return RoundEnd(exit_code, cause)
-
-
-def _stopped_by_signal(sig: LauncherSignal, where: _Where, job: NodeJob, console: Console) -> int:
+def _stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: Console) -> int:
     """One line, the other nodes told (when connected), exit 128+N."""
     what = where.what
     peers = where.peers

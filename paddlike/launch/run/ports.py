@@ -24,6 +24,11 @@ from pathlib import Path
 
 from paddlike.launch import NamedTuple
 
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.context.options import LaunchOptions
+    from paddlike.launch.plan.nodejob import NodeJob
+
 TTL = 60.0
 LOCK_TIMEOUT = 10.0
 MAX_TRIES_PER_PORT = 200
@@ -268,3 +273,49 @@ def claim_ports(
         return wanted
     finally:
         os.close(lock_fd)
+
+
+def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
+    """This round's ports, as `plan.layout.port_request` says: on one node the consecutive
+    ones from a given start (--start_port, PADDLE_START_PORT, PaddleCloud's PADDLE_PORT),
+    else free ones reserved here (many nodes trade them at the rendezvous). A --master_port
+    (collective) is the workers' store port: node 0 claims it as its last port instead of
+    a free one, and a taken one ends the round with exit 2 naming it."""
+    from paddlike.launch.plan.layout import port_request, workers_port_overlap
+
+    if not job.reserve:
+        return ()
+    request = port_request(
+        reserve=job.reserve,
+        nnodes=job.nnodes,
+        workers_port=job.workers_port,
+        hosts_workers_store=job.workers_port is not None
+        and job.nnodes > 1
+        and (job.index == 0 if job.rank_known else _may_host_store(job)),
+        start_port=options.start_port,
+        start_port_from=options.start_port_from,
+        ports_num=options.ports_num,
+    )
+    if request.start is not None:
+        ports = claim_ports(
+            request.start, request.count, job.host, source=request.source, limit=request.limit
+        )
+    else:
+        ports = reserve_ports(request.count, job.host)
+        while job.workers_port in ports:  # free by chance: the workers' port is not theirs
+            ports = reserve_ports(request.count, job.host)
+    if request.workers_port is None:
+        return ports
+    overlap = workers_port_overlap(request, ports)
+    if overlap is not None:
+        raise PortTakenError(overlap)
+    claimed = claim_ports(request.workers_port, 1, job.host, source="--master_port")
+    return (*ports, *claimed)
+
+
+def _may_host_store(job: NodeJob) -> bool:
+    """No rank yet: node 0 is the node the master names."""
+    try:
+        return job.master is not None and socket.gethostbyname(job.master[0]) == job.host
+    except OSError:
+        return False
