@@ -69,6 +69,7 @@ svg text { fill:var(--fg); }
 .pline.stuck { stroke:#7a3fb0; stroke-opacity:1; stroke-width:2.2; }
 .status-failed .label { fill:#b32626; font-weight:600; }
 .hung-odd .label { fill:#7a3fb0; font-weight:600; }
+.straggler .label { fill:#b8561b; font-weight:600; } .straggler-label { fill:#b8561b !important; font-weight:600; }
 .mark line { stroke-width:1.5; stroke-dasharray:4 3; } .mark text { font-size:11px; font-weight:600; }
 .cause-line line { stroke:#d43c3c; } .cause-line text { fill:#b32626 !important; }
 .dump line { stroke:#7a3fb0; } .dump text { fill:#7a3fb0 !important; }

@@ -33,6 +33,7 @@ var state = readHash();
 var procs = F.procs;
 procs.forEach(function (p, i) { p.i = i; });
 var odd = oddProcesses();
+var STRAGGLERS = (F.progress && F.progress.straggler_ranks) || [];
 var HUNG = F.dumps.map(function (d) { return d.odd; }).filter(function (r) { return r !== null; });
 if (state.sel === null) {
   var c = procs.filter(function (p) { return p.cause; })[0] ||
@@ -210,6 +211,7 @@ function procBar(p, x, y) {
       (runs[k][2] !== null && runs[k][2] !== undefined ? ', round ' + runs[k][2] : '') + ')</title></rect>';
   }
   var stuck = p.role === 'trainer' && HUNG.indexOf(p.rank) >= 0;
+  var slow = p.role === 'trainer' && STRAGGLERS.indexOf(p.rank) >= 0;
   if (p.start !== null) {
     var end = p.end !== null ? p.end : F.t1, x1 = x(p.start), x2 = Math.max(x(end), x1 + 2);
     out += '<rect class="bar" x="' + x1.toFixed(1) + '" y="' + (y + 4) + '" width="' + (x2 - x1).toFixed(1) +
@@ -221,6 +223,9 @@ function procBar(p, x, y) {
     if (p.status === 'failed') {
       out += '<g class="xmark"><circle cx="' + x2.toFixed(1) + '" cy="' + (y + ROW_H / 2) + '" r="6"/>' +
         '<path d="M' + (x2 - 3) + ' ' + (y + ROW_H / 2 - 3) + 'l6 6M' + (x2 + 3) + ' ' + (y + ROW_H / 2 - 3) + 'l-6 6"/></g>';
+    }
+    if (slow && !stuck && !p.cause) {
+      out += '<text class="straggler-label" x="' + (x2 + 10).toFixed(1) + '" y="' + (y + 14) + '">straggler</text>';
     }
     if (stuck && !p.cause) {
       out += '<rect class="hung-ring" x="' + (x1 - 2).toFixed(1) + '" y="' + (y + 2) + '" width="' +
@@ -265,7 +270,8 @@ function drawTimeline() {
       y += ROW_H;
     } else {
       var p = r.p, cls = 'row proc status-' + p.status + (p.cause ? ' cause' : '') + (state.sel === p.i ? ' selected' : '') +
-        (p.role === 'trainer' && hungRanks.indexOf(p.rank) >= 0 ? ' hung-odd' : '');
+        (p.role === 'trainer' && hungRanks.indexOf(p.rank) >= 0 ? ' hung-odd' : '') +
+        (p.role === 'trainer' && STRAGGLERS.indexOf(p.rank) >= 0 ? ' straggler' : '');
       body += '<g class="' + cls + '" data-i="' + p.i + '" data-rank="' + (p.rank === null ? '' : p.rank) + '" data-status="' +
         esc(p.status) + '" transform="translate(0,' + y + ')"><rect class="hit" x="0" y="0" width="' + width +
         '" height="' + ROW_H + '"/><text class="label" x="22" y="14">' + esc(name(p)) +
@@ -331,8 +337,9 @@ function drawDetail() {
 function flightText(e) {
   // [n, group_seq, op, nbytes, dtype, peer, group, start, end, state]
   var size = e[3] ? ' ' + e[3] + ' B ' + e[4] : '';
-  var when = e[9] === 'running' ? 'running since +' + secs(e[7]) : e[9] + ' at +' + secs(e[8] === null ? e[7] : e[8]);
-  return '#' + e[1] + ' ' + e[2] + size + (e[5] >= 0 ? ' peer ' + e[5] : '') + ' (group ' + e[6] + ') ' + when;
+  var when = e[9] === 'running' ? 'running since +' + secs(e[7]) : e[9] + ' +' + secs(e[8] === null ? e[7] : e[8]);
+  return '#' + e[1] + ' ' + e[2] + size + (e[5] >= 0 ? ' peer ' + e[5] : '') + (e[6] ? ' (group ' + e[6] + ')' : '') +
+    ' · ' + when;
 }
 
 // --- progress ---------------------------------------------------------------------------
