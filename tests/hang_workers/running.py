@@ -22,13 +22,19 @@ DEADLINE = 60.0
 
 @contextlib.contextmanager
 def running_job(
-    tmp: Path, script: str, *args: str, nproc: int = 4, env: dict[str, str] | None = None
+    tmp: Path,
+    script: str,
+    *args: str,
+    nproc: int = 4,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> Iterator[subprocess.Popen[str]]:
     """`python -m paddlike.launch --nproc_per_node N script args` with logs in tmp/log;
-    on leaving, SIGTERM to the launcher (it tears its workers down), SIGKILL if it lingers."""
-    cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", str(nproc)]
+    on leaving, SIGTERM to the launcher (it tears its workers down), SIGKILL if it lingers.
+    `env` is added to this environment (PYTHONPATH: the repository, unless env sets it)."""
+    cmd = [python, "-m", "paddlike.launch", "--nproc_per_node", str(nproc)]
     cmd += ["--log_dir", str(tmp / "log"), "--kill_timeout", "2", str(WORKERS / script), *args]
-    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     proc = subprocess.Popen(
         cmd, cwd=tmp, env=full_env, text=True, start_new_session=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -74,6 +80,20 @@ def all_blocked(*log_dirs: Path) -> Callable[[], bool]:
         return bool(pids) and all(_state(pid) == "S" for pid in pids)
 
     return check
+
+
+def without_py_spy() -> tuple[str, dict[str, str]]:
+    """A python and environment under which the launcher finds no py-spy (it looks beside
+    its interpreter, then on PATH): this virtualenv's packages on the base interpreter.
+    Skips the test where the base interpreter has a py-spy of its own."""
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    if (base.parent / "py-spy").exists() or base.parent == Path(sys.executable).parent:
+        pytest.skip(f"{base.parent} has py-spy, or this is no virtualenv")
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not (Path(d) / "py-spy").exists()]  # fmt: skip
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), *site]), "PATH": os.pathsep.join(path)}
+    return str(base), env
 
 
 def _state(pid: int) -> str:

@@ -1,5 +1,5 @@
-"""A torch gloo script whose rank 3 is stuck loading data while the others wait in
-all_reduce. Each rank writes $1/ready.<rank> just before it blocks."""
+"""A torch gloo script whose rank $2 (3 if not given) is stuck loading data while the
+others wait in all_reduce. Each rank writes $1/ready.<rank> just before it blocks."""
 
 import os
 import sys
@@ -19,8 +19,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     ready = os.path.join(sys.argv[1], f"ready.{rank}")
-    batch = load_batch(ready) if rank == 3 else torch.ones(4)
-    if rank != 3:
+    stuck = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    batch = load_batch(ready) if rank == stuck else torch.ones(4)
+    if rank != stuck:
         open(ready, "w").close()
     dist.all_reduce(batch)
 
