@@ -321,7 +321,7 @@ class JobRun:
             round_, str(self.logdir.path), services=self.job.servers_wait_for_job
         )
         outcome = self.supervise(plan, watch, restarts, round_)
-        cause, survivors = self.settle(watch, outcome)
+        cause, survivors = self.settle(watch, outcome, restarts)
         if self.elastic is not None:
             self.record.round_ended(round_, restarts, met.hosts, cause)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
@@ -417,13 +417,16 @@ class JobRun:
             hangs=self.hangs,
         )
 
-    def settle(self, watch: RoundWatch, outcome: RunOutcome) -> tuple[RootCause | None, int]:
+    def settle(
+        self, watch: RoundWatch, outcome: RunOutcome, restarts: int = 0
+    ) -> tuple[RootCause | None, int]:
         """The round's job-wide cause (None: it succeeded everywhere) once every node
         ended it, and (elastic) how many of its members may come back."""
         own = outcome.root_cause
         if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
-                report_failure(self.console, own, self.logdir.path)
+                left = restarts < self.options.max_restarts  # then one line; the rounds say more
+                report_failure(self.console, own, self.logdir.path, restarts_left=left)
             return self.peers.finish(watch, outcome.exit_code == 0), 0
         self.leaving = watch.leaving
         if self.leaving:
