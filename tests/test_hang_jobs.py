@@ -54,7 +54,7 @@ def test_stacks_of_a_torch_job_name_the_rank_stuck_in_load_batch_first(tmp_path)
     host = os.uname().nodename
     assert lines[0] == f"rank 3 ({host}, workerlog.3) is in `load_batch` at torch_load_batch.py:14"
     assert lines[1] == (
-        "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:25 (main)"
+        "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:26 (main)"
     )
     written = dump_dir(tmp_path / "log")
     assert lines[2] == f"stacks of 4 ranks in {written}"
@@ -169,7 +169,7 @@ def test_stacks_of_a_two_node_job_write_a_file_per_rank_on_each_node(tmp_path):
         "workerlog.1) is in `load_batch` at torch_load_batch.py:14"
     ), run.stdout
     assert lines[1] == (
-        "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:25 (main)"
+        "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:26 (main)"
     )
     for node_dir, ranks in ((logs_a, [0, 1]), (logs_b, [2, 3])):
         written = dump_dir(node_dir)

@@ -54,7 +54,7 @@ def test_a_hung_torch_job_is_aborted_with_code_124_naming_the_rank_in_load_batch
     assert job.returncode == HANG_EXIT, console + logs(tmp_path)
     host = os.uname().nodename
     odd = f"rank 3 ({host}, workerlog.3) is in `load_batch` at torch_load_batch.py:14"
-    others = "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:25 (main)"
+    others = "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:26 (main)"
     assert f"paddlike.launch:   {odd}\n" in console
     assert f"paddlike.launch:   {others}\n" in console
     assert f"FAILED: {odd}\n" in console

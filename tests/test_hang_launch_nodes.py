@@ -24,7 +24,7 @@ pytestmark = [
 
 SCRIPT = REPO / "tests" / "hang_workers" / "torch_load_batch.py"
 ODD = "rank 3 (198.18.0.2, workerlog.1) is in `load_batch` at torch_load_batch.py:14"
-OTHERS = "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:25 (main)"
+OTHERS = "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:26 (main)"
 
 
 def ready(out: Path, n: int):
