@@ -34,7 +34,7 @@ SERVER_ENDPOINTS_LINE = "PADDLE_PSERVERS_IP_PORT_LIST: "
 HETER_ENDPOINTS_LINE = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: "
 # log file prefix -> role, as DESIGN.md names them (Paddle's names too)
 LOG_PREFIXES = {"workerlog": "trainer", "serverlog": "server", "heterlog": "heter"}
-LOG_NAME = re.compile(r"^(workerlog|serverlog|heterlog)\.(\d+)$")
+_LOG_NAME = r"^(workerlog|serverlog|heterlog)\.(\d+)$"
 # How many lines of a log a failure report quotes.
 TAIL_LINES = 20
 
@@ -42,11 +42,18 @@ TAIL_LINES = 20
 
 # Every run header in a log starts with this; the reader splits runs on it.
 HEADER_PREFIX = "==== paddlike run "
-_HEADER_FACTS = re.compile(
+# Patterns are compiled by `re` on first use (and cached there), not at import: the
+# launcher imports this module and never parses a header.
+_HEADER_FACTS = (
     r"job (?P<job>\S+) (?P<role>trainer|server|heter) rank (?P<rank>\d+) "
     r"local (?P<local>\d+) restart (?P<restart>\d+)(?: round (?P<round>\d+))?"
     r"(?: stage (?P<stage>\d+))?:"
 )
+
+
+def match_log_name(name: str) -> re.Match[str] | None:
+    """`workerlog.3` -> groups ("workerlog", "3"); None for any other file name."""
+    return re.match(_LOG_NAME, name)
 
 
 def format_header(
@@ -77,7 +84,7 @@ def format_header(
 def parse_header(line: str) -> re.Match[str] | None:
     """The facts of a header line (groups job, role, rank, local, restart, round, stage);
     None for any other line."""
-    return _HEADER_FACTS.search(line) if line.startswith(HEADER_PREFIX) else None
+    return re.search(_HEADER_FACTS, line) if line.startswith(HEADER_PREFIX) else None
 
 
 def last_run_start(path: str | os.PathLike[str]) -> int:

@@ -105,14 +105,6 @@ class RunStatus(_Word):
     UNKNOWN = "unknown"
 
 
-class Membership(_Word):
-    """Why an elastic round ended for a change of its nodes (RootCause.membership)."""
-
-    LOST = "lost"
-    LEFT = "left"
-    JOINED = "joined"
-
-
 class _Record:
     """Plain mutable records with value equality, a repr and JSON-type conversion.
 

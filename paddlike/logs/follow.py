@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from paddlike.logformat import LOG_NAME as _LOG_NAME
-from paddlike.logformat import LOG_PREFIXES
+from paddlike.logformat import LOG_PREFIXES, match_log_name
 from paddlike.logs.alive import pid_alive
 from paddlike.logs.report import paint, read_tail
 from paddlike.summary import RunStatus, read_summary
@@ -55,7 +54,7 @@ def _labels(node_dir: Path, multi_node: bool) -> dict[str, str]:
     except OSError:
         names = []
     for name in names:
-        match = _LOG_NAME.match(name)
+        match = match_log_name(name)
         if match and name not in labels:
             role = LOG_PREFIXES[match.group(1)]
             where = f"{node_dir.name} " if multi_node else ""

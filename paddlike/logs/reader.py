@@ -24,11 +24,11 @@ from pathlib import Path
 
 from paddlike.logformat import (
     ENDPOINTS_FILE,
-    LOG_NAME,
     LOG_PREFIXES,
     TAIL_LINES,
     last_run_header,
     last_run_start,
+    match_log_name,
     parse_endpoints,
     read_tail,
 )
@@ -43,7 +43,6 @@ from paddlike.summary import (
     RunSummary,
 )
 
-_LOG_NAME = LOG_NAME  # (follow.py's name for it)
 _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
 __all__ = ["ENDPOINTS_FILE", "LOG_PREFIXES", "last_run_header", "parse_endpoints", "pid_alive"]
 
@@ -166,7 +165,7 @@ class JobView:
 
 
 def _is_node_dir(names: list[str]) -> bool:
-    return any(n in (SUMMARY_FILE, ENDPOINTS_FILE) or _LOG_NAME.match(n) for n in names)
+    return any(n in (SUMMARY_FILE, ENDPOINTS_FILE) or match_log_name(n) for n in names)
 
 
 def _listdir(path: Path) -> list[str]:
@@ -403,7 +402,7 @@ def _infer_processes(
 ) -> list[ProcessView]:
     by_role: dict[str, list[int]] = {}
     for name in names:
-        match = _LOG_NAME.match(name)
+        match = match_log_name(name)
         if match:
             by_role.setdefault(LOG_PREFIXES[match.group(1)], []).append(int(match.group(2)))
     procs = []
