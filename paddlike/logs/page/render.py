@@ -76,6 +76,7 @@ svg text { fill:var(--fg); }
 .membership line { stroke:#d07a00; } .membership text { fill:#a65f00 !important; }
 .now line { stroke:#3a86d4; } .now text { fill:#3a86d4 !important; }
 .pline { fill:none; stroke:#5b7fb8; stroke-opacity:.55; stroke-width:1.4; }
+.pdot { fill:#5b7fb8; } .pdot.slow { fill:#d43c3c; } .pdot.stuck { fill:#7a3fb0; }
 .pline.slow { stroke:#d43c3c; stroke-opacity:1; stroke-width:2.2; }
 .col { fill:#7c98c6; } .col.slow { fill:#d43c3c; }
 .warn { margin:0 0 8px; padding-left:18px; color:#8a4b00; }

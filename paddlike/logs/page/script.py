@@ -371,6 +371,11 @@ function drawProgress() {
     if (!pts.length) return;
     var d = pts.map(function (q) { return x(q[0]).toFixed(1) + ',' + y(q[1]).toFixed(1); }).join(' ');
     var slow = strag.indexOf(r) >= 0, stuck = HUNG.indexOf(r) >= 0;
+    if (pts.length === 1) {  // one sample so far: a dot, not a line
+      lines += '<circle class="pdot' + (slow ? ' slow' : '') + (stuck ? ' stuck' : '') + '" data-rank="' + r + '" r="3" cx="' +
+        x(pts[0][0]).toFixed(1) + '" cy="' + y(pts[0][1]).toFixed(1) + '"><title>rank ' + r + '</title></circle>';
+      return;
+    }
     lines += '<polyline class="pline' + (slow ? ' slow' : '') + (stuck ? ' stuck' : '') + '" data-rank="' + r + '" points="' + d + '"><title>rank ' + r +
       '</title></polyline>';
   });
@@ -378,7 +383,7 @@ function drawProgress() {
     'steps over time, one line per rank (sampled while following)' :
     'collectives over time, one line per rank (the flight record: each rank\'s last operations)';
   document.getElementById('progress-lines').innerHTML = '<svg width="' + width + '" height="' + H + '">' + axis(x, H, top) +
-    '<text class="tick" x="' + (LABEL_W - 8) + '" y="' + (y(maxN) + 4) + '" text-anchor="end">' + maxN + '</text>' +
+    '<text class="tick" x="' + (LABEL_W - 8) + '" y="' + (y(maxN) + 4) + '" text-anchor="end">' + (history ? 'step ' : 'collective #') + maxN + '</text>' +
     '<text class="tick" x="' + (LABEL_W - 8) + '" y="' + (y(minN) + 4) + '" text-anchor="end">' + minN + '</text>' +
     lines + '</svg>';
   // step per rank: a column per rank
@@ -398,6 +403,10 @@ function drawProgress() {
   drawFlightTable(ranks);
 }
 function drawFlightTable(ranks) {
+  var any = ranks.some(function (r) { return F.progress.ranks[r].flight.length; });
+  document.getElementById('flight-title').hidden = !any;
+  document.getElementById('flight-table').hidden = !any;
+  if (!any) return;
   var groups = {}, order = [];
   ranks.forEach(function (r) {
     var f = F.progress.ranks[r].flight, last = f.length ? f[f.length - 1] : null;
