@@ -11,9 +11,8 @@ import os
 
 from paddlike.launch.console.output import Console
 from paddlike.launch.plan.policy import restartable
+from paddlike.logformat import TAIL_LINES
 from paddlike.summary import RootCause
-
-TAIL_LINES = 20
 
 
 def report_failure(
