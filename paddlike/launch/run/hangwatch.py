@@ -10,10 +10,16 @@ collective), plus, for a rank that has shown none of them yet, CPU time: a scrip
 that prints nothing while it imports torch is starting, not hung. Once a rank wrote
 or beat, only writes and beats count (a rank spinning in a collective uses CPU too).
 
-Then the stacks of every worker are taken (py-spy), the grouped summary is printed
-and written under <log_dir>/stacks/<time>/, once per stall: the next dump needs a
-new sign of life first. `--on_hang abort` then ends the job with exit code 124 and
-the summary as its root cause.
+Then the stacks of every worker are taken (py-spy), with what each worker's probe
+says (torch's flight record, and a Python stack where py-spy cannot read one: see
+`paddlike.logs.worker_probe`, which --hang_timeout puts in every worker); the report
+(`paddlike.logs.hang.summarize`, its first line the rank that holds the others up) is
+printed and written under <log_dir>/stacks/<time>/, once per stall: the next dump
+needs a new sign of life first. `--on_hang abort` then ends the job with exit code 124
+and the report's first line as its root cause.
+
+The clocks, a process's CPU time and the collection are given in (`clock`, `wall`,
+`cpu_seconds`, `collect`), so the rule is tested on step clocks (tests/test_hangwatch.py).
 
 Many nodes: each launcher judges its own workers; one whose workers all stalled asks
 every node for its stacks through the store (`peers.stackreq`: the first node to see
