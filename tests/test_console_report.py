@@ -51,6 +51,19 @@ def test_a_failure_with_restarts_left_is_one_line_and_the_last_one_the_full_repo
     assert said(stopped, restarts_left=True).startswith("STOPPED: launcher on 127.0.0.1")
 
 
+def test_another_nodes_stop_is_a_stop_and_its_failure_a_failure():
+    from paddlike.launch.console.report import report_remote_failure
+
+    stop = RootCause(reason="launcher on 198.18.0.2 received SIGTERM", signal="SIGTERM")
+    for cause, line in [
+        (stop, "the job was stopped on another node: launcher on 198.18.0.2 received SIGTERM"),
+        (CAUSE.replace(log_file=None, tail=[]), "the job failed on another node: " + CAUSE.reason),
+    ]:
+        err = io.StringIO()
+        report_remote_failure(Console(err), cause)
+        assert err.getvalue() == f"paddlike.launch: {line}\n"
+
+
 def launch(tmp_path: Path, max_restarts: int, fails: int) -> subprocess.CompletedProcess[str]:
     """Two workers; rank 1 fails in its first `fails` rounds."""
     script = tmp_path / "flaky.py"

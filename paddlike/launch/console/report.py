@@ -36,7 +36,8 @@ def report_failure(
 def report_remote_failure(console: Console, cause: RootCause) -> None:
     """This node's workers succeeded, another node's failed."""
     where = f" (host {cause.host}, log {cause.log_file})" if cause.log_file else ""
-    console.say(f"the job failed on another node: {cause.reason}{where}")
+    how = "was stopped" if cause.stopped else "failed"  # a launcher's signal: not a failure
+    console.say(f"the job {how} on another node: {cause.reason}{where}")
     for line in cause.tail[-TAIL_LINES:]:
         console.say(f"  | {line}")
 
