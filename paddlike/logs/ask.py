@@ -15,9 +15,9 @@ import signal
 import time
 from pathlib import Path
 
+from paddlike.logformat import OWNER_FILE
 from paddlike.summary import read_summary
 
-OWNER_FILE = ".paddlike.owner"  # paddlike.launch.run.logdir.OWNER_FILE
 STACKS_DIR = "stacks"
 # The launcher's collection has a 10 s deadline; then it writes the files.
 WAIT = 30.0
