@@ -13,6 +13,8 @@ one rank (`slow_rank`) computes three times slower than the others.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,4 +190,22 @@ def write_paddle_job(path: Path) -> Path:
         "----------------------\nError Message Summary:\n----------------------\n"
         "ExternalError: NCCL error, unhandled system error (at /paddle/nccl_helper.h:1)\n"
     )
+    return path
+
+
+def write_running_job(path: Path) -> Path:
+    """A job whose summary says running, with the calling process as its live trainer and
+    as its launcher (the owner file a launcher keeps while it holds the directory)."""
+    path.mkdir(parents=True)
+    owner = {"pid": os.getpid(), "host": "127.0.0.1", "hostname": socket.gethostname()}
+    (path / ".paddlike.owner").write_text(json.dumps({**owner, "since": time.time()}))
+    (path / "workerlog.0").write_text("step 1\n")
+    now = time.time()
+    proc = ProcessRecord(
+        "trainer", 0, 0, "127.0.0.1", "workerlog.0", pid=os.getpid(), start_time=now - 5
+    )
+    write_summary(path, RunSummary(
+        "job-follow", "collective", 0, 1, "127.0.0.1", socket.gethostname(), str(path),
+        now - 5, processes=[proc],
+    ))  # fmt: skip
     return path

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import socket
 import time
 from pathlib import Path
 
@@ -22,8 +20,13 @@ from paddlike.logs.__main__ import main
 from paddlike.logs.page import follow as page_follow
 from paddlike.logs.page.facts import job_facts, run_starts
 from paddlike.logs.reader import load
-from paddlike.summary import ProcessRecord, RunSummary, read_summary, write_summary
-from tests.synthetic_job import write_elastic_job, write_hung_job, write_paddle_job
+from paddlike.summary import read_summary, write_summary
+from tests.synthetic_job import (
+    write_elastic_job,
+    write_hung_job,
+    write_paddle_job,
+    write_running_job,
+)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "log_samples"
 
@@ -204,29 +207,8 @@ def test_follow_to_stdout_is_refused_with_the_fix(capsys):
     assert "give a file (--html job.html --follow)" in capsys.readouterr().err
 
 
-def _running_job(path: Path) -> Path:
-    """A job whose summary says running, with this test process as its live trainer and
-    its launcher (the owner file a launcher keeps while it holds the directory)."""
-    path.mkdir(parents=True)
-    owner = {"pid": os.getpid(), "host": "127.0.0.1", "hostname": socket.gethostname()}
-    (path / ".paddlike.owner").write_text(json.dumps({**owner, "since": time.time()}))
-    (path / "workerlog.0").write_text("step 1\n")
-    now = time.time()
-    proc = ProcessRecord(
-        "trainer", 0, 0, "127.0.0.1", "workerlog.0", pid=os.getpid(), start_time=now - 5
-    )
-    write_summary(
-        path,
-        RunSummary(
-            "job-follow", "collective", 0, 1, "127.0.0.1", socket.gethostname(), str(path),
-            now - 5, processes=[proc],
-        ),
-    )  # fmt: skip
-    return path
-
-
 def test_follow_rewrites_the_page_until_the_job_ends_and_the_last_page_stops_reloading(tmp_path):
-    log = _running_job(tmp_path / "log")
+    log = write_running_job(tmp_path / "log")
     target = tmp_path / "job.html"
     pages: list[dict] = []
 
@@ -250,7 +232,7 @@ def test_follow_rewrites_the_page_until_the_job_ends_and_the_last_page_stops_rel
 
 
 def test_follow_stops_when_the_summary_says_running_but_no_process_is_alive(tmp_path):
-    log = _running_job(tmp_path / "log")
+    log = write_running_job(tmp_path / "log")
     summary = read_summary(log)
     summary.processes[0].pid = 2**22 + 12345  # beyond pid_max on most systems: gone
     write_summary(log, summary)

@@ -18,7 +18,12 @@ import pytest
 
 from paddlike.logs.__main__ import main
 from tests import headless
-from tests.synthetic_job import write_elastic_job, write_hung_job, write_paddle_job
+from tests.synthetic_job import (
+    write_elastic_job,
+    write_hung_job,
+    write_paddle_job,
+    write_running_job,
+)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "log_samples"
 REASON = headless.unavailable_reason()
@@ -238,3 +243,20 @@ def test_512_ranks_collapse_into_node_groups_with_the_odd_ranks_shown(tmp_path):
     assert texts[0].endswith("nodes 0–8 (9)")
     [toggle] = tree.find(id_="toggle-all")
     assert toggle.all_text() == "Show all 512 processes"
+
+
+def test_a_followed_running_job_says_so_and_draws_up_to_now(tmp_path):
+    from paddlike.logs.page import build_page, write_atomically
+    from paddlike.logs.reader import load
+
+    log = write_running_job(tmp_path / "log")
+    page = tmp_path / "running.html"
+    # What `--html page --follow` writes while the job runs (its loop: follow.py).
+    write_atomically(page, build_page(load([str(log)]), [str(log)], follow=600.0))
+    tree = open_page(page)
+    [row] = rows(tree).values()
+    assert "status-running" in row.classes
+    assert [e for e in row.walk() if "live" in e.classes], "the bar goes on past now"
+    assert [e for e in tree.find("now")], "a 'now' mark"
+    [line] = tree.find(id_="follow-line")
+    assert line.all_text().startswith("following: this page reloads every 600 s")
