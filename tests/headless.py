@@ -79,7 +79,13 @@ def _run(args: list[str], timeout: float = TIMEOUT) -> str:
 
 def dump_dom(page: Path, width: int = 1400, height: int = 900) -> str:
     """The DOM after the page's scripts ran (chromium --dump-dom)."""
-    return _run([f"--window-size={width},{height}", "--dump-dom", page.resolve().as_uri()])
+    return dump_dom_url(page.resolve().as_uri(), width, height)
+
+
+def dump_dom_url(url: str, width: int = 1400, height: int = 900) -> str:
+    """dump_dom of a file:// address (with a #fragment, say)."""
+    assert url.startswith("file://"), f"{url}: pages load from files only"
+    return _run([f"--window-size={width},{height}", "--dump-dom", url])
 
 
 def screenshot(page: Path, png: Path, width: int = 1400, height: int = 900) -> Path:

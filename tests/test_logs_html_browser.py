@@ -260,3 +260,13 @@ def test_a_followed_running_job_says_so_and_draws_up_to_now(tmp_path):
     assert [e for e in tree.find("now")], "a 'now' mark"
     [line] = tree.find(id_="follow-line")
     assert line.all_text().startswith("following: this page reloads every 600 s")
+
+
+def test_the_address_fragment_restores_the_selected_row_after_a_reload(tmp_path):
+    # A page that reloads itself (--follow) keeps the user's choice in its #fragment.
+    page = make_page([SAMPLES / "ps"], tmp_path / "ps.html")
+    tree = Tree(headless.dump_dom_url(page.resolve().as_uri() + "#sel=0&open=&all=0"))
+    [selected] = [g for g in tree.find("proc") if "selected" in g.classes]
+    label = next(e for e in selected.walk() if "label" in e.classes).text.strip()
+    assert label == "server 0"
+    assert "server 0" in tree.find(id_="detail")[0].all_text()
