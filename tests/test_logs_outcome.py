@@ -180,6 +180,12 @@ def test_a_sigkilled_launcher_and_its_workers_are_said_to_be_gone(running_job):
         f"the launcher (pid {pid}) is gone without recording how the job ended (killed by "
         "SIGKILL or the OOM killer, or its machine restarted); its processes are gone too"
     ]
+    started = time.monotonic()
+    followed = logs(log, "--follow", "--tail", "1")
+    assert time.monotonic() - started < 5  # no grace to wait out: nobody can record the end
+    assert followed.returncode == 1, followed.stderr
+    assert followed.stdout.splitlines() == ["[trainer 0] rank 0 ready", "[trainer 1] rank 1 ready"]
+    assert "stopped following: the summary says running but no process" in followed.stderr
     text = logs(log).stdout
     assert ": launcher gone, started " in text.splitlines()[0], text
     assert text.endswith(

@@ -276,7 +276,7 @@ def _follow(dirs: list[str], args: argparse.Namespace, out: TextIO, color: bool)
     if ended == "orphaned":
         print(
             "paddlike.logs: stopped following: the summary says running but no process of the "
-            "job is alive (the launcher was probably killed)",
+            "job is alive (its launcher was killed, or is gone without recording the end)",
             file=sys.stderr,
         )
     return outcome.exit_code(load(dirs))

@@ -12,6 +12,7 @@ the caller's to catch.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,13 +20,14 @@ from pathlib import Path
 from typing import TextIO
 
 from paddlike.logformat import LOG_PREFIXES, match_log_name
-from paddlike.logs.alive import pid_alive
+from paddlike.logs.alive import launcher_alive, pid_alive
 from paddlike.logs.report import paint, read_tail
 from paddlike.summary import RunStatus, read_summary
 
 POLL_INTERVAL = 0.1
 # A summary that says "running" while none of its processes lives: the launcher may be
-# between restart rounds or about to write the end; give up after this long.
+# between restart rounds or about to write the end; give up after this long (at once
+# when the launcher is gone too).
 ORPHAN_GRACE = 10.0
 _COLORS = ("36", "32", "35", "34", "33", "96", "92", "95")
 
@@ -62,10 +64,13 @@ def _labels(node_dir: Path, multi_node: bool) -> dict[str, str]:
     return labels
 
 
-def _job_state(node_dirs: list[Path]) -> tuple[bool, bool]:
-    """(ended, anything_alive): ended when every node has a summary that is not running."""
+def _job_state(node_dirs: list[Path]) -> tuple[bool, bool, bool]:
+    """(ended, anything_alive, launchers_gone): ended when every node has a summary that
+    is not running; launchers_gone when every node still running is on this host and its
+    launcher no longer exists (it can record no end: no need to wait for one)."""
     ended = True
     alive = False
+    gone = True
     for d in node_dirs:
         try:
             summary = read_summary(d)
@@ -79,7 +84,10 @@ def _job_state(node_dirs: list[Path]) -> tuple[bool, bool]:
             ended = False
             if any(pid_alive(p.pid, p.start_time) for p in summary.processes):
                 alive = True
-    return ended, alive
+            here = not summary.hostname or summary.hostname == socket.gethostname()
+            if not here or launcher_alive(d):
+                gone = False
+    return ended, alive, gone and not ended
 
 
 class Follower:
@@ -172,11 +180,14 @@ class Follower:
         `deadline` (a `clock()` value) passes ("deadline")."""
         orphaned_since: float | None = None
         while True:
-            ended, alive = _job_state(self.node_dirs)
+            ended, alive, gone = _job_state(self.node_dirs)
             self.poll(final=ended)
             if ended:
                 return "ended"
             now = self.clock()
+            if gone and not alive:  # nobody left to record the end
+                self.poll(final=True)
+                return "orphaned"
             if alive:
                 orphaned_since = None
             elif orphaned_since is None:
