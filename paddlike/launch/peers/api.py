@@ -23,6 +23,11 @@ class RoundWatch(Protocol):
     services: ServicesStop | None  # who says when the servers stop; None: this node's trainers
     stacks: StackChannel | None  # job-wide stack requests; None on one node
     leaving: bool  # elastic: a signal to this launcher made this node leave the job
+    death_notice: bytes | None  # what the guardian tells the store if the launcher dies
+
+    @property
+    def root_cause(self) -> RootCause | None:
+        """The job's cause as known so far (after `publish`: the winner)."""
 
     def poll(self) -> RootCause | None:
         """A cause from elsewhere (another node's failure, a lost node) that ends the round."""

@@ -37,8 +37,11 @@ from paddlike.launch.peers.kv import (
     connect_with_progress,
 )
 from paddlike.launch.peers.liveness import CounterLiveness, LeaseLiveness
+from paddlike.launch.peers.notice import encode_notice
 from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, JobWatch, WatchSpec
+from paddlike.launch.plan.elastic import LOST
+from paddlike.launch.plan.policy import launcher_died_cause
 from paddlike.launch.plan.world import node_label
 
 if TYPE_CHECKING:
@@ -184,6 +187,8 @@ def open_store_link(
             services=spec.services,
             stacks=_stacks(watch_connection, kv, spec),
             hosts_store=server is not None,
+            # node 0's store goes with its launcher: nobody to tell then
+            death_notice=None if server is not None else _death_notice(master, token, spec),
         )
 
     def connect() -> KV:
@@ -278,6 +283,25 @@ def open_etcd_link(
         )
 
     return Link(kv=kv, connect=kv.sharing_lease, make_watch=make_watch, keeps_keys=True)
+
+
+def _death_notice(master: tuple[str, int], token: bytes | None, spec: WatchSpec) -> bytes:
+    """What this node's guardian writes to node 0's store if this launcher dies during the
+    round (`run.guardian`): the lost node as the round's cause, and its end, so that the
+    others name it at once instead of blaming their own workers, whose collectives fail
+    as soon as this node's workers are gone."""
+    cause = launcher_died_cause(
+        spec.node_index,
+        spec.hosts,
+        os.getpid(),
+        ends_job=spec.elastic is None,
+        membership=LOST if spec.elastic is not None else None,
+    )
+    marks = [
+        (p.end_key(spec.round, spec.node_index), p.END_LOST),
+        (p.done_key(spec.round, spec.node_index), p.END_LOST),
+    ]
+    return encode_notice(master, token, (p.abort_key(spec.round), p.encode_cause(cause)), marks)
 
 
 def _stacks(connect: Callable[[], KV], kv: KV, spec: WatchSpec) -> StackChannel:

@@ -17,6 +17,11 @@ class LocalWatch:
         self.cause: RootCause | None = None
         self.stacks = None  # no other node to ask for stacks
         self.leaving = False  # (a one-node job is never elastic)
+        self.death_notice: bytes | None = None  # nobody to tell
+
+    @property
+    def root_cause(self) -> RootCause | None:
+        return self.cause
 
     def poll(self) -> RootCause | None:
         return None

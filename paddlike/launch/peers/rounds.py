@@ -23,6 +23,7 @@ from paddlike.launch.peers.elastic import ElasticRendezvous
 from paddlike.launch.peers.errors import RendezvousError
 from paddlike.launch.peers.kv import Progress
 from paddlike.launch.peers.rendezvous import Rendezvous, find_rival
+from paddlike.launch.peers.watch import STORE_HOST_ENDS
 from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec
 from paddlike.launch.plan.policy import membership_cause
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
@@ -180,7 +181,10 @@ class ElasticRounds:
         return cause
 
     def stop_cause(self, cause: RootCause) -> RootCause:
-        """A signal stopped this launcher between rounds: this node leaves the job."""
+        """A signal stopped this launcher between rounds: this node leaves the job, unless
+        it hosts the launchers' store (the job cannot go on without it: it ends)."""
+        if self.link.server is not None:
+            return cause.replace(reason=cause.reason + STORE_HOST_ENDS)
         return cause.replace(membership=LEFT)
 
     def waiting_round(self) -> int | None:

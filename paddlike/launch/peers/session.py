@@ -258,14 +258,21 @@ class StorePeers:
         for a place stop rather than start a job of their own. A launcher whose exit takes
         keys away (node 0's store, any node's etcd lease) lets them read it first (each
         marks its ticket ``left`` then)."""
-        if self.elastic is None:
-            return
+        if self.elastic is None or (self._watches and self._watches[-1].lost_contact):
+            return  # (no store to tell anything)
         waiting = self.rounds.waiting_round()
         with contextlib.suppress(StoreError):
-            self.kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
-            if self.keeps_keys and waiting is not None:  # node 0's store, etcd
-                self.state = PeersState.READING_END
-                linger(self.kv, waiting, DONE_GRACE)
+            if self.keeps_keys:  # node 0's store, etcd: the others may still be reading
+                self.kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
+                if waiting is not None:
+                    self.state = PeersState.READING_END
+                    linger(self.kv, waiting, DONE_GRACE)
+                return
+            kv = self.link.connect()  # short-lived: node 0 may have closed its store already
+            try:
+                kv.compare_set(p.ELASTIC_END_KEY, None, how.encode())
+            finally:
+                kv.close()
 
     def wait_readers(self) -> None:
         """After `publish_stop`: where this launcher's exit takes the keys away (node 0, etcd),

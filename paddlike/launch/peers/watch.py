@@ -67,6 +67,11 @@ if TYPE_CHECKING:
 HEARTBEATS_PER_TIMEOUT = 5
 WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
+# said when node 0 of an elastic job on its own store gets a signal: it cannot just leave
+STORE_HOST_ENDS = (
+    ": it hosts the launchers' store, so the elastic job ends on every node (with --master "
+    "etcd://... an elastic job goes on without any one node)"
+)
 
 
 class WatchSpec(NamedTuple):
@@ -101,6 +106,7 @@ class JobWatch:
         services: bool = False,
         stacks: StackChannel | None = None,
         hosts_store: bool = False,
+        death_notice: bytes | None = None,
         clock: Callable[[], float] = time.monotonic,
         warn: Callable[[str], None] = lambda line: None,
     ) -> None:
@@ -110,7 +116,9 @@ class JobWatch:
         PS on several nodes (the servers stop with the job's trainers); `stacks`: the round's
         job-wide stack requests (SIGUSR1, --hang_timeout), started and stopped with it;
         `hosts_store`: this node hosts the launchers' store, so it cannot leave an elastic
-        job alone (its store goes with it): a signal to it ends the job everywhere."""
+        job alone (its store goes with it): a signal to it ends the job everywhere;
+        `death_notice`: what this node's guardian writes to the store if the launcher dies
+        (`run.guardian`), so that the others name the lost node at once."""
         self.kv = kv
         self.warn = warn  # the console's warning line
         self.heartbeat_kv = heartbeat_kv or kv  # the heartbeat thread's own connection
@@ -127,6 +135,7 @@ class JobWatch:
         self.elastic = elastic
         self.log_dir = log_dir
         self.hosts_store = hosts_store
+        self.death_notice = death_notice
         self._read_fd, self._write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -253,16 +262,44 @@ class JobWatch:
             # the other nodes cannot join a relative name to our log directory
             cause = cause.replace(log_file=os.path.join(self.log_dir, cause.log_file))
         if self.elastic is not None and cause.signal and cause.role is None:
-            # a signal to this launcher (a preemption's SIGTERM): this node leaves the job
-            self.leaving = True
-            cause = cause.replace(membership=LEFT)
+            if self.hosts_store:
+                # node 0 hosts the launchers' store: the others cannot go on without it
+                cause = cause.replace(reason=cause.reason + STORE_HOST_ENDS)
+            else:
+                # a signal to this launcher (a preemption's SIGTERM): this node leaves the job
+                self.leaving = True
+                cause = cause.replace(membership=LEFT)
         try:
             raw = self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))
             winner = p.decode_cause(raw)
-        except StoreError:
-            winner = cause  # the store is gone: our cause is the best we know
+        except StoreError as exc:
+            winner = self._store_gone(cause, str(exc))
         with self._lock:
             self._cause.published(winner)
+
+    def _store_gone(self, cause: RootCause, detail: str) -> RootCause:
+        """Publishing failed: the store did not answer (node 0 lost, or the network). This
+        node's failure is then most likely a consequence (its peers went with node 0): the
+        cause is the lost contact, once the heartbeats say so (within one timeout); our own
+        cause only if the store answers again."""
+        deadline = self.clock() + self.heartbeat_timeout
+        while self.clock() < deadline:
+            if self._lost_contact is not None:
+                return self._lost_contact
+            try:
+                return p.decode_cause(
+                    self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))
+                )
+            except StoreError as exc:
+                detail = str(exc)
+            self._stop.wait(self.heartbeat_timeout / HEARTBEATS_PER_TIMEOUT)  # no event: a retry
+        self._lost_contact = self._lost_contact or self._contact_cause(detail)
+        return self._lost_contact
+
+    @property
+    def lost_contact(self) -> bool:
+        """Whether this node lost contact with the store (nobody is left to tell anything)."""
+        return self._lost_contact is not None
 
     def poll(self) -> RootCause | None:
         """`extra_fds` callback: the cause that ends the job, unless it is our own."""
@@ -365,7 +402,9 @@ class JobWatch:
             return
 
     def _lost_node(self, j: int) -> None:
-        cause = lost_node_cause(j, self.hosts, self.heartbeat_timeout, time.time())
+        cause = lost_node_cause(
+            j, self.hosts, self.heartbeat_timeout, time.time(), ends_job=self.elastic is None
+        )
         if self.elastic is not None:
             cause.membership = LOST
         kv = self.heartbeat_kv

@@ -152,16 +152,51 @@ def as_seen_from(cause: RootCause, node_index: int, hosts: Sequence[str]) -> Roo
     return cause
 
 
-def lost_node_cause(node: int, hosts: Sequence[str], timeout: float, now: float) -> RootCause:
+# A fixed job does not wait for a lost node to come back: its nodes cannot be replaced (its
+# ranks and --ips are fixed), a scheduler that restarts one restarts the whole job, and a
+# restart round would wait --rdzv_timeout for nothing. It ends, and says so.
+FIXED_JOB_ENDS = (
+    "; a fixed job ends without it (restarting cannot bring a node back; --nnodes MIN:MAX "
+    "makes an elastic job that goes on without it)"
+)
+
+
+def lost_node_cause(
+    node: int, hosts: Sequence[str], timeout: float, now: float, *, ends_job: bool = False
+) -> RootCause:
+    """Node `node`'s heartbeats stopped; `ends_job`: a fixed job's (it ends, and says so)."""
     return RootCause(
         reason=(
             f"{node_label(node, hosts)} stopped sending heartbeats for {timeout:g} s "
             "(--heartbeat_timeout): its launcher died or the network to it failed"
+            + (FIXED_JOB_ENDS if ends_job else "")
         ),
         host=hosts[node] if node < len(hosts) else "",
         node_index=node,
         time=now,
     )
+
+
+def launcher_died_cause(
+    node: int, hosts: Sequence[str], pid: int, *, ends_job: bool, membership: str | None
+) -> RootCause:
+    """Node `node`'s launcher died (SIGKILL, OOM): its guardian says so at once, before its
+    workers' peers fail in their collectives (a consequence, not the cause)."""
+    return RootCause(
+        reason=(
+            f"{node_label(node, hosts)} was lost: its launcher (pid {pid}) died"
+            + (FIXED_JOB_ENDS if ends_job else "")
+        ),
+        host=hosts[node] if node < len(hosts) else "",
+        node_index=node,
+        membership=membership,
+    )
+
+
+def same_cause(a: RootCause, b: RootCause) -> bool:
+    """Whether two copies of a cause (this node's own, and the job's as the store keeps it,
+    its log file made absolute) are one failure."""
+    return (a.node_index, a.rank, a.role, a.reason) == (b.node_index, b.rank, b.role, b.reason)
 
 
 def membership_cause(

@@ -28,19 +28,18 @@ import contextlib
 import os
 import socket
 import sys
-import time
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.console.banner import format_banner
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
-from paddlike.launch.console.report import report_failure
 from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
 from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.peers.api import Peers, RoundWatch
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
+from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.protocol import decode_cause
 from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
@@ -48,34 +47,26 @@ from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 from paddlike.launch.plan.policy import (
     RoundEnd,
     cause_exit_code,
-    launcher_signal_cause,
     run_rounds,
 )
 from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
+from paddlike.launch.run.interrupt import Where, stopped_by_signal
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
 from paddlike.launch.run.record import RunRecord
-from paddlike.launch.run.roundend import conclude_round, elastic_round_cause
+from paddlike.launch.run.roundend import (
+    conclude_round,
+    elastic_round_cause,
+    report_own_failure,
+    write_failure_cause,
+)
 from paddlike.launch.run.signals import LauncherSignal, signals_raise
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
 from paddlike.summary import RootCause
 
 __all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.roundend's
-
-
-class Where:
-    """What the launcher is doing, for the line a signal prints."""
-
-    def __init__(self) -> None:
-        self.waiting = "starting"
-        self.peers: Peers | None = None
-        self.job: NodeJob | None = None  # once a rendezvous placed it (its rank assigned)
-
-    @property
-    def what(self) -> str:
-        return self.peers.waiting_for if self.peers is not None else self.waiting
 
 
 def run_job(
@@ -95,13 +86,13 @@ def run_job(
     # Forked once, before any thread exists (the store's and the watches' come later):
     # a fork copies only the forking thread, and a lock held by another thread then
     # stays locked forever in the child.
-    guardian = Guardian.start()
+    guardian = Guardian.start(deliver=deliver_notice if job.nnodes > 1 else None)
     try:
         with signals_raise():
             try:
                 return _run(options, job, environ, python, console, progress, where, guardian, logs)
             except LauncherSignal as sig:
-                return _stopped_by_signal(sig, where, job, console)
+                return stopped_by_signal(sig, where, job, console)
     finally:
         if guardian is not None:
             guardian.close()
@@ -316,7 +307,10 @@ class JobRun:
         round_ = met.round
         self.place(met)
         plan = self.plan(met, restarts)
-        self.announce(met, plan)
+        try:
+            self.announce(met, plan)
+        except OSError as exc:  # a full disk, above all: the job ends, saying which
+            return self.cannot_write(exc, met, plan, restarts)
         watch = self.peers.watch(
             round_, str(self.logdir.path), services=self.job.servers_wait_for_job
         )
@@ -417,6 +411,19 @@ class JobRun:
             hangs=self.hangs,
         )
 
+    def cannot_write(
+        self, exc: OSError, result: RendezvousResult, plan: LaunchPlan, restarts: int
+    ) -> ElasticRoundEnd:
+        """This node cannot write its log directory: nothing starts here; the others are
+        told through the round's watch (they stop), and the round ends everywhere with it."""
+        cause = write_failure_cause(exc, self.job.host, self.job.index)
+        watch = self.peers.watch(result.round, str(self.logdir.path), services=False)
+        watch.publish(cause)
+        outcome = RunOutcome(1, [], cause, "failed", 0.0)
+        cause, survivors = self.settle(watch, outcome, restarts)
+        end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
+        return ElasticRoundEnd(end.exit_code, end.cause, result.round, survivors)
+
     def settle(
         self, watch: RoundWatch, outcome: RunOutcome, restarts: int = 0
     ) -> tuple[RootCause | None, int]:
@@ -426,7 +433,9 @@ class JobRun:
         if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
                 left = restarts < self.options.max_restarts  # then one line; the rounds say more
-                report_failure(self.console, own, self.logdir.path, restarts_left=left)
+                report_own_failure(
+                    self.console, own, watch.root_cause, self.logdir.path, restarts_left=left
+                )
             return self.peers.finish(watch, outcome.exit_code == 0), 0
         self.leaving = watch.leaving
         if self.leaving:
@@ -452,24 +461,3 @@ def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
 def _rank_span(plan: LaunchPlan) -> str:
     ranks = [p.rank for p in plan.processes]
     return f"{min(ranks)}-{max(ranks)}" if len(ranks) > 1 else str(ranks[0]) if ranks else "none"
-
-
-def _stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: Console) -> int:
-    """One line, the other nodes told (when connected), exit 128+N."""
-    what = where.what
-    peers = where.peers
-    job = where.job or job
-    told = False
-    if peers is not None:
-        cause = launcher_signal_cause(job.host, job.index, sig.name, what, time.time())
-        with contextlib.suppress(LauncherSignal):  # a second signal: stop trying
-            told = peers.publish_stop(cause)
-    tail = "; told the other nodes" if told else ""
-    console.say(f"received {sig.name} while {what}: stopping{tail}")
-    if peers is not None:
-        with contextlib.suppress(LauncherSignal):  # a second signal: do not wait
-            if told:
-                peers.wait_readers()
-        with contextlib.suppress(LauncherSignal):
-            peers.close(linger=False)
-    return 128 + sig.signum

@@ -1,17 +1,22 @@
 """summary.json for this node: written when a round's processes have started ("running")
 and once when the round's job-wide outcome is known — never rewritten by anyone else.
 
-The schema lives in `paddlike.summary`; this is the one writer in the launcher.
+The schema lives in `paddlike.summary`; this is the one writer in the launcher. On a full
+disk nothing half-written is left, and the last word still lands where it fits
+(`logdir.write_atomically`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from paddlike.launch.plan.plan import LaunchPlan
-from paddlike.summary import ProcessRecord, RootCause, RunSummary, write_summary
+from paddlike.launch.run.logdir import write_atomically
+from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunSummary
 
 
 class RunRecord:
@@ -92,7 +97,8 @@ class RunRecord:
             root_cause=cause,
             rounds=list(self.rounds),
         )
-        try:
-            write_summary(self.log_dir, summary)
+        path = Path(self.log_dir) / SUMMARY_FILE
+        try:  # write_summary's format, through the launcher's one atomic write
+            write_atomically(path, (json.dumps(summary.to_json(), indent=2) + "\n").encode())
         except OSError as exc:
             self.warn(f"could not write the run summary in {self.log_dir}: {exc}")

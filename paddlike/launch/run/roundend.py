@@ -4,7 +4,9 @@ last word on the round (its own failure, another node's, a change of nodes, "OK"
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.report import (
@@ -14,7 +16,7 @@ from paddlike.launch.console.report import (
 )
 from paddlike.launch.plan.elastic import ElasticSpec, below_min_cause, is_membership_change
 from paddlike.launch.plan.plan import LaunchPlan
-from paddlike.launch.plan.policy import RoundEnd, cause_exit_code
+from paddlike.launch.plan.policy import RoundEnd, cause_exit_code, same_cause
 from paddlike.launch.run.record import RunRecord
 from paddlike.summary import RootCause
 
@@ -40,13 +42,31 @@ def elastic_round_cause(
         return cause.replace(membership=None) if cause is not None else None
     if own is not None:
         if not is_membership_change(cause):
-            report_failure(console, own, log_dir)
+            report_own_failure(console, own, cause, log_dir)
         elif not is_membership_change(own):
             console.say(f"{own.reason}: put down to the change of nodes, not a restart")
     if cause is not None and is_membership_change(cause) and spec.ends_with(survivors):
         cause = below_min_cause(cause, survivors, spec)
         console.error(f"the elastic job ends: {cause.reason}")
     return cause
+
+
+def report_own_failure(
+    console: Console,
+    own: RootCause,
+    job_cause: RootCause | None,
+    log_dir: os.PathLike[str],
+    *,
+    restarts_left: bool = False,
+) -> None:
+    """This node's failure, as soon as its round ended: its report when it is the job's
+    cause (or none is known yet), else one line: it came after the job's cause (a node
+    lost, another node's failure: its peers' collectives fail at once), which is
+    reported when the round ends (`conclude_round`)."""
+    if job_cause is None or same_cause(own, job_cause):
+        report_failure(console, own, log_dir, restarts_left=restarts_left)
+    else:
+        console.say(f"{own.reason}: put down to the job's root cause (below), not a cause")
 
 
 def conclude_round(
@@ -60,7 +80,12 @@ def conclude_round(
     """The round's job-wide outcome is known (`cause`, None when every node succeeded):
     write this node's summary once, say "OK" or that another node failed, and return how
     the round ended. (This node's own failure report was printed when its round ended.)"""
-    exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
+    own = outcome.root_cause
+    theirs = cause is not None and own is not None and not same_cause(own, cause)
+    if theirs:  # this node's failure was a consequence: the job's cause is another
+        exit_code = cause_exit_code(cause)  # type: ignore[arg-type]
+    else:
+        exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
     status = "failed" if cause is not None and outcome.status == "succeeded" else outcome.status
     record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
     if is_membership_change(cause):  # said already, and the next round's line follows
@@ -75,6 +100,32 @@ def conclude_round(
             restarts=round_,
         )
         return RoundEnd(exit_code, None)
-    if outcome.exit_code == 0:  # else the failure report is out already
+    if outcome.exit_code == 0 or theirs:  # else the failure report is out already
         report_remote_failure(console, cause)
     return RoundEnd(exit_code, cause)
+
+
+def write_failure_cause(exc: OSError, host: str, node_index: int) -> RootCause:
+    """This node cannot write its log directory (endpoints.log before a round): the job's
+    cause, naming the file and, when the disk is full, the filesystem and what to do."""
+    path = exc.filename or "the log directory"
+    reason = f"cannot write {path} on {host}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        mount = _mount_point(os.path.dirname(path))
+        reason += (
+            f" (the log directory's filesystem, mounted at {mount}, is full: free space "
+            "there or give another --log_dir)"
+        )
+    return RootCause(reason=reason, host=host, node_index=node_index, time=time.time())
+
+
+def _mount_point(path: str) -> str:
+    """The mount point of the filesystem that holds `path`."""
+    path = os.path.realpath(path)
+    try:
+        dev = os.stat(path).st_dev
+        while path != "/" and os.stat(os.path.dirname(path)).st_dev == dev:
+            path = os.path.dirname(path)
+    except OSError:
+        pass
+    return path
