@@ -47,7 +47,7 @@ if available:
                3: "NCCL_ERROR_INTERNAL_ERROR", 4: "NCCL_ERROR_INVALID_ARGUMENT",
                5: "NCCL_ERROR_INVALID_USAGE", 6: "NCCL_ERROR_REMOTE_ERROR"}  # fmt: skip
     _local = threading.local()
-    _listeners: dict[str, Listener] = {}
+    _listeners: dict[str, tuple[int, Listener]] = {}  # address -> (pid that made it, socket)
     CONNECT_SECONDS = 300.0
 
     class NcclError(RuntimeError):
@@ -69,7 +69,7 @@ if available:
         which this process listens on (its communicator of that id runs the hub)."""
         token = secrets.token_bytes(16)
         uid = tuple(b - 256 if b > 127 else b for b in token) + (0,) * 112
-        _listeners[_address(uid)] = Listener(_address(uid), family="AF_UNIX")
+        _listeners[_address(uid)] = (os.getpid(), Listener(_address(uid), family="AF_UNIX"))
         return uid
 
     def _group() -> list[tuple[NcclCommunicator, dict[str, Any], int]]:
@@ -117,8 +117,8 @@ if available:
             if not 0 <= rank < ndev:
                 raise NcclError(4, f"rank {rank} is outside 0..{ndev - 1}")
             address = _address(commId)
-            listener = _listeners.pop(address, None)
-            if listener is not None:
+            maker, listener = _listeners.pop(address, (0, None))
+            if listener is not None and maker == os.getpid():  # not a forked copy
                 hub = _hub.Hub(listener)
                 hub.start(ndev)
             self._rank, self._size, self._device = rank, ndev, _current_device()
