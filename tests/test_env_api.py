@@ -111,3 +111,39 @@ def test_the_lazy_top_level_names_are_exactly_the_collective_and_parallel_api():
     for name, module in dist._LAZY.items():
         owner = collective if module == ".collective" else parallel
         assert getattr(dist, name) is getattr(owner, name), name
+
+
+TORCHRUN = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+            "MASTER_ADDR": "198.18.0.1", "MASTER_PORT": "29500"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("environ", "device"),
+    [
+        (TORCHRUN, 1),  # torchrun / Kubeflow: one GPU per local rank
+        ({**TORCHRUN, "LOCAL_RANK": "3"}, 3),
+        ({**TORCHRUN, "FLAGS_selected_gpus": "0"}, 0),  # Paddle's variable wins
+        ({**TORCHRUN, "FLAGS_selected_gpus": "2,3"}, 2),
+        ({}, 0),
+    ],
+)
+def test_the_gpu_is_flags_selected_gpus_else_the_local_rank(environ, device) -> None:
+    assert E.ParallelEnv(environ).device_id == device
+
+
+@pytest.mark.parametrize(
+    ("environ", "names", "strict", "result"),
+    [
+        ({}, ("RANK",), True, 7),
+        ({"RANK": " 3 "}, ("RANK",), False, 3),
+        ({"A": "", "B": "2"}, ("A", "B"), True, 2),
+        ({"RANK": "x", "B": "2"}, ("RANK", "B"), False, 7),
+    ],
+)
+def test_env_int_reads_the_first_variable_set(environ, names, strict, result) -> None:
+    assert E.env_int(environ, names, 7, strict=strict) == result
+
+
+def test_env_int_strict_names_the_variable_that_is_not_an_integer() -> None:
+    with pytest.raises(E.EnvironmentContractError, match=r"environment variable RANK='x' is"):
+        E.env_int({"RANK": "x"}, ("RANK",), 0)

@@ -69,3 +69,59 @@ def test_nccl_collectives_on_two_gpus(tmp_path: Path) -> None:
     for report in reports(out).values():
         assert report["backend"] == "nccl"
         assert report["failures"] == []
+
+
+DOUBLES = Path(__file__).resolve().parent / "doubles"
+
+
+def _on_a_gpu_node(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`code` where the stand-in cupy reports GPUs (and NCCL unless CUPY_DOUBLE_NCCL=0)."""
+    contract = ("PADDLE", "MASTER", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(contract)}
+    root = Path(__file__).resolve().parent.parent
+    env = {**base, "PYTHONPATH": f"{root}:{DOUBLES}", **env}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)  # fmt: skip
+
+
+def test_without_a_loadable_libnccl_auto_runs_the_cpu_backend_and_nccl_says_why():
+    code = ("from paddlike.distributed.collective import nccl\nprint(nccl.available())\n"
+            "import paddlike.distributed as dist\ndist.init_parallel_env()\n"
+            "print(dist.get_backend())\n")  # fmt: skip
+    run = _on_a_gpu_node(code, CUPY_DOUBLE_NCCL="0")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "cpu"]
+    forced = _on_a_gpu_node("import paddlike.distributed as d; d.init_parallel_env(backend='nccl')",
+                            CUPY_DOUBLE_NCCL="0")  # fmt: skip
+    assert forced.returncode != 0
+    assert "CuPy could not load libnccl (cupy.cuda.nccl.available is False)" in forced.stderr
+
+
+def test_a_device_array_in_a_cpu_only_job_is_refused_and_the_group_stays_usable():
+    code = ("import numpy as np, cupy\nimport paddlike.distributed as dist\n"
+            "dist.init_parallel_env(backend='cpu')\n"
+            "try:\n    dist.all_reduce(cupy.asarray(np.ones(2)))\n"
+            "except TypeError as e:\n    print(e)\n"
+            "x = np.ones(2); dist.all_reduce(x); print(x.sum())\n")  # fmt: skip
+    run = _on_a_gpu_node(code)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "all_reduce: tensor is a device array (cupy), but group 0 runs only the CPU backend "
+        "(backend='cpu'); use init_parallel_env(backend='auto') on a GPU node for cupy arrays",
+        "2.0",
+    ]
+
+
+def test_a_host_array_where_only_nccl_was_asked_for_is_refused_and_the_group_stays_usable():
+    code = ("import numpy as np, cupy\nimport paddlike.distributed as dist\n"
+            "dist.init_parallel_env(backend='nccl')\n"
+            "try:\n    dist.all_reduce(np.ones(2))\n"
+            "except TypeError as e:\n    print(e)\n"
+            "x = cupy.asarray(np.ones(2))\ndist.all_reduce(x)\nprint(float(x.sum()))\n")  # fmt: skip
+    run = _on_a_gpu_node(code)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "all_reduce: tensor is a host array (numpy), but group 0 runs only NCCL "
+        "(backend='nccl'); pass cupy arrays, or init_parallel_env(backend='auto') for both kinds",
+        "2.0",
+    ]

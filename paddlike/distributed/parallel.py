@@ -193,6 +193,11 @@ def _connect_store(env: ParallelEnv, timeout: float) -> None:
     from .store import StoreClient, StoreServer
 
     master = master_address()
+    if master is None and env.world_size == 1:
+        # A world of one outside a launch (a script on a GPU laptop): NCCL's unique id
+        # still travels through a store, so host a private one on loopback.
+        runtime.server = StoreServer("127.0.0.1", 0).start()
+        master = runtime.server.address
     if master is None:
         raise CollectiveError(
             f"init_parallel_env: world size is {env.world_size} but neither {C.PADDLE_MASTER} "
@@ -204,7 +209,7 @@ def _connect_store(env: ParallelEnv, timeout: float) -> None:
     token = token_raw.encode() if token_raw else None
     hosts_raw = os.environ.get(C.NODE_HOSTS, "")
     allowed = [h.strip() for h in hosts_raw.split(",") if h.strip()] or None
-    if env.rank == 0:
+    if env.rank == 0 and runtime.server is None:
         try:
             runtime.server = StoreServer(host, port, allowed_hosts=allowed, token=token).start()
         except OSError as exc:
