@@ -117,7 +117,8 @@ def test_a_host_array_where_only_nccl_was_asked_for_is_refused_and_the_group_sta
             "dist.init_parallel_env(backend='nccl')\n"
             "try:\n    dist.all_reduce(np.ones(2))\n"
             "except TypeError as e:\n    print(e)\n"
-            "x = cupy.asarray(np.ones(2))\ndist.all_reduce(x)\nprint(float(x.sum()))\n")  # fmt: skip
+            "x = cupy.asarray(np.ones(2))\ndist.all_reduce(x)\n"
+            "print(float(x.sum()))\n")  # fmt: skip
     run = _on_a_gpu_node(code)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
