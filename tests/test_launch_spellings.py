@@ -44,7 +44,7 @@ def parse(*argv: str, **env: str) -> LaunchOptions:
         (["--max-restarts", "2"], "max_restarts", 2),
         (["--log-dir", "L"], "log_dir", "L"),
         (["--local-addr", "127.0.0.1"], "host", "127.0.0.1"),
-        (["--local-ranks-filter", "0,1"], "tee", "0,1"),
+        (["--local-ranks-filter", "0,1"], "console", "0,1"),
         (["--rdzv-id", "job7"], "job_id", "job7"),
         (["--shutdown-timeout", "3"], "kill_timeout", 3.0),
         (["--role", "learner"], "role", "learner"),
@@ -139,26 +139,46 @@ def test_a_fixed_node_range_is_a_count():
 
 
 @pytest.mark.parametrize(
-    ("argv", "tee"),
+    ("argv", "console"),
     [
+        ([], "0"),  # paddlike's (Paddle's) console: local worker 0
         (["-r", "3"], "none"),  # every stream into the files only
-        (["--redirects", "0"], "0"),
-        (["-t", "3"], "all"),  # torchrun's tee: every worker on the console too
+        (["--redirects", "3"], "none"),
+        (["--redirects", "0"], "all"),  # torchrun's console: every worker
+        (["-t", "3"], "all"),  # torchrun's tee: every worker, in the files and on the console
+        (["--tee", "3"], "all"),  # the long spelling means the same
         (["-t3"], "all"),
-        (["-t", "0"], "0"),
+        (["--tee=3"], "all"),
+        (["-t", "0"], "all"),
+        (["--tee", "1"], "all"),  # a tee hides nothing: stderr still reaches the console
+        (["-t", "3", "--local-ranks-filter", "0"], "0"),
+        (["--tee", "3", "--local_ranks_filter", "0,1"], "0,1"),
+        (["-r", "3", "-t", "0:3"], "0"),  # everything redirected, rank 0 teed
+        (["-r", "3", "-t", "0:3,2:3", "--local-ranks-filter", "2"], "2"),
+        (["-r", "0:3", "--nproc_per_node", "3"], "1,2"),
+        (["-r", "0:3,1:3", "--local_ranks_filter", "1,2"], "2"),
+        (["-r", "1", "-t", "1"], "all"),  # stdout redirected but teed: both on the console
+        (["--tee", "all"], "all"),  # paddlike's earlier words
+        (["--tee", "none"], "none"),
+        (["--console", "0,1", "-r", "3"], "none"),
     ],
 )
-def test_torchruns_redirects_and_tee_map_to_our_console_choice(argv, tee):
-    assert parse(*argv, "t.py").tee == tee
+def test_torchruns_tee_redirects_and_filter_choose_the_console_as_in_torchrun(argv, console):
+    assert parse(*argv, "t.py").console == console
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["-r", "0:3,1:0"], r"^-r: per-rank maps \('0:3,1:0'\) are not supported"),
-        (["--redirects", "1"], r"^--redirects: 1 \(stdout only\) is not supported"),
-        (["-t", "2"], r"^-t: 2 \(stderr only\) is not supported"),
-        (["--tee", "1", "-r", "3"], r"^--tee: '1' contradicts -r"),
+        (["-r", "1"], r"^-r: '1' would show only the stderr of every local rank on the console; "
+         r"paddlike's console shows a worker's whole output or none of it"),
+        (["--redirects", "0:2"], r"^--redirects: '0:2' would show only the stdout of local "
+         r"rank 0"),
+        (["-r", "0:3"], r"^-r: '0:3' keeps some local ranks off the console and shows every "
+         r"other one; say which ranks there are with --local_ranks_filter"),
+        (["--tee", "0,1"], r"^--tee: expected 0 \(none\), 1 \(stdout\), 2 \(stderr\), 3 "
+         r"\(both\) .*; to choose which local workers the console shows, use --console 0,1"),
+        (["-t", "4"], r"^-t: expected 0 \(none\)"),
         (["--start-method", "fork"], r"^--start_method: workers are always fresh processes"),
         (["--monitor-interval", "0"], r"^--monitor_interval: expected a number of seconds > 0"),
         (["--run-path", "-m"], r"^--run_path: runs the script by its path; cannot be combined"),
@@ -276,7 +296,10 @@ def test_the_flag_and_our_variable_win_over_pet():
         ({"PET_MAX_RESTARTS": "2"}, "max_restarts", 2),
         ({"PET_NO_PYTHON": "1"}, "no_python", True),
         ({"PET_LOG_DIR": "L"}, "log_dir", "L"),
-        ({"PET_TEE": "3"}, "tee", "all"),
+        ({"PET_TEE": "3"}, "console", "all"),
+        ({"PET_TEE": "3", "PET_LOCAL_RANKS_FILTER": "1"}, "console", "1"),
+        ({"PET_REDIRECTS": "3"}, "console", "none"),
+        ({"PADDLIKE_TEE": "3", "PET_TEE": "0:3", "PET_REDIRECTS": "3"}, "console", "all"),
         ({"PET_ROLE": "x"}, "role", "x"),
     ],
 )
@@ -371,7 +394,7 @@ def test_torchruns_command_line_runs_a_one_node_job(tmp_path):
 def test_every_option_of_the_table_is_in_the_migration_guide():
     doc = MIGRATING.read_text()
     section = doc[doc.index("## Every option of the other launchers") :]
-    missing = [n for n in sorted(COMPAT_OPTIONS) if n != "torch_tee" and f"`--{n}`" not in section]
+    missing = [n for n in sorted(COMPAT_OPTIONS) if f"`--{n}`" not in section]
     assert not missing, f"options handled but not in docs/migrating.md: {missing}"
     for action in build_parser()._actions:
         for spelling in action.option_strings:

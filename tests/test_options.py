@@ -18,7 +18,7 @@ def test_defaults_match_paddles_launcher():
     assert o.start_port == 6070
     assert o.run_mode == "collective"
     assert o.gpus is None and o.nproc_per_node is None
-    assert o.kill_timeout == 5.0 and o.tee == "0"
+    assert o.kill_timeout == 5.0 and o.console == "0"
     assert (o.rdzv_timeout, o.heartbeat_timeout, o.max_restarts) == (300.0, 10.0, 0)
     assert o.master_port == 6170
 
@@ -57,8 +57,8 @@ def test_torchrun_and_oneflow_names():
 
 def test_every_option_can_come_from_the_environment():
     o = parse("t.py", PADDLIKE_LOG_DIR="envlogs", PADDLIKE_NPROC_PER_NODE="3",
-              PADDLIKE_DRY_RUN="1", PADDLIKE_TEE="all")  # fmt: skip
-    assert (o.log_dir, o.nproc_per_node, o.dry_run, o.tee) == ("envlogs", 3, True, "all")
+              PADDLIKE_DRY_RUN="1", PADDLIKE_CONSOLE="all")  # fmt: skip
+    assert (o.log_dir, o.nproc_per_node, o.dry_run, o.console) == ("envlogs", 3, True, "all")
 
 
 def test_the_command_line_wins_over_the_environment():
@@ -87,7 +87,8 @@ def test_ips_from_the_environment_count_as_given():
         (["--ips", "a,,b"], "--ips: expected a comma-separated list of hosts"),
         (["--run_mode", "ring"], "--run_mode: expected one of collective, ps, ps-heter"),
         (["--kill_timeout", "-1"], "--kill_timeout: expected a number of seconds >= 0"),
-        (["--tee", "zero"], "--tee: expected 'all', 'none' or a comma-separated list"),
+        (["--console", "zero"], "--console: expected 'all', 'none' or a comma-separated list"),
+        (["--tee", "zero"], "--tee: expected 0 (none), 1 (stdout), 2 (stderr), 3 (both)"),
         (["--master", "10.0.0.1"], "--master: expected ip:port"),
         (["--servers", "10.0.0.1"], "--servers: expected ip:port entries"),
         (["--node_rank", "-1"], "--node_rank: expected an integer >= 0, got '-1'"),
@@ -116,9 +117,22 @@ def test_missing_training_script():
         parse("--nproc_per_node", "2")
 
 
-def test_unknown_option_is_an_error_not_a_prefix_match():
-    with pytest.raises(UsageError, match=r"^--nproc: unknown option \(see --help\)"):
-        parse("--nproc", "2", "t.py")
+def test_an_unambiguous_prefix_is_the_option_as_argparse_takes_it_for_torchrun():
+    assert parse("--nproc_per_nod", "2", "t.py").nproc_per_node == 2
+    assert parse("--nproc", "2", "t.py").nproc_per_node == 2
+    assert parse("--nproc-per-nod=2", "--max_rest", "1", "t.py").max_restarts == 1
+    assert parse("--rdzv_endp", "127.0.0.1:5000", "t.py").master == "127.0.0.1:5000"
+    # the script's own arguments are never expanded
+    assert parse("t.py", "--nproc").training_script_args == ("--nproc",)
+
+
+def test_an_ambiguous_prefix_names_what_it_could_be_and_an_unknown_option_is_an_error():
+    assert parse("--rdzv_t", "9", "t.py").rdzv_timeout == 9.0
+    with pytest.raises(UsageError, match=r"^--rdzv: ambiguous abbreviation, could be "
+                       r"--rdzv_backend, --rdzv_conf, --rdzv_endpoint, --rdzv_id, "):  # fmt: skip
+        parse("--rdzv", "1", "t.py")
+    with pytest.raises(UsageError, match=r"^--nprocs: unknown option \(see --help\)"):
+        parse("--nprocs", "2", "t.py")
 
 
 def test_an_option_without_its_value():
@@ -175,9 +189,10 @@ def test_ps_count_must_match_its_list():
         parse("--servers", "a:1", "--workers", "a", "--server_num", "3", "t.py")
 
 
-def test_tee_values_are_normalised():
-    assert parse("--tee", "ALL", "t.py").tee == "all"
-    assert parse("--tee", "0, 2", "t.py").tee == "0,2"
+def test_console_values_are_normalised():
+    assert parse("--console", "ALL", "t.py").console == "all"
+    assert parse("--console", "0, 2", "t.py").console == "0,2"
+    assert parse("--local_ranks_filter", "1", "t.py").console == "1"
 
 
 def test_master_accepts_etcd_urls():

@@ -115,19 +115,18 @@ ONLY_VALUES = {
 # Options whose values become ours (see `translate_compat`); the rest of the table.
 COMPAT_TRANSLATED = (
     "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
-    "torch_tee", "backend", "elastic_server",
+    "tee", "backend", "elastic_server",
 )  # fmt: skip
 COMPAT_SWITCHES = ("standalone", "run_path", "use_env")  # no value
 
 # torchrun's options among the above: read from PET_<NAME> as torchrun does.
 TORCHRUN_OPTIONS = {
-    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
+    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects", "tee",
     "start_method", "event_log_handler", "standalone", "run_path", "logs_specs",
     "numa_binding", "signals_to_handle", "duplicate_stdout_filters",
     "duplicate_stderr_filters", "virtual_local_rank",
 }  # fmt: skip
-_PET_NAME = {"torch_tee": "PET_TEE"}  # torchrun's -t/--tee (paddlike's --tee differs)
-_SHORT = {"-r": "redirects", "-t": "torch_tee"}
+_SHORT = {"-r": "redirects", "-t": "tee"}
 
 COMPAT_VALUED = frozenset(REFUSED_OPTIONS) | frozenset(ONLY_VALUES) | frozenset(COMPAT_TRANSLATED)
 COMPAT_OPTIONS = COMPAT_VALUED | frozenset(COMPAT_SWITCHES)
@@ -151,7 +150,7 @@ def normalize_spelling(arg: str, known: frozenset[str] | set[str]) -> str:
 
 
 def pet_name(name: str) -> str:
-    return _PET_NAME.get(name, PET_PREFIX + name.upper())
+    return PET_PREFIX + name.upper()
 
 
 def compat_name(arg: str) -> tuple[str, str | None] | None:
@@ -171,7 +170,7 @@ def compat_name(arg: str) -> tuple[str, str | None] | None:
 def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[str, tuple]:
     """torchrun's options from PET_<NAME>, for those not given as flags."""
     found = {}
-    for name in TORCHRUN_OPTIONS | {"torch_tee"}:
+    for name in TORCHRUN_OPTIONS:
         var = pet_name(name)
         if name not in given and var in environ:
             value = environ[var]
@@ -181,24 +180,6 @@ def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[
                 value = None
             found[name] = (value, var)
     return found
-
-
-def _std(text: str, what: str) -> int:
-    """torchrun's Std value (0 none, 1 stdout, 2 stderr, 3 both); maps are refused."""
-    text = text.strip()
-    if ":" in text:
-        raise CompatError(
-            f"per-rank maps ({text!r}) are not supported; choose the workers shown on the "
-            "console with --tee 0,1 or --tee all"
-        )
-    if text not in ("0", "1", "2", "3"):
-        raise CompatError(f"expected 0, 1, 2 or 3 as in torchrun, got {text!r}")
-    if text in ("1", "2"):
-        raise CompatError(
-            f"{text} ({'stdout' if text == '1' else 'stderr'} only) is not supported: a worker's "
-            f"stdout and stderr stay together in workerlog.N; use 0 or 3 ({what})"
-        )
-    return int(text)
 
 
 def _endpoint(text: str, default_port: int) -> str:
@@ -262,6 +243,9 @@ def translate_compat(
     ours: dict[str, tuple[str, str]] = {}
     extra: dict[str, object] = {}
     for name, (value, source) in found.items():
+        if name in ("tee", "redirects"):  # torchrun's console options: console.choose
+            extra[name] = (value or "", source)
+            continue
         texts: dict[str, str] = {}
         try:
             _compat_one(name, value, texts, extra)
@@ -312,12 +296,6 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
         if not (value or "").strip():
             raise CompatError("expected a non-empty name")
         extra["role"] = value.strip()
-    elif name == "redirects":
-        if _std(value or "", "3: output only in the log files, like --tee none") == 3:
-            ours["tee"] = "none"
-    elif name == "torch_tee":
-        if _std(value or "", "3: every local worker on the console, like --tee all") == 3:
-            ours["tee"] = "all"
     elif name == "backend":
         word = (value or "").strip().lower()
         if word == "gloo":
@@ -442,7 +420,7 @@ THEIR_VARIABLES = {
     ),  # fleet's legacy elastic launcher
     "log_dir": ("PET_LOG_DIR",),
     "host": ("PET_LOCAL_ADDR",),
-    "tee": ("PET_LOCAL_RANKS_FILTER",),
+    "console": ("PET_LOCAL_RANKS_FILTER",),
     "kill_timeout": ("PET_SHUTDOWN_TIMEOUT",),
     "module": ("PET_MODULE",),
     "no_python": ("PET_NO_PYTHON",),

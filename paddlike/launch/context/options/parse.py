@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.context.options import others, rules, values
+from paddlike.launch.context.options import console, others, rules, values
 from paddlike.launch.context.options.parser import parse_ours, split_argv
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.context.options.sources import resolve
@@ -30,6 +30,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         )
     raw: dict[str, object] = {}
     given: set[str] = set()
+    sources = {}
     for dest, check in values.CHECKS.items():
         found = resolve(dest, ns.get(dest), theirs.get(dest), environ)
         if found is None:
@@ -43,9 +44,12 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
                 f"{source.label(dest)}: {bad}, got {text!r}{hint}", f"--{dest}"
             ) from None
         given.add(dest)
+        sources[dest] = source
         if dest == "start_port":
             raw["start_port_from"] = source.name
     others.paddlecloud_ports(raw, environ)
+    tee, redirects = console.their_console(extra, environ)
+    raw["console"] = console.choose(raw.get("console"), tee, redirects, raw.get("nproc_per_node"))
     for dest in values.FLAGS:
         _switch(raw, dest, ns.get(dest), environ)
     if "job_token_file" in raw:
@@ -62,6 +66,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     if isinstance(raw.get("nproc_per_node"), str):
         raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
     others.apply_extra(raw, extra, named)
+    rules.any_port_master(raw, sources.get("master"))
     fleet_master = theirs.get("master")
     if (
         fleet_master is not None

@@ -45,7 +45,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "workers when none is visible",
             ),
             (
-                ("--nproc_per_node",),
+                ("--nproc_per_node", "--nproc-per-node"),
                 "workers per node: a number (the GPUs split into that many slices), or gpu, cpu, "
                 "auto as in torchrun (default: one per visible GPU, or 1)",
             ),
@@ -54,7 +54,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "collective (default), ps or ps-heter",
             ),
             (
-                ("--host", "--local_addr"),
+                ("--host", "--local_addr", "--local-addr"),
                 "this node's address, when it cannot be matched (or POD_IP)",
             ),
             (
@@ -62,7 +62,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "first port on multi-node jobs (default 6070)",
             ),
             (
-                ("--job_id", "--rdzv_id"),
+                ("--job_id", "--rdzv_id", "--rdzv-id"),
                 "job name (default: generated from the time)",
             ),
         ),
@@ -75,15 +75,15 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "number of nodes (must agree with --ips), or MIN:MAX for an elastic job",
             ),
             (
-                ("--node_rank", "--rank"),
+                ("--node_rank", "--node-rank", "--rank"),
                 "this node's index in --ips (ignored by elastic jobs)",
             ),
             (
-                ("--master_addr",),
+                ("--master_addr", "--master-addr"),
                 "address where the launchers meet (default: node 0)",
             ),
             (
-                ("--master_port",),
+                ("--master_port", "--master-port"),
                 "the workers' MASTER_PORT on node 0, as in torchrun; the launchers then meet at "
                 "the next port, unless --master says where (default: launchers at 6170, the "
                 "workers' port picked free)",
@@ -93,7 +93,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "run the script as a module",
             ),
             (
-                ("--no_python",),
+                ("--no_python", "--no-python"),
                 "run training_script as a command, without the Python interpreter",
             ),
         ),
@@ -129,7 +129,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 " more before a round starts; overrides --rdzv_last_call (default: that)",
             ),
             (
-                ("--max_restarts", "--max_restart"),
+                ("--max_restarts", "--max-restarts", "--max_restart"),
                 "restart rounds after a failure (default 0)",
             ),
             (
@@ -179,7 +179,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
         "output",
         (
             (
-                ("--log_dir", "--logdir"),
+                ("--log_dir", "--log-dir", "--logdir"),
                 "log directory (default log)",
             ),
             (
@@ -191,15 +191,16 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "stdout to workerlog.N, stderr to workerlog.N.err",
             ),
             (
-                ("--tee", "--local_ranks_filter"),
-                "local workers shown on the console: 0 (default), 0,1, all, none",
+                ("--console", "--local_ranks_filter", "--local-ranks-filter"),
+                "local workers shown on the console: 0 (default; every worker with torchrun's "
+                "-t/-r), 0,1, all, none",
             ),
             (
                 ("--dry_run",),
                 "print every process, its command and environment; start nothing",
             ),
             (
-                ("--kill_timeout", "--shutdown_timeout"),
+                ("--kill_timeout", "--shutdown_timeout", "--shutdown-timeout"),
                 "seconds between SIGTERM and SIGKILL (default 5)",
             ),
         ),
@@ -219,6 +220,36 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
         ),
     ),
+)
+
+# --help only: torchrun's options that are not ours by another name, in torchrun's
+# spellings; `others` takes them out before the parse (docs/migrating.md has the table).
+TORCHRUN_HELP: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("-t", "--tee"),
+        "0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:1, as in torchrun: also "
+        "on the console (the output is always in workerlog.N); shows every worker unless "
+        "--local_ranks_filter says which",
+    ),
+    (
+        ("-r", "--redirects"),
+        "the same values, as in torchrun: only in workerlog.N, not on the console (-r 3: "
+        "nothing on the console)",
+    ),
+    (
+        ("--rdzv_endpoint", "--rdzv-endpoint"),
+        "host:port where the launchers meet, as --master (localhost:0 on one node: any port)",
+    ),
+    (
+        ("--rdzv_backend", "--rdzv-backend"),
+        "static or c10d (node 0's store at --rdzv_endpoint), etcd or etcd-v2 (--master etcd://)",
+    ),
+    (
+        ("--rdzv_conf", "--rdzv-conf"),
+        "join_timeout=S, last_call_timeout=S, keep_alive_interval=S, keep_alive_max_attempt=N",
+    ),
+    (("--standalone",), "one node with its own rendezvous (what a one-node job is anyway)"),
+    (("--role",), "the workers' ROLE_NAME (default: default)"),
 )
 
 
@@ -309,10 +340,36 @@ def build_parser() -> argparse.ArgumentParser:
                 g.add_argument(*spellings, action="store_true", default=None, help=text)
             else:
                 g.add_argument(*spellings, dest=_dest(spellings), help=text)
+    g = p.add_argument_group("torchrun's options")
+    for spellings, text in TORCHRUN_HELP:
+        name = "torchrun_" + _dest(spellings)
+        if spellings == ("--standalone",):
+            g.add_argument(*spellings, dest=name, action="store_true", help=text)
+        else:
+            g.add_argument(*spellings, dest=name, metavar=_dest(spellings).upper(), help=text)
     # Parsed by `split_argv`, never by argparse; declared here for --help.
     p.add_argument("training_script", nargs="?", help="the script (or module, or command) to run")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER)
     return p
+
+
+# the long options a prefix may stand for (underscore spellings: dashes are normalized)
+_LONG = sorted(s for s in _KNOWN if s.startswith("--") and "-" not in s[2:])
+
+
+def _unabbreviated(arg: str) -> str:
+    """An unambiguous prefix of a long option, as argparse accepts it for torchrun
+    (``--nproc_per_nod 2``, ``--rdzv-endp=h:p``), as the whole option; an exact name or
+    anything else is returned as it is. A prefix of two options is a `UsageError`."""
+    name, sep, value = arg.partition("=")
+    if not name.startswith("--") or name in _KNOWN or len(name) < 3:
+        return arg
+    under = "--" + name[2:].replace("-", "_")
+    matches = [s for s in _LONG if s.startswith(under)]
+    options = {DEST.get(s, s) for s in matches}  # aliases of one option are one option
+    if len(options) > 1:
+        raise UsageError(f"{name}: ambiguous abbreviation, could be {', '.join(matches)}", name)
+    return matches[0] + sep + value if matches else arg
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -320,13 +377,14 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
     argparse alone would still look at the script's arguments for option prefixes;
     splitting first guarantees they are passed on untouched. The launcher's part comes
-    back with torchrun's dash spellings rewritten to ours (`normalize_spelling`), and
-    Paddle's ``--log_overwrite True|False`` (a value, where ours is a switch) folded.
+    back with torchrun's dash spellings rewritten to ours (`normalize_spelling`),
+    unambiguous abbreviations written out (`_unabbreviated`), and Paddle's
+    ``--log_overwrite True|False`` (a value, where ours is a switch) folded.
     """
     out: list[str] = []
     i = 0
     while i < len(argv):
-        arg = normalize_spelling(argv[i], _KNOWN)
+        arg = _unabbreviated(normalize_spelling(argv[i], _KNOWN))
         if arg == "--":
             return out, list(argv[i + 1 :])
         if not arg.startswith("-") or arg == "-":

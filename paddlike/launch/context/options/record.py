@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
 
-    # --tee's local worker indices, or every trainer of this node
+    # --console's local worker indices, or every trainer of this node
     TeeSelection: TypeAlias = Literal["all"] | frozenset[int]
 
 PROG = "paddlike.launch"
@@ -83,7 +83,9 @@ class LaunchOptions(NamedTuple):
     log_dir: str = "log"
     log_overwrite: bool = False
     redirect_stdout_and_stderr: bool = False
-    tee: str = "0"  # "0", "0,2", "all" or "none"
+    # the local workers whose output the console shows: "0", "0,2", "all" or "none"
+    # (--console, --local_ranks_filter, torchrun's -t/-r: see console.py)
+    console: str = "0"
     dry_run: bool = False
     kill_timeout: float = 5.0
     # hangs
@@ -110,12 +112,12 @@ class LaunchOptions(NamedTuple):
 
     @property
     def tee_indices(self) -> TeeSelection:
-        """--tee as local worker indices: "0" -> {0}, "0,2" -> {0, 2}, "all", "none" -> {}."""
-        if self.tee == "all":
+        """--console as local worker indices: "0" -> {0}, "0,2" -> {0, 2}, "all", "none" -> {}."""
+        if self.console == "all":
             return "all"
-        if self.tee == "none":
+        if self.console == "none":
             return frozenset()
-        return frozenset(int(t) for t in self.tee.split(","))
+        return frozenset(int(t) for t in self.console.split(","))
 
 
 def elastic_text(o: LaunchOptions) -> str:
@@ -143,5 +145,5 @@ class Source(NamedTuple):
     name: str  # "--start_port", "-t", "PADDLIKE_START_PORT", "PET_RDZV_ENDPOINT"
 
     def label(self, dest: str) -> str:
-        """How a message names the option: ``--tee``, ``--tee (from -t)``."""
+        """How a message names the option: ``--master``, ``--master (from --rdzv_endpoint)``."""
         return f"--{dest}" if self.kind == FLAG else f"--{dest} (from {self.name})"

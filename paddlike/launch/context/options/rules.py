@@ -14,6 +14,7 @@ from paddlike.launch.context.options.record import (
     HETER_OPTIONS,
     PS_OPTIONS,
     LaunchOptions,
+    Source,
     UsageError,
     elastic_text,
 )
@@ -67,6 +68,31 @@ def elastic_fields(raw: dict[str, object], given: set[str]) -> None:
             )
         return
     raw.pop("node_rank", None)  # torchrun ignores it for c10d/etcd too (Kubeflow sets it)
+
+
+def any_port_master(raw: dict[str, object], source: Source | None) -> None:
+    """torchrun's ``--rdzv_endpoint localhost:0``: port 0 asks for any free port. On one
+    node nobody else needs to find the launchers' store (a one-node job meets no one), so
+    the endpoint is dropped, as torchrun picks a free port there; on many nodes the others
+    could not learn which port node 0 picked, so it is refused."""
+    master = raw.get("master")
+    if source is None or not isinstance(master, str) or not master.endswith(":0"):
+        return
+    nnodes, ips = raw.get("nnodes"), raw.get("ips") or ()
+    many = isinstance(nnodes, tuple) or (isinstance(nnodes, int) and nnodes > 1)
+    if many or len(ips) > 1 or raw.get("servers") or raw.get("workers"):  # type: ignore[arg-type]
+        nodes = (
+            f"--nnodes {':'.join(map(str, nnodes))}"
+            if isinstance(nnodes, tuple)
+            else (f"--nnodes {nnodes}" if many else "several nodes")
+        )
+        raise UsageError(
+            f"{source.label('master')}: port 0 (any free port) works for a one-node job "
+            f"only, but this job has {nodes}: the other nodes could not learn which port "
+            f"node 0 picked; give a port, e.g. {master[:-2]}:29400",
+            "--master",
+        )
+    del raw["master"]
 
 
 def infer_run_mode(raw: Mapping[str, object], given: set[str]) -> str:

@@ -179,7 +179,8 @@ def one_of(*words: str, expected: str) -> Callable[[str], str]:
     return check
 
 
-def tee(text: str) -> str:
+def console(text: str) -> str:
+    """--console (--local_ranks_filter): local worker indices, all or none."""
     text = text.strip().lower()
     if text in ("all", "none"):
         return text
@@ -190,12 +191,16 @@ def tee(text: str) -> str:
 
 
 def master(text: str) -> str:
+    """ip:port (port 0: any free port, torchrun's ``localhost:0``; `rules.any_port_master`
+    says when that can work), or etcd://host:port[,host:port]."""
     if text.startswith("etcd://"):
         rest = text[len("etcd://") :]
         if not rest:
             raise BadValue("expected etcd://host:port[,host:port]")
         for item in rest.split(","):
             host_port(item, port_required=True)
+        return text
+    if text.endswith(":0") and text[:-2] and " " not in text:
         return text
     host_port(text, port_required=True)
     return text
@@ -249,7 +254,7 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "heter_worker_num": stage_counts,
     "heter_devices": stage_devices,
     "log_dir": non_empty,
-    "tee": tee,
+    "console": console,
     "kill_timeout": NON_NEGATIVE_SECONDS,
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
