@@ -261,3 +261,28 @@ def test_a_gpu_node_and_a_cpu_node_in_one_job_both_exit_2_naming_the_cpu_node(
     if options:  # the same number of workers: only the devices differ
         assert all("disagrees on devices per node" in text for text in outs), outs
     assert not list(out.iterdir())  # no worker started anywhere
+
+
+# --- the default launch on a GPU node, CuPy stand-in reporting GPUs and NCCL -------------
+
+DOUBLES = REPO / "tests" / "doubles"
+EXAMPLES = REPO / "examples"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("libnccl", [True, False], ids=["libnccl", "no-libnccl"])
+@pytest.mark.parametrize("example", ["hello_allreduce.py", "ddp_train.py", "global_linear.py"])
+def test_the_numpy_examples_run_under_the_default_launch_on_a_gpu_node(tmp_path, example, libnccl):
+    """CuPy reports two GPUs (the stand-in on PYTHONPATH) and NCCL loads or not: either way
+    the examples' numpy arrays go through the CPU backend in the job the launcher starts."""
+    env = launcher_env()
+    env["PYTHONPATH"] = f"{REPO}:{DOUBLES}"
+    env["CUPY_DOUBLE_NCCL"] = "1" if libnccl else "0"
+    argv = [*LAUNCH, "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
+            str(EXAMPLES / example)]  # fmt: skip
+    run = subprocess.run(on_fake_gpus(2, argv), cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=200)  # fmt: skip
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("workerlog.*")))
+    assert run.returncode == 0, run.stderr + logs
+    assert "devices gpus 0,1" in run.stderr
+    assert "Traceback" not in logs
