@@ -14,6 +14,8 @@ The log reader's tests run on these directories, and the docs quote them.
                       --hang_timeout 5 --on_hang abort names it and ends the job (124)
     hung_flight/      paddlike's own collectives, heartbeat() per step: rank 2 stops before its
                       20th all_reduce, rank 1 is slow; progress files and flight records kept
+    elastic_lost/     an elastic job (--nnodes 2:3) of three loopback "nodes" on this machine;
+                      node 2's launcher is SIGKILLed, the others finish in a round of two
     two_node/nodea/   a 2-node job (network namespaces nodea, nodeb), one directory
     two_node/nodeb/   per node; skipped with a message where namespaces are unavailable
     NAME.html         each sample's page (python -m paddlike.logs NAME --html NAME.html);
@@ -140,6 +142,69 @@ def hung_flight() -> None:
     )  # fmt: skip
 
 
+def elastic_lost() -> None:
+    """Three launchers on this machine (loopback "nodes"), `--nnodes 2:3`; once node 2 has
+    started, its launcher is SIGKILLed: the other two notice (--heartbeat_timeout 2) and
+    finish in a round of two. One shared log directory: the top and one per later node."""
+    import json
+    import signal
+    import tempfile
+    import time
+
+    name, log_dir = "elastic_lost", HERE / "elastic_lost"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="paddlike-sample-ckpt-") as ckpt:
+        argv = [
+            sys.executable, "-m", "paddlike.launch", "--nnodes", "2:3", "--master",
+            "127.0.0.1:29931", "--nproc_per_node", "1", "--heartbeat_timeout", "2",
+            "--rdzv_last_call", "1", "--log_dir", f"log_samples/{name}", "--job_id",
+            f"sample-{name}", "examples/elastic_train.py", "--steps", "120",
+            "--checkpoint_every", "10", "--step_time", "0.05", "--checkpoint", ckpt,
+        ]  # fmt: skip
+        procs = [
+            subprocess.Popen(argv, cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+            for _ in range(3)
+        ]  # fmt: skip
+        try:
+            victim = None
+            deadline = time.monotonic() + 30
+            while victim is None and time.monotonic() < deadline:
+                for summary in log_dir.glob("**/summary.json"):
+                    try:
+                        data = json.loads(summary.read_text())
+                        owner = json.loads((summary.parent / ".paddlike.owner").read_text())
+                    except (OSError, ValueError):
+                        continue
+                    mine = {p.pid: p for p in procs}
+                    if data.get("node_index") == 2 and data.get("processes") and owner.get(
+                        "pid"
+                    ) in mine:
+                        victim = mine[owner["pid"]]
+                time.sleep(0.2)
+            if victim is None:
+                raise SampleFailed(f"{name}: node 2 never started its worker")
+            time.sleep(1.0)  # a few steps into the round
+            victim.send_signal(signal.SIGKILL)
+            outs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    codes = [p.returncode for p in procs]
+    console = "$ python " + " ".join(argv[1:]) + "   # three times; node 2's launcher SIGKILLed\n"
+    for i, (p, out) in enumerate(zip(procs, outs, strict=True)):
+        console += f"--- launcher {i} ---\n{out}[exit code {p.returncode}]\n"
+    (HERE / f"{name}.console.txt").write_text(console.replace(ckpt, "CKPT"))
+    if sorted(codes) != [-signal.SIGKILL, 0, 0]:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        raise SampleFailed(f"{name}: launchers exited {codes}, expected two 0 and one SIGKILL")
+    for lock_dir in [log_dir, *[d for d in log_dir.iterdir() if d.is_dir()]]:
+        _drop_lock(lock_dir)
+    print(f"{name}: node 2 lost, the other two finished as expected")
+
+
 def two_node() -> None:
     sys.path.insert(0, str(ROOT))
     from tests.netns import netns_cluster, netns_unavailable_reason
@@ -223,6 +288,7 @@ SAMPLES: dict[str, Callable[[], None]] = {
     "ps": ps,
     "hung": hung,
     "hung_flight": hung_flight,
+    "elastic_lost": elastic_lost,
     "two_node": two_node,
     "pages": pages,
 }

@@ -133,6 +133,20 @@ def test_elastic_job_has_a_band_per_round_and_the_lost_node(tmp_path):
     assert len(facts["procs"]) == 4 and len(facts["nodes"]) == 2
 
 
+def test_real_elastic_job_that_lost_a_node_has_both_rounds_and_the_lost_nodes_last_output():
+    facts = job_facts(load([SAMPLES / "elastic_lost"]))
+    rounds = facts["rounds"]
+    assert [(len(r["members"]), r["membership"]) for r in rounds] == [(3, "lost"), (2, None)]
+    assert rounds[0]["start"] < rounds[1]["start"]
+    procs = by_name(facts)
+    assert {p["status"] for p in procs.values()} == {"ok", "gone"}
+    [gone] = [p for p in procs.values() if p["status"] == "gone"]
+    assert gone["end"] is None and rounds[0]["start"] <= gone["mtime"] <= rounds[1]["start"] + 3
+    survivors = [p for p in procs.values() if p["status"] == "ok"]
+    assert len(survivors) == 2 and all(len(p["runs"]) == 2 for p in survivors)
+    assert facts["report"].startswith("job launcher gone: 3 processes on 3 nodes")
+
+
 def test_hung_sample_marks_the_stack_dump_and_the_rank_that_stopped():
     facts = job_facts(load([SAMPLES / "hung"]))
     [dump] = facts["dumps"]
@@ -244,7 +258,8 @@ def test_follow_stops_when_the_summary_says_running_but_no_process_is_alive(tmp_
 
 
 @pytest.mark.parametrize(
-    "sample", ["success", "failed", "restarted", "ps", "hung", "hung_flight", "two_node"]
+    "sample",
+    ["success", "failed", "restarted", "ps", "hung", "hung_flight", "elastic_lost", "two_node"],
 )
 def test_every_log_sample_has_its_page_beside_it(sample):
     page = SAMPLES / f"{sample}.html"

@@ -170,6 +170,19 @@ def test_elastic_job_shows_its_rounds_and_the_node_it_lost(tmp_path):
     assert "node lost" in lost.all_text() and "stopped sending heartbeats" in lost.all_text()
 
 
+def test_real_elastic_job_shows_the_lost_node_between_its_two_rounds(tmp_path):
+    tree = open_page(make_page([SAMPLES / "elastic_lost"], tmp_path / "elastic_lost.html"))
+    shown = rows(tree)
+    assert len(shown) == 3
+    statuses = sorted(next(iter(g.classes & {"status-ok", "status-gone"})) for g in shown.values())
+    assert statuses == ["status-gone", "status-ok", "status-ok"]
+    bands = [e.all_text() for e in tree.find("band")]
+    assert [b.split(" · ")[1] for b in bands] == ["3 nodes", "2 nodes"]
+    [lost] = tree.find("membership")
+    assert "node lost" in lost.all_text() and "stopped sending heartbeats" in lost.all_text()
+    assert tree.find("unknown-end"), "the lost node's bar ends at its last output, marked ?"
+
+
 def test_hung_sample_marks_the_stack_dump_and_the_rank_that_stopped(tmp_path):
     tree = open_page(make_page([SAMPLES / "hung"], tmp_path / "hung.html"))
     shown = rows(tree)

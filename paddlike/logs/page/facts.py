@@ -26,6 +26,7 @@ from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, rea
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import format_duration, format_root_cause, format_success
+from paddlike.logs.table import format_job
 
 TAIL_LINES = 20  # log lines kept per process for its detail panel
 LINE_CHARS = 400  # a longer log line is cut (a progress bar rewritten with \r)
@@ -101,9 +102,8 @@ def report_text(job: JobView) -> str:
             log_dir=job.nodes[0].log_dir if len(job.nodes) == 1 else None,
             restarts=restarts,
         )
-    if job.status == "running":
-        return f"RUNNING: {len(procs)} processes on {len(job.nodes)} node(s)"
-    return f"job {job.status}: {len(procs)} processes on {len(job.nodes)} node(s)"
+    # Without a cause: the line the console's table ends with (`python -m paddlike.logs`).
+    return format_job(job).split("\n\n")[-1]
 
 
 def _node_facts(node: NodeView, t0: float) -> dict[str, Any]:
@@ -158,7 +158,8 @@ def _process_facts(p: ProcessView, job: JobView, node_pos: int, t0: float, runs:
         "cmd": command_of(p.log_path),
         "tail": [_cut(line) for line in read_tail(p.log_path, TAIL_LINES)],
     }
-    if p.start_time is None:
+    if p.start_time is None or (p.end_time is None and p.status != "running"):
+        # No times (Paddle's launchers), or no end (its launcher died): the last output.
         with contextlib.suppress(OSError):
             facts["mtime"] = _ms(os.stat(p.log_path).st_mtime, t0)
     if runs:

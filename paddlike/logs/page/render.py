@@ -59,7 +59,7 @@ svg text { fill:var(--fg); }
 .row { cursor:pointer; }
 .node .hit { fill:#eef2f7; fill-opacity:.75; } .node-label { font-weight:600; } .node-sum { fill:var(--muted) !important; font-size:11px; }
 .more { fill:var(--muted) !important; font-style:italic; cursor:pointer; }
-.label .exit { fill:var(--muted); }
+.label .exit { fill:var(--muted); } .unknown-end { fill:#7b8cb3 !important; font-weight:700; }
 .bar { rx:2; } .earlier { fill:#c5ccd8; rx:2; }
 .xmark circle { fill:#fff; stroke:#d43c3c; stroke-width:2; } .xmark path { stroke:#d43c3c; stroke-width:2; }
 .cause-ring { fill:none; stroke:#a11f1f; stroke-width:2; rx:3; }

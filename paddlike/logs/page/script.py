@@ -216,9 +216,14 @@ function procBar(p, x, y) {
   var stuck = p.role === 'trainer' && HUNG.indexOf(p.rank) >= 0;
   var slow = p.role === 'trainer' && STRAGGLERS.indexOf(p.rank) >= 0;
   if (p.start !== null) {
-    var end = p.end !== null ? p.end : F.t1, x1 = x(p.start), x2 = Math.max(x(end), x1 + 2);
+    var guess = p.end === null && p.status !== 'running' && p.mtime !== undefined;
+    var end = p.end !== null ? p.end : guess ? Math.max(p.mtime, p.start) : F.t1, x1 = x(p.start), x2 = Math.max(x(end), x1 + 2);
     out += '<rect class="bar" x="' + x1.toFixed(1) + '" y="' + (y + 4) + '" width="' + (x2 - x1).toFixed(1) +
       '" height="' + h + '" fill="' + color + '"/>';
+    if (guess) {
+      out += '<text class="unknown-end" x="' + (x2 + 4).toFixed(1) + '" y="' + (y + 14) + '"><title>no end recorded: ' +
+        'the bar ends at its log\'s last output</title>?</text>';
+    }
     if (p.end === null && p.status === 'running') {
       out += '<polygon class="live" points="' + x2.toFixed(1) + ',' + (y + 3) + ' ' + (x2 + 6).toFixed(1) + ',' +
         (y + ROW_H / 2) + ' ' + x2.toFixed(1) + ',' + (y + ROW_H - 3) + '" fill="' + color + '"/>';
