@@ -75,7 +75,8 @@ GPU_EXTRA ?= gpu
 GPU_VENV ?= .venv-gpu
 GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py tests/test_global_view_launch.py
 test-gpu:
-	@if $(PYTHON) -c "import cupy, cupy.cuda.nccl" 2>/dev/null; then py="$(PYTHON)"; \
+	@if $(PYTHON) -c "import cupy.cuda.nccl as n, sys; sys.exit(not n.available)" 2>/dev/null; \
+	then py="$(PYTHON)"; \
 	else \
 	  $(PYTHON) -m venv $(GPU_VENV) && $(GPU_VENV)/bin/python -m pip install -q --upgrade pip && \
 	  $(GPU_VENV)/bin/python -m pip install -q -e '.[$(GPU_EXTRA),test]' || exit 1; \
