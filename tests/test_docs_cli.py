@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -109,3 +110,46 @@ def _anchors(markdown: str) -> set[str]:
         re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
         for title in re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
     }
+
+
+CONSOLE_SCRIPTS = ("paddlike-launch", "paddlike-logs")
+
+
+def test_the_console_scripts_are_documented_and_are_the_setup_cfg_entry_points():
+    setup = (ROOT / "setup.cfg").read_text()
+    for name in CONSOLE_SCRIPTS:
+        assert re.search(rf"^\s*{name} = ", setup, flags=re.MULTILINE), name
+        assert f"`{name}`" in (ROOT / "README.md").read_text(), name
+        assert f"`{name}`" in CLI_DOC.read_text(), name
+
+
+@pytest.mark.timeout(90)
+def test_the_documented_console_scripts_run_a_job_and_read_its_logs(tmp_path):
+    bin_dir = Path(sys.executable).parent
+    missing = [n for n in CONSOLE_SCRIPTS if not (bin_dir / n).exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed next to {sys.executable} (pip install)")
+    (tmp_path / "hello.py").write_text("import os; print('hello from rank', os.environ['RANK'])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLIKE_")}
+    run = subprocess.run(
+        [str(bin_dir / "paddlike-launch"), "--nproc_per_node", "2", "--console", "all",
+         "--log_dir", "L", "hello.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.splitlines()) == ["[rank 0] hello from rank 0",
+                                               "[rank 1] hello from rank 1"]  # fmt: skip
+    logs = subprocess.run(
+        [str(bin_dir / "paddlike-logs"), "L"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert logs.returncode == 0, logs.stderr
+    assert "job succeeded: 2 processes on 1 node (2 ok)" in logs.stdout
+    bad = subprocess.run(
+        [str(bin_dir / "paddlike-launch"), "--nproc_per_node", "x", "hello.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (bad.returncode, bad.stderr) == (
+        2, "paddlike.launch: error: --nproc_per_node: expected a positive integer, got 'x'; "
+        "or gpu, cpu, auto (as in torchrun)\n",
+    )  # fmt: skip

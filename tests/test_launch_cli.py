@@ -140,3 +140,70 @@ def test_dry_run_never_prints_the_job_token(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "PADDLIKE_JOB_TOKEN=<hidden>" in result.stdout
     assert "s3cret-value" not in result.stdout + result.stderr
+
+
+def test_help_lists_torchruns_spellings(tmp_path):
+    out = launch(tmp_path, "--help").stdout
+    assert "torchrun's options:" in out
+    spellings = ("-t TEE, --tee TEE", "-r REDIRECTS, --redirects REDIRECTS", "--nproc-per-node",
+                 "--local-ranks-filter", "--rdzv-endpoint", "--rdzv-backend", "--standalone",
+                 "--role ROLE", "--max-restarts")  # fmt: skip
+    for spelling in spellings:
+        assert spelling in out, spelling
+
+
+# --- many workers on few cores: one warning, the job runs ------------------------------
+
+
+def _on_one_core() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _launch_on_one_core(tmp_path: Path, nproc: int) -> subprocess.CompletedProcess:
+    (tmp_path / "w.py").write_text("pass\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "SLURM_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", str(nproc),
+         "--console", "none", "w.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        preexec_fn=_on_one_core,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(150)
+def test_more_than_four_workers_per_core_warn_once_and_still_run(tmp_path):
+    run = _launch_on_one_core(tmp_path, 5)
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1, run.stderr
+    assert warnings[0].startswith(
+        "paddlike.launch: warning: 5 workers on this node, which has 1 CPU core for them and "
+    ), warnings[0]
+    assert "GiB of memory (" in warnings[0] and "above 4 workers per core" in warnings[0]
+    assert (tmp_path / "log" / "workerlog.4").exists()
+
+
+@pytest.mark.timeout(150)
+def test_four_workers_per_core_do_not_warn(tmp_path):
+    run = _launch_on_one_core(tmp_path, 4)
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr
+
+
+def test_the_warning_names_workers_cores_and_memory(tmp_path, capsys):
+    from paddlike.launch.main import CROWDED, _warn_crowded
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16384000 kB\nMemFree: 1 kB\nMemAvailable:    8192000 kB\n")
+    cores = len(os.sched_getaffinity(0))
+    assert not _warn_crowded(CROWDED * cores, str(meminfo))
+    assert _warn_crowded(CROWDED * cores + 1, str(meminfo))
+    assert capsys.readouterr().err == (
+        f"paddlike.launch: warning: {CROWDED * cores + 1} workers on this node, which has "
+        f"{cores} CPU core{'s' if cores > 1 else ''} for them and 15.6 GiB of memory (7.8 GiB "
+        "available): above 4 workers per core they mostly wait for each other; lower "
+        "--nproc_per_node if this is not meant\n"
+    )
+    (tmp_path / "meminfo").write_text("garbage\n")
+    assert _warn_crowded(CROWDED * cores + 1, str(meminfo))
+    assert "CPU core" in capsys.readouterr().err  # memory unknown, still one line
