@@ -53,6 +53,16 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def start_failure() -> str | None:
+    """Why chromium cannot load a page here (it is installed but will not start, e.g. a
+    container without /dev/shm), or None when it can. One short run of a blank page."""
+    try:
+        dom = _run(["--dump-dom", "about:blank"], timeout=30.0)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        return f"chromium does not start here: {exc}"
+    return None if "<body" in dom else "chromium started but printed no page"
+
+
 def _run(args: list[str], timeout: float = TIMEOUT) -> str:
     exe = find_chromium()
     assert exe is not None

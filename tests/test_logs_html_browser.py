@@ -39,6 +39,13 @@ RED, AMBER, GREEN, PURPLE = (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def chromium_starts() -> None:
+    reason = headless.start_failure()
+    if reason:
+        pytest.skip(reason)
+
+
 class Element:
     def __init__(self, tag: str, attrs: dict[str, str]) -> None:
         self.tag, self.attrs, self.children, self.text = tag, attrs, [], ""
