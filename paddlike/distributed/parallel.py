@@ -18,6 +18,7 @@ from typing import Any
 
 from paddlike import contract as C
 
+from .collective import keys as K
 from .collective import ops
 from .collective.errors import CollectiveError
 from .collective.group import DEVICE, HOST, Group, Lane, runtime
@@ -131,7 +132,7 @@ def make_group(gid: int, ranks: list[int], prefix: str, timeout: float, name: st
 
 
 def _build_group(gid: int, ranks: list[int], timeout: float) -> Group:
-    group = make_group(gid, ranks, f"{runtime.prefix}/g{gid}", timeout, f"g{gid}")
+    group = make_group(gid, ranks, K.group(runtime.prefix, gid), timeout, f"g{gid}")
     runtime.groups[gid] = group
     return group
 
@@ -158,7 +159,7 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
         # The incarnation (how many times this process tore the runtime down) keeps the keys
         # of a re-initialized runtime apart from the previous one's; every rank counts alike.
         restart = os.environ.get(C.RESTART_COUNT, "0")
-        runtime.prefix = f"paddlike/r{restart}/i{runtime.incarnation}"
+        runtime.prefix = K.runtime(restart, runtime.incarnation)
         runtime.host = _own_host(env)
         if env.world_size > 1 or DEVICE in runtime.kinds:
             _connect_store(env, seconds)
@@ -240,7 +241,7 @@ def _await_current_store(rank: int, deadline: float) -> None:
     from .store import StoreAuthError, StoreError
 
     store = runtime.store
-    key = f"{runtime.prefix}/store-ready"
+    key = K.store_ready(runtime.prefix)
     if rank == 0:
         store.set(key, b"1")
         return
@@ -358,17 +359,16 @@ def _leave_store(deadline: float) -> None:
     store = runtime.store
     if store is None:
         return
-    base = f"{runtime.prefix}/leaving"
     with contextlib.suppress(StoreError):
-        if store.add(f"{base}/count", 1) == runtime.world_size:
-            store.set(f"{base}/all", b"1")
+        if store.add(K.leaving(runtime.prefix, "count"), 1) == runtime.world_size:
+            store.set(K.leaving(runtime.prefix, "all"), b"1")
         left = max(0.001, deadline - time.monotonic())
         if runtime.server is not None:
-            store.wait([f"{base}/all"], timeout=left)
+            store.wait([K.leaving(runtime.prefix, "all")], timeout=left)
         else:
             # Never set: the wait ends when rank 0 closes its store (its listening socket
             # is closed by then) or when the connection drops.
-            store.wait([f"{base}/store-closed"], timeout=left)
+            store.wait([K.leaving(runtime.prefix, "store-closed")], timeout=left)
 
 
 def _close_quietly(clean: bool = True) -> None:

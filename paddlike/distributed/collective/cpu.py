@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..store import StoreClient, StoreError
+from . import keys as K
 from .backend import Communicator
 from .errors import CollectiveError, CollectiveTimeoutError, size_mismatch
 from .reduce_op import ReduceOp, reduce_into, ufunc_of
@@ -165,10 +166,10 @@ class CpuCommunicator(Communicator):
         mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
         buffer_bytes = _buffer_bytes()
         key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}"
-        store.set(f"{prefix}/host/{self.rank}", key)
+        store.set(K.host_of(prefix, self.rank), key)
         keys = [
             store.get(
-                f"{prefix}/host/{k}", timeout=max(0.001, deadline - time.monotonic())
+                K.host_of(prefix, k), timeout=max(0.001, deadline - time.monotonic())
             ).decode()
             for k in range(self.size)
         ]
@@ -187,12 +188,12 @@ class CpuCommunicator(Communicator):
         leaders = [keys.index(h) for h in hosts]
         left = max(0.001, deadline - time.monotonic())
         self.local = CpuCommunicator(
-            store, f"{prefix}/host{hosts.index(keys[self.rank])}", mine.index(self.rank),
+            store, K.host_ranks(prefix, hosts.index(keys[self.rank])), mine.index(self.rank),
             [self.global_ranks[k] for k in mine], host, left,
         )  # fmt: skip
         if self.rank in leaders:
             self.leaders = CpuCommunicator(
-                store, f"{prefix}/leaders", leaders.index(self.rank),
+                store, K.leaders(prefix), leaders.index(self.rank),
                 [self.global_ranks[k] for k in leaders], host, left,
             )  # fmt: skip
 

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..store import StoreError, StoreTimeoutError
+from . import keys as K
 from .backend import Communicator
 from .errors import CollectiveError, CollectiveTimeoutError
 from .reduce_op import ReduceOp
@@ -188,8 +189,7 @@ def await_peers(
     build the communicator, then waits until every rank of the group has said so. NCCL's
     constructor waits for all ranks without any deadline; here a rank that died after
     fetching the unique id (or never came) is named when the deadline passes."""
-    base = f"{prefix}/nccl-alive"
-    keys = [f"{base}/{k}" for k in range(len(global_ranks))]
+    keys = [K.nccl_alive(prefix, k) for k in range(len(global_ranks))]
     group = prefix.rsplit("/", 1)[-1]
     try:
         store.set(keys[rank], b"1")
@@ -251,7 +251,7 @@ def claim_gpu(
     One store request per rank, whatever the group's size.
     """
     key, _, description = identity.decode(errors="replace").partition("\t")
-    owner = store.compare_set(f"{prefix}/nccl-gpu/{key}", None, str(rank))
+    owner = store.compare_set(K.nccl_gpu(prefix, key), None, str(rank))
     if owner == str(rank).encode():
         return
     a, b = sorted((global_ranks[int(owner)], global_ranks[rank]))
@@ -262,7 +262,7 @@ def claim_gpu(
         f"in FLAGS_selected_gpus (paddlike.distributed.ParallelEnv().device_id) and start one "
         f"worker per GPU (python -m paddlike.launch does by default), or use backend='cpu'"
     )
-    store.compare_set(f"{prefix}/nccl-shared", None, reason)
+    store.compare_set(K.nccl_shared(prefix), None, reason)
 
 
 def refuse_shared_gpu(
@@ -274,10 +274,10 @@ def refuse_shared_gpu(
     comes first: rank 0 closes its store as it raises, and a peer still asking would then
     see a store failure instead of the reason (it waits at most 5 s for ranks that are gone).
     """
-    reason = store.try_get(f"{prefix}/nccl-shared")
+    reason = store.try_get(K.nccl_shared(prefix))
     if reason is None:
         return
-    keys = [f"{prefix}/nccl-read/{k}" for k in range(len(global_ranks))]
+    keys = [K.nccl_read(prefix, k) for k in range(len(global_ranks))]
     with contextlib.suppress(StoreError):
         store.set(keys[rank], b"1")
         store.wait(keys, timeout=max(0.001, min(5.0, deadline - time.monotonic())))
@@ -338,7 +338,7 @@ class NcclCommunicator(Communicator):
         self.global_ranks = list(global_ranks)
         self.device = cupy.cuda.Device(device_id)
         self.device.use()  # before the communicator: NCCL binds it to the current device
-        key = f"{prefix}/nccl-uid"
+        key = K.nccl_uid(prefix)
         if rank == 0:
             store.set(key, encode_unique_id(nccl.get_unique_id()))
         try:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..store import StoreClient
+from . import keys as K
 from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError
 
 __all__ = ["ShmArena", "shm_available"]
@@ -129,15 +130,15 @@ class ShmArena:
         self.segs: list[_Segment | None] = [None] * self.size
         self.segs[rank] = own
         try:
-            store.set(f"{prefix}/shm/{rank}", path)
+            store.set(K.shm_file(prefix, rank), path)
             for k in range(self.size):
                 if k != rank:
                     left = max(0.001, deadline - time.monotonic())
-                    peer_path = store.get(f"{prefix}/shm/{k}", timeout=left).decode()
+                    peer_path = store.get(K.shm_file(prefix, k), timeout=left).decode()
                     self.segs[k] = _Segment(peer_path, seg_bytes, create=False)
             # Everyone has mapped everything: the names can go (no leak if a rank crashes).
             store.barrier(
-                f"{prefix}/shm-mapped", self.size, timeout=max(0.001, deadline - time.monotonic())
+                K.shm_mapped(prefix), self.size, timeout=max(0.001, deadline - time.monotonic())
             )
         finally:
             with contextlib.suppress(OSError):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..store import StoreClient, StoreError, StoreTimeoutError
+from . import keys as K
 from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError, size_mismatch
 
 __all__ = ["Mesh", "Recv", "Send"]
@@ -138,11 +139,11 @@ class Mesh:
         try:
             port = listener.getsockname()[1]
             if rank == 0:
-                store.set(f"{prefix}/nonce", secrets.token_bytes(16))
-            nonce = store.get(f"{prefix}/nonce", timeout=_left(deadline))
-            store.set(f"{prefix}/addr/{rank}", f"{host}:{port}")
+                store.set(K.mesh_nonce(prefix), secrets.token_bytes(16))
+            nonce = store.get(K.mesh_nonce(prefix), timeout=_left(deadline))
+            store.set(K.mesh_address(prefix, rank), f"{host}:{port}")
             for peer in range(rank):
-                addr = store.get(f"{prefix}/addr/{peer}", timeout=_left(deadline)).decode()
+                addr = store.get(K.mesh_address(prefix, peer), timeout=_left(deadline)).decode()
                 socks[peer] = _dial(addr, nonce, rank, deadline, global_ranks[peer])
             while len(socks) < n - 1:
                 listener.settimeout(_left(deadline))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..collective import keys as K
 from ..collective.group import DEVICE, HOST, KIND_WORDS, Group, runtime
 from .errors import GlobalViewError
 from .placement import Placement
@@ -60,7 +61,7 @@ def group_of(ranks: tuple[int, ...]) -> Group:
         from ..parallel import make_group
 
         gid = -1 - len(_cache)  # apart from new_group's ids; destroy_process_group closes it
-        prefix = f"{runtime.prefix}/gv/{'-'.join(map(str, ranks))}"
+        prefix = K.placement_group(runtime.prefix, ranks)
         group = make_group(gid, list(ranks), prefix, runtime.timeout, f"gv{gid}")
         runtime.groups[gid] = group
         _cache[key] = group
