@@ -419,11 +419,102 @@ def flight_table(n: int = 2) -> None:
           f"(want <= 2 %); heartbeat() {hb_on:.0f} ns (want <= 1000 ns)")  # fmt: skip
 
 
+# --- the backend chosen per array (issue 21) ------------------------------------------------
+
+CHOICE_CALLS = 200  # 4 KiB all_reduce calls per timed block
+CHOICE_BLOCKS = 30
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOUBLES = os.path.join(REPO_ROOT, "tests", "doubles")  # the CuPy stand-in (GPUs and NCCL)
+
+
+def choice_worker(out: str, backend: str) -> None:
+    """Blocks of 4 KiB host all_reduce on `backend`; rank 0 also times the choice alone."""
+    import timeit
+
+    import numpy as np
+
+    import paddlike.distributed as dist
+    from paddlike.distributed.collective import ops
+
+    group = dist.init_parallel_env(backend=backend, timeout=120)
+    x = np.zeros(1024, np.float32)
+    blocks = []
+    for _ in range(CHOICE_BLOCKS):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(CHOICE_CALLS):
+            dist.all_reduce(x)
+        blocks.append((time.perf_counter() - start) / CHOICE_CALLS)
+    choice = min(timeit.repeat(lambda: ops._lane(group, x, "all_reduce"), number=20000,
+                               repeat=5)) / 20000  # fmt: skip
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump({"blocks": blocks, "choice": choice, "lanes": sorted(group.lanes)}, f)
+    dist.destroy_process_group()
+
+
+def _choice_job(n: int, backend: str, tmp: str) -> dict:
+    port, out = _free_port(), os.path.join(tmp, f"choice-{backend}.json")
+    eps = [f"127.0.0.1:{_free_port()}" for _ in range(n)]
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO_ROOT, DOUBLES]))
+        env.update(
+            PADDLE_TRAINER_ID=str(r), PADDLE_TRAINERS_NUM=str(n), LOCAL_RANK=str(r),
+            PADDLE_MASTER=f"127.0.0.1:{port}", PADDLE_TRAINER_ENDPOINTS=",".join(eps),
+            PADDLE_CURRENT_ENDPOINT=eps[r],
+        )  # fmt: skip
+        cmd = [sys.executable, __file__, "--choice-worker", out, backend]
+        procs.append(subprocess.Popen(cmd, env=env))
+    codes = [p.wait(timeout=600) for p in procs]
+    if any(codes):
+        raise SystemExit(f"backend-choice workers failed: exit codes {codes}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def choice_table(n: int = 2, rounds: int = 3) -> None:
+    """4 KiB all_reduce of host arrays: backend="cpu" (one lane) against "auto" on a node
+    whose CuPy (the stand-in of tests/doubles) reports GPUs and NCCL (two lanes, the kind
+    chosen per array), alternating jobs, the best block of each kept."""
+    best: dict[str, list[float]] = {"cpu": [], "auto": []}
+    lanes: dict[str, list[str]] = {}
+    choice = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for backend in best:
+                got = _choice_job(n, backend, tmp)
+                best[backend] += got["blocks"]
+                lanes[backend] = got["lanes"]
+                choice[backend] = min(choice.get(backend, 1.0), got["choice"])
+    print(f"# backend chosen per array: {n} ranks, shared memory, 4 KiB float32 all_reduce "
+          f"of numpy arrays, {rounds} alternating jobs x {CHOICE_BLOCKS} blocks of "
+          f"{CHOICE_CALLS}")  # fmt: skip
+    print(f"{'measurement':<52}{'best':>10}{'median':>12}")
+    for backend, label in (("auto", "auto: host lane chosen per array (lanes: {})"),
+                           ("cpu", "  baseline: backend='cpu' (lanes: {})")):  # fmt: skip
+        ts = sorted(best[backend])
+        print(f"{label.format('+'.join(lanes[backend])):<52}{ts[0] * 1e6:>7.2f} us"
+              f"{ts[len(ts) // 2] * 1e6:>9.2f} us")  # fmt: skip
+    a, c = sorted(best["auto"]), sorted(best["cpu"])
+    print(f"{'choosing the lane alone (ops._lane), auto':<52}{choice['auto'] * 1e9:>7.0f} ns")
+    print(f"{'  baseline: the same call, backend=cpu':<52}{choice['cpu'] * 1e9:>7.0f} ns")
+    print(f"# auto - cpu: {(a[0] - c[0]) * 1e6:+.2f} us (best), "
+          f"{(a[len(a) // 2] - c[len(c) // 2]) * 1e6:+.2f} us (median) per all_reduce; the "
+          f"choice itself {choice['auto'] * 1e9:.0f} ns (want <= 1 us)")  # fmt: skip
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--flight-worker"]:
         flight_worker(sys.argv[2])
+    elif sys.argv[1:2] == ["--choice-worker"]:
+        choice_worker(sys.argv[2], sys.argv[3])
     else:
-        if os.environ.get("BENCH_ONLY") != "flight":
+        only = os.environ.get("BENCH_ONLY")  # flight | choice: that table alone
+        if only is None:
             main()
         if "--worker" not in sys.argv:
-            flight_table()
+            if only in (None, "flight"):
+                flight_table()
+            if only in (None, "choice"):
+                choice_table()
