@@ -284,3 +284,36 @@ def test_the_launcher_says_so_in_one_line_and_exits_2_with_nothing_started(block
     ]
     assert not (log.parent / "STARTED").exists()
     assert sorted(p.name for p in log.iterdir()) == [".paddlike.lock", "workerlog.0"]
+
+
+def test_a_node_whose_log_file_cannot_be_opened_tells_the_other_nodes(tmp_path):
+    from tests.fixed_ports import fixed_ports
+
+    (tmp_path / "l1" / "workerlog.0").mkdir(parents=True)
+    script = tmp_path / "train.py"
+    script.write_text("open('STARTED', 'w').close()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLIKE_")}
+    master = f"127.0.0.1:{fixed_ports()}"
+    procs = []
+    try:
+        for rank in (0, 1):  # two "nodes" on loopback addresses
+            argv = ["--ips", "127.0.0.1,127.0.0.2", "--node_rank", str(rank), "--master", master]
+            argv += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / f"l{rank}"), str(script)]
+            cmd = [sys.executable, "-m", "paddlike.launch", *argv]
+            procs.append(
+                subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+            )
+        errs = [p.communicate(timeout=60)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    why = (
+        f"--log_dir: cannot open log file {tmp_path}/l1/workerlog.0 for writing: Is a "
+        "directory (make it writable, remove it, or pass another --log_dir)"
+    )
+    assert [p.returncode for p in procs] == [2, 2], errs
+    assert errs[1] == f"paddlike.launch: error: {why}\n"
+    assert f"(node 1, 127.0.0.2) could not start: {why}; fix that there" in errs[0], errs[0]
+    assert not (tmp_path / "STARTED").exists()
