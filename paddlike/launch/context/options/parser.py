@@ -369,7 +369,9 @@ def _unabbreviated(arg: str) -> str:
     options = {DEST.get(s, s) for s in matches}  # aliases of one option are one option
     if len(options) > 1:
         raise UsageError(f"{name}: ambiguous abbreviation, could be {', '.join(matches)}", name)
-    return matches[0] + sep + value if matches else arg
+    if not matches:
+        return arg
+    return "--" + DEST[matches[0]] + sep + value if matches[0] in DEST else matches[0] + sep + value
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:

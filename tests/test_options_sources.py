@@ -1,0 +1,86 @@
+"""options/sources.py: the five sources of an option's value, first wins, each value
+returned with where it came from (a `Source`), never recovered from a message."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlike.launch.context.options import UsageError, parse_options
+from paddlike.launch.context.options.record import (
+    FLAG,
+    OUR_VARIABLE,
+    THEIR_FLAG,
+    THEIR_OPTION_VARIABLE,
+    THEIR_VARIABLE,
+    Source,
+)
+from paddlike.launch.context.options.sources import PRECEDENCE, candidates, resolve
+
+EVERY_SOURCE = {  # --master from each of the five, the highest first
+    FLAG: ("10.0.0.1:1", Source(FLAG, "--master")),
+    THEIR_FLAG: ("10.0.0.1:1", Source(THEIR_FLAG, "--rdzv_endpoint")),
+    OUR_VARIABLE: ("10.0.0.3:3", Source(OUR_VARIABLE, "PADDLIKE_MASTER")),
+    THEIR_OPTION_VARIABLE: ("10.0.0.4:4", Source(THEIR_OPTION_VARIABLE, "PET_RDZV_ENDPOINT")),
+}
+
+
+def test_the_table_is_flag_their_flag_our_variable_their_option_their_variable():
+    assert PRECEDENCE == (FLAG, THEIR_FLAG, OUR_VARIABLE, THEIR_OPTION_VARIABLE, THEIR_VARIABLE)
+
+
+def test_every_source_of_a_value_comes_back_in_the_tables_order():
+    env = {"PADDLIKE_NNODES": "3", "PET_NNODES": "4", "PADDLE_ELASTIC_NP": "5"}
+    found = candidates("nnodes", "2", None, env)
+    assert found == [
+        ("2", Source(FLAG, "--nnodes")),
+        ("3", Source(OUR_VARIABLE, "PADDLIKE_NNODES")),
+        ("4", Source(THEIR_VARIABLE, "PET_NNODES")),
+        ("5", Source(THEIR_VARIABLE, "PADDLE_ELASTIC_NP")),
+    ]
+
+
+def test_our_flag_wins_over_our_variable():
+    assert resolve("master", "10.0.0.1:1", None, {"PADDLIKE_MASTER": "10.0.0.3:3"}) == (
+        "10.0.0.1:1", Source(FLAG, "--master"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("drop", range(1, 4))
+def test_the_first_source_present_wins(drop):
+    kinds = list(EVERY_SOURCE)[drop:]
+    flag = EVERY_SOURCE[FLAG][0] if FLAG in kinds else None
+    theirs = next((EVERY_SOURCE[k] for k in (THEIR_FLAG, THEIR_OPTION_VARIABLE) if k in kinds),
+                  None)  # fmt: skip
+    env = {"PADDLIKE_MASTER": "10.0.0.3:3"} if OUR_VARIABLE in kinds else {}
+    assert resolve("master", flag, theirs, env)[1].kind == kinds[0]
+
+
+def test_our_flag_and_another_launchers_flag_must_agree():
+    with pytest.raises(UsageError, match=r"^--master: '10.0.0.9:9' contradicts --rdzv_endpoint"):
+        resolve("master", "10.0.0.9:9", EVERY_SOURCE[THEIR_FLAG], {})
+    text, source = resolve("master", "10.0.0.1:1", EVERY_SOURCE[THEIR_FLAG], {})
+    assert (text, source.label("master")) == ("10.0.0.1:1", "--master (from --rdzv_endpoint)")
+
+
+def test_nothing_given_is_none():
+    assert resolve("master", None, None, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "start_port_from"),
+    [
+        (["--start_port", "7000"], {}, "--start_port"),
+        ([], {"PADDLIKE_START_PORT": "7000"}, "PADDLIKE_START_PORT"),
+        ([], {"PADDLE_START_PORT": "7000"}, "PADDLE_START_PORT"),
+        ([], {"PADDLE_PORT": "7000", "TRAINER_PORTS_NUM": "2"}, "PADDLE_PORT"),
+    ],
+)
+def test_the_start_ports_source_is_the_sources_name(argv, env, start_port_from):
+    assert parse_options([*argv, "t.py"], env).start_port_from == start_port_from
+
+
+def test_a_message_names_the_source_it_came_from():
+    with pytest.raises(UsageError, match=r"^--nnodes \(from PADDLE_ELASTIC_NP\): expected"):
+        parse_options(["t.py"], {"PADDLE_ELASTIC_NP": "many"})
+    with pytest.raises(UsageError, match=r"^--dry_run \(from PADDLIKE_DRY_RUN\): expected 1/"):
+        parse_options(["t.py"], {"PADDLIKE_DRY_RUN": "maybe"})
