@@ -171,7 +171,12 @@ def test_a_sigkilled_launcher_and_its_workers_are_said_to_be_gone(running_job):
     pid = launcher.pid
     launcher.kill()
     launcher.wait(timeout=30)
-    done = logs(log, "--json")  # at once: the workers may not even be reaped yet
+    workers = [pid for name in ("workerlog.0", "workerlog.1") for pid in _pids(log, name)]
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers):  # the guardian's SIGKILL: moments
+        assert time.monotonic() < deadline, "the workers outlived their launcher by 10 s"
+        time.sleep(0.01)
+    done = logs(log, "--json")  # at once: the workers may not even be reaped yet (zombies)
     data = json.loads(done.stdout)
     assert done.returncode == 1, done.stdout + done.stderr
     assert data["status"] == "gone"
