@@ -267,11 +267,16 @@ def write_page(name: str) -> None:
     """NAME.html beside the sample: its page (`python -m paddlike.logs NAME --html`)."""
     if not (HERE / name).is_dir():
         return
+    page = HERE / f"{name}.html"
+    page.unlink(missing_ok=True)
+    # It exits with the job's outcome (3 for `failed`): the page is what counts.
     subprocess.run(
         [sys.executable, "-m", "paddlike.logs", f"log_samples/{name}", "--html",
          f"log_samples/{name}.html"],
-        cwd=ROOT, env=_clean_env(), check=True, timeout=TIMEOUT, stdout=subprocess.DEVNULL,
+        cwd=ROOT, env=_clean_env(), timeout=TIMEOUT, stdout=subprocess.DEVNULL,
     )  # fmt: skip
+    if not page.is_file():
+        raise SampleFailed(f"{name}: python -m paddlike.logs --html wrote no page")
 
 
 def pages() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from paddlike.logs import outcome
 from paddlike.logs.__main__ import main
 from paddlike.logs.page import follow as page_follow
 from paddlike.logs.page.facts import job_facts, run_starts
@@ -50,7 +51,7 @@ def by_name(facts: dict) -> dict[str, dict]:
 def test_html_file_holds_the_consoles_root_cause_report_and_every_process(tmp_path):
     target = tmp_path / "job.html"
     code, out = run([SAMPLES / "failed", "--html", target])
-    assert code == 0
+    assert code == 3  # the job's outcome, as the text view exits
     assert f"wrote {target}" in out
     page = target.read_text()
     _, console = run([SAMPLES / "failed"])
@@ -200,7 +201,7 @@ def test_512_ranks_make_a_page_of_a_few_megabytes(tmp_path):
     job = write_hung_job(tmp_path / "log")
     target = tmp_path / "job.html"
     code, _ = run([tmp_path / "log", "--html", target])
-    assert code == 0
+    assert code == 124  # the hang's exit code
     size = target.stat().st_size
     assert size < 3 * 1024 * 1024, f"{size} bytes"
     facts = page_facts(target.read_text())
@@ -245,16 +246,26 @@ def test_follow_rewrites_the_page_until_the_job_ends_and_the_last_page_stops_rel
     assert "job succeeded: wrote the last page" in out.getvalue()
 
 
-def test_follow_stops_when_the_summary_says_running_but_no_process_is_alive(tmp_path):
+def test_follow_stops_when_the_summary_says_running_but_its_launcher_is_gone(tmp_path):
     log = write_running_job(tmp_path / "log")
+    (log / ".paddlike.owner").unlink()  # what a SIGKILLed launcher leaves: no owner...
     summary = read_summary(log)
-    summary.processes[0].pid = 2**22 + 12345  # beyond pid_max on most systems: gone
+    summary.processes[0].pid = 2**22 + 12345  # ...and its workers gone with it
     write_summary(log, summary)
     waited: list[float] = []
-    code = page_follow.follow_page(
-        [str(log)], tmp_path / "job.html", out=io.StringIO(), wait=waited.append
-    )
-    assert code == 0 and waited == []
+    out = io.StringIO()
+    code = page_follow.follow_page([str(log)], tmp_path / "job.html", out=out, wait=waited.append)
+    assert waited == [] and "wrote the last page" in out.getvalue()
+    assert code == outcome.exit_code(load([log])) != 0
+    assert page_facts((tmp_path / "job.html").read_text())["status"] == "gone"
+
+
+def test_html_exits_with_the_jobs_outcome_like_the_text_view():
+    for sample in ("success", "failed", "hung"):
+        text_code, _ = run([SAMPLES / sample])
+        html_code, _ = run([SAMPLES / sample, "--html", "-"])
+        assert html_code == text_code
+    assert run([SAMPLES / "failed", "--html", "-"])[0] == 3  # the failed worker's exit code
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,8 @@ class Tree(HTMLParser):
 
 
 def make_page(dirs: list[Path], target: Path) -> Path:
-    assert main([*(str(d) for d in dirs), "--html", str(target)]) == 0
+    main([*(str(d) for d in dirs), "--html", str(target)])  # exits with the job's outcome
+    assert target.is_file()
     return target
 
 

@@ -1,6 +1,6 @@
 """python -m paddlike.logs [DIR ...]: what every process of a job did, and why it failed.
 
-Exit status (the default view, --json and --follow): the job's outcome, as
+Exit status (the default view, --json, --html and --follow): the job's outcome, as
 `paddlike.logs.outcome` tabulates it (0 succeeded; the job's exit code when it failed;
 75 still running; 3 no summary and no error; 2 not a log directory or a bad option);
 130 on Ctrl-C during --follow. --rank/--role exit 0 once the log is shown. --stacks

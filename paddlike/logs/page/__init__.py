@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from paddlike.logs import outcome
 from paddlike.logs.page.facts import job_facts
 from paddlike.logs.page.render import render_page
 from paddlike.logs.reader import JobView, LogDirError, load
@@ -41,7 +42,9 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main(dirs: list[str], target: str, *, follow: bool, out: TextIO) -> int:
-    """--html FILE (or - for stdout), with --follow: rewrite FILE until the job ends."""
+    """--html FILE (or - for stdout), with --follow: rewrite FILE until the job ends. The
+    exit status is the job's outcome, as for the text view (paddlike.logs.outcome); 2
+    when DIR holds no logs or FILE cannot be written."""
     if follow:
         if target == "-":
             print(
@@ -54,18 +57,20 @@ def main(dirs: list[str], target: str, *, follow: bool, out: TextIO) -> int:
 
         return follow_page(dirs, Path(target), out=out)
     try:
-        page = build_page(load(dirs), dirs)
+        job = load(dirs)
     except LogDirError as e:
         print(f"paddlike.logs: {e}", file=sys.stderr)
-        return 2
+        return outcome.EXIT_NOT_LOGS
+    job.hung_for = outcome.hung_for(job)
+    page = build_page(job, dirs)
     if target == "-":
         out.write(page)
-        return 0
+        return outcome.exit_code(job)
     try:
         write_atomically(Path(target), page)
     except OSError as e:
         print(f"paddlike.logs: --html {target}: cannot write: {e.strerror}", file=sys.stderr)
-        return 2
+        return outcome.EXIT_NOT_LOGS
     size = len(page.encode()) // 1024
     out.write(f"paddlike.logs: wrote {target} ({size} KiB); open it in a browser\n")
-    return 0
+    return outcome.exit_code(job)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from paddlike.distributed import progress as P
+from paddlike.logs import outcome
 from paddlike.logs.page import build_page, write_atomically
 from paddlike.logs.reader import JobView, LogDirError, load
 
@@ -26,11 +27,10 @@ HISTORY_POINTS = 600  # step samples kept per rank; older ones are thinned out
 
 
 def job_running(job: JobView) -> bool:
-    """The job runs: a summary says so and, where the reader could check the pids, some
-    process is still alive (a killed launcher leaves 'running' behind)."""
-    if job.status != "running":
-        return False
-    return not job.processes or any(p.status == "running" for p in job.processes)
+    """The job runs: a summary says so and, where the reader can tell, its launcher lives
+    (the reader calls a job whose launcher died without recording the end 'gone'). Its
+    workers may all be down for a moment: between two rounds, the launcher restarts them."""
+    return job.status == "running"
 
 
 def sample_steps(job: JobView, history: dict[int, list[tuple[float, int]]], now: float) -> None:
@@ -54,7 +54,8 @@ def follow_page(
     interval: float = INTERVAL,
     wait: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Rewrite `path` every `interval` s until the job ends; 0, 2 (unreadable) or 130."""
+    """Rewrite `path` every `interval` s until the job ends; the job's outcome then (as
+    paddlike.logs.outcome says), 2 when the directory cannot be read, 130 on Ctrl-C."""
     history: dict[int, list[tuple[float, int]]] = {}
     first = True
     try:
@@ -63,8 +64,9 @@ def follow_page(
                 job = load(dirs)
             except LogDirError as e:
                 print(f"paddlike.logs: {e}", file=sys.stderr)
-                return 2
+                return outcome.EXIT_NOT_LOGS
             running = job_running(job)
+            job.hung_for = outcome.hung_for(job)
             sample_steps(job, history, time.time())
             page = build_page(job, dirs, follow=interval if running else 0.0, history=history)
             try:
@@ -81,7 +83,7 @@ def follow_page(
             first = False
             if not running:
                 out.write(f"paddlike.logs: job {job.status}: wrote the last page to {path}\n")
-                return 0
+                return outcome.exit_code(job)
             wait(interval)
     except KeyboardInterrupt:
         out.flush()
