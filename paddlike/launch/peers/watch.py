@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 HEARTBEATS_PER_TIMEOUT = 5
 WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
+LOSS_GRACE = 0.3  # how long a process's failure waits for a lost node's word first
 # said when node 0 of an elastic job on its own store gets a signal: it cannot just leave
 STORE_HOST_ENDS = (
     ": it hosts the launchers' store, so the elastic job ends on every node (with --master "
@@ -270,12 +271,21 @@ class JobWatch:
                 self.leaving = True
                 cause = cause.replace(membership=LEFT)
         try:
-            raw = self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))
-            winner = p.decode_cause(raw)
+            winner = self._first_cause(cause)
         except StoreError as exc:
             winner = self._store_gone(cause, str(exc))
         with self._lock:
             self._cause.published(winner)
+
+    def _first_cause(self, cause: RootCause) -> RootCause:
+        """The round's first cause, ours unless one came before. A process's failure waits
+        LOSS_GRACE for one first: when a node is lost its workers die with its launcher,
+        and their peers' collectives fail at once (a consequence); the lost node's
+        guardian says so within milliseconds (`run.guardian`)."""
+        if cause.role is not None and self.nnodes > 1:
+            with contextlib.suppress(StoreTimeoutError):
+                return p.decode_cause(self.kv.get(self.abort_key, timeout=LOSS_GRACE))
+        return p.decode_cause(self.kv.compare_set(self.abort_key, None, p.encode_cause(cause)))
 
     def _store_gone(self, cause: RootCause, detail: str) -> RootCause:
         """Publishing failed: the store did not answer (node 0 lost, or the network). This

@@ -104,6 +104,8 @@ def _guard(read_end: int, deliver: Callable[[bytes], object] | None) -> None:
                 return
             if line[:1] == b"n":
                 notice = line[1:]
+                if notice and deliver is not None:
+                    deliver(b"")  # a dry run: its imports now, not when every ms counts
                 continue
             if line[:1] in (b"+", b"-") and line[1:].isdigit():
                 pgid = int(line[1:])

@@ -314,8 +314,12 @@ class JobRun:
         watch = self.peers.watch(
             round_, str(self.logdir.path), services=self.job.servers_wait_for_job
         )
+        if self.guardian is not None:  # if this launcher dies now, the others learn it first
+            self.guardian.note(watch.death_notice)
         outcome = self.supervise(plan, watch, restarts, round_)
         cause, survivors = self.settle(watch, outcome, restarts)
+        if self.guardian is not None and watch.death_notice is not None:
+            self.guardian.note(None)  # the round is over: a death now is the next one's
         if self.elastic is not None:
             self.record.round_ended(round_, restarts, met.hosts, cause)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)

@@ -403,12 +403,13 @@ def _busy_message(root: Path, owner: dict[str, Any] | None, job: JobClaim | None
     )
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, in_place_when_full: bool = False) -> None:
     """Replace `path` with `data` so that readers see the old file or the new one (a
     temporary file, then a rename). Nothing is left behind when it fails: the temporary
-    file goes, and OSError is raised naming `path`. On a full disk (ENOSPC) an existing file is
-    overwritten in place when the blocks it holds fit `data`: a disk that filled up
-    during the job still gets summary.json's last word."""
+    file goes, and OSError is raised naming `path`. `in_place_when_full`: on a full disk
+    (ENOSPC) an existing file is overwritten in place when the blocks it holds fit
+    `data`, so that a disk that filled up during the job still gets summary.json's last
+    word (endpoints.log must fail instead: no round starts on a full disk)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -417,7 +418,8 @@ def write_atomically(path: Path, data: bytes) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        if exc.errno != errno.ENOSPC or not _overwrite_in_place(path, data):
+        full = exc.errno == errno.ENOSPC and in_place_when_full
+        if not full or not _overwrite_in_place(path, data):
             raise OSError(exc.errno, exc.strerror, str(path)) from exc  # the file it was for
 
 

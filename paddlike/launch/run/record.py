@@ -99,6 +99,7 @@ class RunRecord:
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write
-            write_atomically(path, (json.dumps(summary.to_json(), indent=2) + "\n").encode())
+            text = json.dumps(summary.to_json(), indent=2) + "\n"
+            write_atomically(path, text.encode(), in_place_when_full=True)
         except OSError as exc:
             self.warn(f"could not write the run summary in {self.log_dir}: {exc}")
