@@ -1,4 +1,6 @@
-"""`--tee`: the chosen workers' log files echoed to the launcher's stdout as they grow.
+"""The console echo: the chosen workers' log files echoed to the launcher's stdout as they
+grow (which workers: --console, or torchrun's --tee/--redirects/--local_ranks_filter, as
+`context/options/console.py` decides).
 
 The workers' output is the job's output, so it goes to stdout (`launch ... | grep loss`
 works) and the launcher's own lines go to stderr (`console.output`). The echo is written
