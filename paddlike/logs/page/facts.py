@@ -257,7 +257,10 @@ def _progress(
     found: dict[int, P.RankProgress] = {}
     for node in job.nodes:
         job_id = node.summary.job_id if node.summary else None
-        found.update(P.read_all(node.log_dir, job_id=job_id))
+        for rank, prog in P.read_all(node.log_dir, job_id=job_id).items():
+            # An elastic job renumbers ranks each round: the newest file of a rank is its.
+            if rank not in found or found[rank].created_wall < prog.created_wall:
+                found[rank] = prog
     if not found:
         return None
     keep = FLIGHT_KEEP_LARGE if len(found) >= LARGE_JOB else FLIGHT_KEEP_SMALL

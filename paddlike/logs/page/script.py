@@ -204,6 +204,14 @@ function mark(px, top, height, cls, label, title) {
     tx.toFixed(1) + '" y="' + (height - FOOT_H + 15 + 13 * line) + '" text-anchor="' + (right ? 'end' : 'start') + '">' +
     esc(label) + '</text></g>';
 }
+function procEnd(p) {
+  // A process without a recorded end that is not running (its launcher died): its last
+  // sign of life, the later of its log's last output and its progress file's last beat.
+  if (p.end !== null) return p.end;
+  if (p.status === 'running' || p.mtime === undefined) return F.t1;
+  var prog = F.progress && p.role === 'trainer' && p.rank !== null ? F.progress.ranks[String(p.rank)] : null;
+  return Math.max(p.mtime, p.start === null ? 0 : p.start, prog && prog.last !== null ? prog.last : 0);
+}
 function procBar(p, x, y) {
   var out = '', h = ROW_H - 8, color = COLORS[p.status] || '#999';
   var runs = (p.runs || []).slice().sort(function (a, b) { return a[0] - b[0]; });
@@ -217,12 +225,12 @@ function procBar(p, x, y) {
   var slow = p.role === 'trainer' && STRAGGLERS.indexOf(p.rank) >= 0;
   if (p.start !== null) {
     var guess = p.end === null && p.status !== 'running' && p.mtime !== undefined;
-    var end = p.end !== null ? p.end : guess ? Math.max(p.mtime, p.start) : F.t1, x1 = x(p.start), x2 = Math.max(x(end), x1 + 2);
+    var end = procEnd(p), x1 = x(p.start), x2 = Math.max(x(end), x1 + 2);
     out += '<rect class="bar" x="' + x1.toFixed(1) + '" y="' + (y + 4) + '" width="' + (x2 - x1).toFixed(1) +
       '" height="' + h + '" fill="' + color + '"/>';
     if (guess) {
       out += '<text class="unknown-end" x="' + (x2 + 4).toFixed(1) + '" y="' + (y + 14) + '"><title>no end recorded: ' +
-        'the bar ends at its log\'s last output</title>?</text>';
+        'the bar ends at its last output or heartbeat</title>?</text>';
     }
     if (p.end === null && p.status === 'running') {
       out += '<polygon class="live" points="' + x2.toFixed(1) + ',' + (y + 3) + ' ' + (x2 + 6).toFixed(1) + ',' +
@@ -267,7 +275,7 @@ function drawTimeline() {
         '<text class="node-sum" x="20" y="30">' + r.procs.length + ' processes: ' + esc(summary) + '</text>';
       if (span.length) {
         var a = Math.min.apply(null, span.map(function (p) { return p.start; }));
-        var b = Math.max.apply(null, span.map(function (p) { return p.end === null ? F.t1 : p.end; }));
+        var b = Math.max.apply(null, span.map(procEnd));
         body += '<rect class="node-span" x="' + x(a).toFixed(1) + '" y="15" width="' +
           Math.max(2, x(b) - x(a)).toFixed(1) + '" height="6" fill="' + (COLORS[m.best] || '#999') + '"/>';
       }
