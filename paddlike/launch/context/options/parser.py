@@ -329,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
             f"also be set from the environment as {OPTION_ENV_PREFIX}<OPTION>, e.g. "
             f"{OPTION_ENV_PREFIX}LOG_DIR; a flag on the command line wins. Every option "
             "may be spelled with - in place of _, as torchrun spells them; torchrun's "
-            "PET_<OPTION> variables are read too, below these (docs/migrating.md)."
+            "PET_<OPTION> variables are read too, below these (docs/migrating.md). An "
+            "unambiguous prefix of an option is that option, as argparse takes it for torchrun."
         ),
         allow_abbrev=False,
     )
