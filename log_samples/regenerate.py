@@ -14,6 +14,8 @@ The log reader's tests run on these directories, and the docs quote them.
                       --hang_timeout 5 --on_hang abort names it and ends the job (124)
     hung_flight/      paddlike's own collectives, heartbeat() per step: rank 2 stops before its
                       20th all_reduce, rank 1 is slow; progress files and flight records kept
+    torch_flight/     a torch gloo job whose rank 1 skipped an all_reduce and waits in
+                      barrier; named from torch's flight record (--hang_timeout 5, 124)
     elastic_lost/     an elastic job (--nnodes 2:3) of three loopback "nodes" on this machine;
                       node 2's launcher is SIGKILLed, the others finish in a round of two
     two_node/nodea/   a 2-node job (network namespaces nodea, nodeb), one directory
@@ -205,6 +207,17 @@ def elastic_lost() -> None:
     print(f"{name}: node 2 lost, the other two finished as expected")
 
 
+def torch_flight() -> None:
+    _launch(
+        "torch_flight",
+        [
+            "--nproc_per_node", "3", "--hang_timeout", "5", "--on_hang", "abort",
+            "--kill_timeout", "2", "log_samples/scripts/torch_flight.py",
+        ],
+        expect=124,
+    )  # fmt: skip
+
+
 def two_node() -> None:
     sys.path.insert(0, str(ROOT))
     from tests.netns import netns_cluster, netns_unavailable_reason
@@ -293,6 +306,7 @@ SAMPLES: dict[str, Callable[[], None]] = {
     "ps": ps,
     "hung": hung,
     "hung_flight": hung_flight,
+    "torch_flight": torch_flight,
     "elastic_lost": elastic_lost,
     "two_node": two_node,
     "pages": pages,
