@@ -400,3 +400,38 @@ def test_every_option_of_the_table_is_in_the_migration_guide():
         for spelling in action.option_strings:
             if spelling.startswith("--") and spelling != "--help":
                 assert f"`{spelling}`" in doc, spelling
+
+
+# --- torchrun's --rdzv_endpoint localhost:0 (torchtitan's run script) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--rdzv_endpoint", "localhost:0"], {}),
+        (["--rdzv-backend", "c10d", "--rdzv-endpoint=localhost:0", "--nnodes", "1"], {}),
+        (["--master", "127.0.0.1:0", "--standalone"], {}),
+        ([], {"PET_RDZV_ENDPOINT": "localhost:0"}),
+    ],
+)
+def test_port_0_on_one_node_is_any_port_and_needs_no_meeting_place(argv, env):
+    assert parse(*argv, "t.py", **env).master is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--rdzv_endpoint", "localhost:0", "--nnodes", "2"], {},
+         r"^--master \(from --rdzv_endpoint\): port 0 \(any free port\) works for a one-node "
+         r"job only, but this job has --nnodes 2: the other nodes could not learn which port "
+         r"node 0 picked; give a port, e.g. localhost:29400$"),
+        (["--master", "10.0.0.1:0", "--ips", "10.0.0.1,10.0.0.2"], {},
+         r"^--master: port 0 .* this job has several nodes"),
+        (["--rdzv_endpoint", "h:0", "--nnodes", "1:3"], {}, r"this job has --nnodes 1:3"),
+        ([], {"PET_RDZV_ENDPOINT": "h:0", "PET_NNODES": "2"},
+         r"^--master \(from PET_RDZV_ENDPOINT\): port 0"),
+    ],
+)  # fmt: skip
+def test_port_0_on_several_nodes_is_refused_saying_why(argv, env, message):
+    with pytest.raises(UsageError, match=message):
+        parse(*argv, "t.py", **env)
