@@ -44,19 +44,12 @@ from paddlike.summary import (
 )
 
 _ROLE_ORDER = {"server": 0, "trainer": 1, "heter": 2}
-__all__ = ["ENDPOINTS_FILE", "LOG_PREFIXES", "last_run_header", "parse_endpoints", "pid_alive"]
 
 
 def last_run_error(path: str | os.PathLike[str]) -> str | None:
     """The first error line of the last run in a log (runs start with a header line)."""
     path = str(path)
     return first_error_in_file(path, start=last_run_start(path))
-
-
-# Process statuses shown by the reader (summary.ProcessStatus): the summary's four, and
-# "gone" (the summary says running, the pid is gone: its launcher died before recording
-# the end) and "unknown" (a Paddle-written directory's process whose log shows no error).
-STATUSES = tuple(ProcessStatus)
 
 
 class LogDirError(Exception):
