@@ -29,8 +29,9 @@ def run(tmp: Path, mode: str, nproc: int = 2, **env: str) -> dict[int, dict]:
 
 
 @pytest.mark.timeout(300)
-def test_every_operation_dtype_and_reduce_op_on_device_arrays_over_two_ranks(tmp_path):
-    run(tmp_path, "matrix")
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_operation_dtype_and_reduce_op_on_device_arrays(tmp_path, nproc):
+    run(tmp_path, "matrix", nproc=nproc)
 
 
 @pytest.mark.timeout(300)
