@@ -270,7 +270,17 @@ def test_html_exits_with_the_jobs_outcome_like_the_text_view():
 
 @pytest.mark.parametrize(
     "sample",
-    ["success", "failed", "restarted", "ps", "hung", "hung_flight", "elastic_lost", "two_node"],
+    [
+        "success",
+        "failed",
+        "restarted",
+        "ps",
+        "hung",
+        "hung_flight",
+        "torch_flight",
+        "elastic_lost",
+        "two_node",
+    ],
 )
 def test_every_log_sample_has_its_page_beside_it(sample):
     page = SAMPLES / f"{sample}.html"
