@@ -439,3 +439,35 @@ def test_nvml_finds_the_gpus_cuda_sees_quickly_with_their_uuids():
     assert found.uuids[0].removeprefix("GPU-").replace("-", "") == cuda_uuid
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": found.uuids[0]}, found).physical == ("0",)
     assert seconds < 0.5
+
+
+MIXED = """
+import json, os, sys
+import cupy as cp
+import numpy as np
+import paddlike.distributed as dist
+dist.init_parallel_env()
+h = np.full(4, dist.get_rank() + 1, np.float32)
+d = cp.full(4, dist.get_rank() + 1, cp.float32)
+t = dist.all_reduce(d, sync_op=False)
+dist.all_reduce(h)
+t.wait()
+g = dist.get_group(0)
+report = {"host": float(h[0]), "device": float(d[0]), "lanes": sorted(g.lanes),
+          "device_transport": g.lanes["device"].comm.transport}
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
+    json.dump(report, f)
+dist.destroy_process_group()
+"""
+
+
+@gpu
+@needs_gpu
+def test_host_and_device_arrays_in_one_launched_job_on_this_node(tmp_path):
+    run = _launch(tmp_path, script=MIXED)
+    assert run.returncode == 0, run.stderr + _logs(tmp_path)
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
+    assert len(reports) == GPUS
+    for r in reports:
+        assert r["host"] == r["device"] == GPUS * (GPUS + 1) / 2
+        assert r["lanes"] == ["device", "host"] and r["device_transport"] == "nccl"
