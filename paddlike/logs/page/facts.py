@@ -5,9 +5,11 @@ the page's script draws; everything the page shows comes from here, so the struc
 tests read this dict rather than pixels. Times are seconds after the job's first start
 (`t0`, Unix time), rounded to milliseconds, which keeps a 512-rank page small.
 
-Facts a directory lacks are left out, never guessed: a directory written by Paddle's
-own launcher has no start or end times, so its rows have no bars (only the time its
-log last changed); a job without progress files has no progress charts.
+Facts a directory lacks are left out: a directory written by Paddle's own launcher has
+no start or end times, so its rows have no bars (only the time its log last changed); a
+job without progress files has no progress charts. The one estimate, marked as such on
+the page: a process whose launcher died never got an end time, and its bar ends at its
+last sign of life (its log's last change, its progress file's last beat).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ FLIGHT_KEEP_SMALL = 64  # flight entries kept per rank in a job of a few ranks
 FLIGHT_KEEP_LARGE = 12  # ... and in a large job (the page stays a few MB at 512 ranks)
 LARGE_JOB = 32  # ranks from which a job counts as large
 COMPARED = 64  # newest flight entries per rank compared across ranks (hang.compare_flights)
-HEADER_SCAN_BYTES = 64 << 20  # earlier runs' headers are looked for in this much of a log
+# Earlier runs' headers are looked for in the first HEADER_SCAN_BYTES of each log, and in
+# HEADER_SCAN_TOTAL over all the logs of a page (512 logs of gigabytes stay a second's work).
+HEADER_SCAN_BYTES = 4 << 20
+HEADER_SCAN_TOTAL = 256 << 20
 _STAMP = len(HEADER_PREFIX), len(HEADER_PREFIX) + 19  # where its time stands
 _ODD_RANK = re.compile(r"^rank (\d+) \(")  # hang.describe_groups' line for a lone rank
 
@@ -43,12 +48,14 @@ def _ms(t: float | None, t0: float) -> float | None:
     return None if t is None else round(t - t0, 3)
 
 
-def run_starts(path: str | os.PathLike[str]) -> list[tuple[float, int, int | None]]:
-    """Every run header in a log: (Unix time, restart, round), oldest first. Header times
-    are local time to the second; only the first HEADER_SCAN_BYTES are read."""
+def run_starts(
+    path: str | os.PathLike[str], limit: int = HEADER_SCAN_BYTES
+) -> list[tuple[float, int, int | None]]:
+    """Every run header in the first `limit` bytes of a log: (Unix time, restart, round),
+    oldest first. Header times are local time to the second."""
     try:
         with open(path, "rb") as f:
-            data = f.read(HEADER_SCAN_BYTES)
+            data = f.read(limit)
     except OSError:
         return []
     needle = HEADER_PREFIX.encode()
@@ -56,7 +63,8 @@ def run_starts(path: str | os.PathLike[str]) -> list[tuple[float, int, int | Non
     pos = 0 if data.startswith(needle) else data.find(b"\n" + needle)
     while pos >= 0:
         start = pos if data.startswith(needle, pos) else pos + 1
-        line = data[start : data.find(b"\n", start) if b"\n" in data[start:] else None]
+        eol = data.find(b"\n", start)
+        line = data[start : eol if eol >= 0 else None]
         text = line.decode("utf-8", errors="replace")
         match = parse_header(text)
         if match:
@@ -139,7 +147,11 @@ def _is_cause(p: ProcessView, job: JobView) -> bool:
     return p.rank == c.rank if c.rank is not None else p.local_index == c.local_index
 
 
-def _process_facts(p: ProcessView, job: JobView, node_pos: int, t0: float, runs: bool) -> dict:
+def _process_facts(
+    p: ProcessView, job: JobView, node_pos: int, t0: float, scan: list[int] | None
+) -> dict[str, Any]:
+    """One process's row. `scan`: bytes left to read for earlier runs' headers (a
+    one-item list the rows share), None when the job never restarted."""
     facts: dict[str, Any] = {
         "node": node_pos,
         "role": p.role_text,
@@ -162,9 +174,13 @@ def _process_facts(p: ProcessView, job: JobView, node_pos: int, t0: float, runs:
         # No times (Paddle's launchers), or no end (its launcher died): the last output.
         with contextlib.suppress(OSError):
             facts["mtime"] = _ms(os.stat(p.log_path).st_mtime, t0)
-    if runs:
+    if scan is not None and scan[0] > 0:
+        limit = min(HEADER_SCAN_BYTES, scan[0])
+        with contextlib.suppress(OSError):
+            scan[0] -= min(limit, os.stat(p.log_path).st_size)
         # Header times are whole seconds: the last run's start is the summary's, exact.
-        found = [[max(0.0, t - t0), restart, rnd] for t, restart, rnd in run_starts(p.log_path)]
+        starts = run_starts(p.log_path, limit)
+        found = [[max(0.0, t - t0), restart, rnd] for t, restart, rnd in starts]
         if found and p.start_time is not None:
             found[-1][0] = p.start_time - t0
         facts["runs"] = [[round(t, 3), restart, rnd] for t, restart, rnd in found]
@@ -301,9 +317,10 @@ def job_facts(
     now = time.time() if now is None else now
     t0 = _t0(job)
     restarted = any(n.summary and (n.summary.restarts or n.summary.rounds) for n in job.nodes)
+    scan = [HEADER_SCAN_TOTAL] if restarted else None
     procs = []
     for pos, node in enumerate(job.nodes):
-        procs.extend(_process_facts(p, job, pos, t0, restarted) for p in node.processes)
+        procs.extend(_process_facts(p, job, pos, t0, scan) for p in node.processes)
     dumps = [d for node in job.nodes for d in _stack_dumps(node, t0)]
     ends = [p["end"] for p in procs if p["end"] is not None]
     ends += [p.get("mtime") for p in procs if p.get("mtime") is not None]
