@@ -62,7 +62,10 @@ def hang_abort(
 @pytest.mark.timeout(150)
 def test_a_torch_rank_that_skipped_an_all_reduce_is_named_from_torchs_flight_record(tmp_path):
     console, cause, reason = hang_abort(tmp_path, "torch_skip.py", "3", nproc=3)
-    named = "rank 1 entered barrier as #4 (default group); ranks 0, 2 are in all_reduce #4"
+    named = (
+        f"rank 1 ({HOST}, workerlog.1) entered barrier as #4 (default group); "
+        "ranks 0, 2 are in all_reduce #4"
+    )
     assert cause == reason == named, console
     (dump,) = (tmp_path / "log" / "stacks").iterdir()
     rank1 = (dump / "rank.1.txt").read_text()

@@ -171,8 +171,8 @@ def test_without_stacks_the_flight_record_names_the_rank_and_comes_first():
     stacks = {r: stack(r, error="py-spy not found (pip install py-spy)") for r in (0, 1)}
     lines = summarize(stacks, BEHIND)
     assert lines[0] == (
-        "rank 1 never entered collective #4 (all_reduce, which rank 0 is waiting in); "
-        "rank 1's last was #3 (all_reduce, done)"
+        "rank 1 (vm, workerlog.1) never entered collective #4 (all_reduce, which rank 0 is "
+        "waiting in); rank 1's last was #3 (all_reduce, done)"
     )
     assert len(lines) == 2  # and the (shared) unknown-stack line, once
 
@@ -184,7 +184,8 @@ def test_a_minority_in_another_collective_is_named_with_where_the_records_part()
         2: stack(2, TORCH_ALL_REDUCE),
     }
     assert summarize(stacks, SKIPPED) == [
-        "rank 1 entered barrier as #4 (default group); ranks 0, 2 are in all_reduce #4",
+        "rank 1 (vm, workerlog.1) entered barrier as #4 (default group); ranks 0, 2 are in "
+        "all_reduce #4",
         "rank 1 (vm, workerlog.1) waits in `barrier` called from train.py:90 (main)",
         "ranks 0, 2 (2 of 3) wait in `all_reduce` called from train.py:88 (main)",
     ]

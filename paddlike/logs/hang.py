@@ -448,12 +448,21 @@ def summarize(
     findings = flight_findings(flights) if flights else []
     verdict = name_odd_ranks(locations, findings)
     lines = describe_groups(locations, about, verdict.odd) + [f.text for f in findings]
-    head = _headline(verdict, locations, about, findings, lines)
+    head = _headline(verdict, locations, about, findings)
     if head is not None:
-        if head in lines:
-            lines.remove(head)
+        # the verdict's line replaces the line it restates (a record's, without host)
+        lines = [line for line in lines if line != head and not _restates(head, line)]
         lines.insert(0, head)
     return lines + describe_stragglers(stragglers)
+
+
+def _restates(head: str, line: str) -> bool:
+    """`head` is `line` with "(host, log)" after its first words ("rank 1")."""
+    words = line.split(" ", 2)
+    if len(words) < 3:
+        return False
+    subject = " ".join(words[:2])
+    return head.startswith(subject + " (") and head.endswith(line[len(subject) :])
 
 
 def _headline(
@@ -461,7 +470,6 @@ def _headline(
     locations: Mapping[int, Location],
     about: Mapping[int, str],
     findings: Sequence[FlightFinding],
-    lines: Sequence[str],
 ) -> str | None:
     """The verdict's line; None when the report's first line already is."""
     ranks = set(locations) | {r for f in findings for r in (*f.odd, *f.others)}
@@ -470,15 +478,16 @@ def _headline(
     if not verdict.odd:
         return f"no single rank stands out: {verdict.why}"
     odd = set(verdict.odd)
-    named = next((f for f in findings if set(f.odd) == odd), None)
-    if named is not None and verdict.rule in ("behind", "mismatch"):
-        return named.text  # the record named them: where the ranks part is the news
-    first = group_ranks(locations, verdict.odd)
-    if first and set(first[0][1]) == odd and (first[0][0].stopped or not first[0][0].unknown):
-        return None  # the odd ranks' own line (describe_groups put it first)
-    if named is not None:
-        return named.text
     who = ranks_phrase(verdict.odd)
     if len(verdict.odd) == 1 and about.get(verdict.odd[0]):
         who += f" ({about[verdict.odd[0]]})"
+    named = next((f for f in findings if set(f.odd) == odd), None)
+    first = group_ranks(locations, verdict.odd)
+    own = first[0][0] if first and set(first[0][1]) == odd else None
+    by_place = verdict.rule not in ("behind", "mismatch")
+    if own is not None and by_place and (own.stopped or not own.unknown):
+        return None  # the odd ranks' own line (describe_groups put it first)
+    if named is not None:
+        # the record's line, naming the rank's host and log as the others do
+        return who + named.text.removeprefix(ranks_phrase(named.odd))
     return f"{who} {verdict.why}"
