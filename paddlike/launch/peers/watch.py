@@ -31,7 +31,7 @@ During a round each launcher runs a `JobWatch`:
   everywhere. Node 0 keeps its store up until everyone has read the outcome
   (`StorePeers.close`; on etcd every node waits so, as its keys go with its lease).
 
-`run.jobrun.JobRun` runs the rounds; `session.StorePeers` (the link to the other nodes,
+`run.job.JobRun` runs the rounds; `session.StorePeers` (the link to the other nodes,
 TCP store or etcd, opened by `peers.links`) makes one JobWatch per round, whole: what
 it needs (elastic or not, the log directory, services, stacks) comes to its constructor.
 """
