@@ -8,7 +8,6 @@ finishes before `deadline` (time.monotonic()) or raises an error naming the late
 from __future__ import annotations
 
 import abc
-import contextlib
 from typing import Any
 
 from .reduce_op import ReduceOp
@@ -55,12 +54,6 @@ class Communicator(abc.ABC):
 
     @abc.abstractmethod
     def barrier(self, deadline: float) -> None: ...
-
-    def caller_context(self) -> contextlib.AbstractContextManager[None]:
-        """Taken in the calling thread when an operation is issued and entered where it runs
-        (the same thread, or the group's queue thread for sync_op=False): whatever thread
-        state the backend needs from the caller (NCCL: the device and the CUDA stream)."""
-        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def close(self) -> None:

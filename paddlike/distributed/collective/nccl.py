@@ -1,27 +1,31 @@
 """The NCCL backend, through CuPy's binding (cupy.cuda.nccl); arrays are cupy arrays.
 
-One NCCL communicator per group. Rank 0 of the group makes the unique id and shares it
+One NCCL communicator per group, made when the group's first device array arrives (or at
+init under backend="nccl"). Rank 0 of the group makes the unique id and shares it
 through the store (with the group's deadline); then every rank announces in the store that
 it is alive and about to build the communicator, and which GPU it uses, and waits for all
 the others there (a rank that died is named at the deadline instead of hanging everyone
 inside NCCL's constructor; two ranks on one GPU, which NCCL refuses with "Duplicate GPU
 detected" or worse, are named with the device before any communicator is built); the
 constructor itself runs on a helper thread under the same deadline.
-The worker's device (FLAGS_selected_gpus) is made current first. Counts are in elements,
-buffers are `arr.data.ptr`.
+The worker's device (FLAGS_selected_gpus, else LOCAL_RANK) is made current first. Counts
+are in elements, buffers are `arr.data.ptr`. `unusable_reason` says why NCCL cannot run
+(CuPy's `cupy.cuda.nccl` imports even without libnccl, with `available = False`).
 
 Streams: an operation runs on the CuPy stream that was current in the calling thread
-when it was issued — also with `sync_op=False`, where it is carried over to the group's
-queue thread — so it is ordered after the caller's earlier work on that stream. A
-synchronous call returns, and an asynchronous task's `wait()` returns, once that stream
-has finished the operation (the stream is synchronized); leave the arrays alone until then.
-send/recv-based operations (gather, scatter, all_to_all, uneven all_gather) are grouped
-inside groupStart()/groupEnd(). AVG is SUM then a division where NCCL lacks it; bool
-reduces as uint8 with SUM -> MAX and PROD -> MIN (or / and).
+when it was issued — also with `sync_op=False`, where it is carried over to the device
+queue's thread (`caller_context`; the per-thread default stream names another stream in
+every thread, so there an event marks the caller's work and a stream of the device's own
+waits for it). A synchronous call returns, and an asynchronous task's `wait()` returns,
+once an event recorded right after the NCCL call has completed; leave the arrays alone
+until then. send/recv-based operations (gather, scatter, all_to_all, uneven all_gather)
+are grouped inside groupStart()/groupEnd(). AVG is SUM then a division where NCCL lacks
+it; bool reduces as uint8 with SUM -> MAX and PROD -> MIN (or / and).
 
 Deadlines: NCCL calls return at once and run on the stream; each operation then waits
-for its stream on a helper thread, and if the deadline passes first the communicator is
-aborted (`abort()`, never `destroy()` on an error path: destroy waits for peers).
+for its event on a helper thread, and if the deadline passes first the communicator is
+aborted (`abort()` on every error path: destroy waits for peers). A clean teardown
+(`close()`) destroys it, which lets what is in flight finish.
 
 This module imports CuPy only inside functions: `import paddlike.distributed` works
 without it.
@@ -363,9 +367,6 @@ class NcclCommunicator(Communicator):
             lambda comm: comm.abort(),
         )  # fmt: skip
         self.transport = "nccl"
-
-    def caller_context(self) -> contextlib.AbstractContextManager[None]:
-        return caller_context(self.device.id)
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ def my_rank() -> int:
 
 
 def require_backend(p: Placement, what: str) -> None:
-    """A "cpu" placement needs the CPU backend, a "cuda" one NCCL; both need the runtime."""
+    """A "cpu" placement holds host arrays, a "cuda" one device arrays: the job must serve
+    that kind (backend "auto" serves both); both need the runtime."""
     if runtime.default is None:
         raise GlobalViewError(
             f"{what}: the process group is not initialized; call "
