@@ -9,12 +9,14 @@ import threading
 import pytest
 from fakes import MemoryKV, StepClock
 
+from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousTimeout
+from paddlike.launch.peers.liveness import CounterLiveness
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.rendezvous import Rendezvous
-from paddlike.launch.peers.liveness import CounterLiveness
 from paddlike.launch.peers.watch import JobWatch
+from paddlike.launch.plan.elastic import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
@@ -260,3 +262,63 @@ def test_a_watch_stopped_twice_leaves_descriptors_that_reused_its_numbers_alone(
     finally:
         os.close(reader)
         os.close(writer)
+
+
+def test_a_workers_failure_after_a_lost_nodes_word_is_put_down_to_the_lost_node():
+    """A lost node's guardian writes its cause first; the failure its peers' collectives
+    see a moment later is a consequence, not the job's cause."""
+    kv = MemoryKV()
+    lost = RootCause(reason="node 1 (10.0.0.2) was lost: its launcher (pid 7) died", node_index=1)
+    kv.set(p.abort_key(0), p.encode_cause(lost))
+    watch = _watch(kv, 0)
+    try:
+        watch.publish(_failure(0))
+        assert watch.root_cause.reason == lost.reason
+    finally:
+        watch.stop()
+
+
+def test_a_failure_that_finds_the_store_gone_is_put_down_to_lost_contact_with_node_0():
+    """Node 0 died: its workers' peers fail, and publishing finds no store. The cause is
+    the lost contact (named once the heartbeat timeout passed on the injected clock)."""
+
+    class GoneKV(MemoryKV):
+        def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+            raise StoreError("connection refused")
+
+        def get(self, key: str, timeout: float | None = None) -> bytes:
+            raise StoreError("connection refused")
+
+    kv, clock = GoneKV(), StepClock(step=0.3)  # past --heartbeat_timeout within 3 readings
+    watch = JobWatch(
+        connect=lambda: kv, kv=kv, liveness=CounterLiveness(kv, 1, 2, 0.5, clock=clock),
+        node_index=1, nnodes=2, hosts=HOSTS[:2], round_=0, heartbeat_timeout=0.5,
+        monitor=False, clock=clock,
+    )  # fmt: skip
+    try:
+        watch.publish(_failure(1))
+        assert "node 1 (10.0.0.2) lost contact with node 0 (10.0.0.1)" in watch.root_cause.reason
+        assert watch.lost_contact
+        assert watch.finish(ok=False).reason == watch.root_cause.reason  # nobody to wait for
+    finally:
+        watch.stop()
+
+
+def test_a_signal_to_node_0_of_an_elastic_job_on_its_store_ends_the_job_not_just_node_0():
+    kv = MemoryKV()
+    spec = ElasticSpec(min_nodes=1, max_nodes=3)
+    for hosts_store, membership in ((True, None), (False, "left")):
+        watch = JobWatch(
+            connect=lambda: kv, kv=kv, liveness=CounterLiveness(kv, 0, 2, 10.0), node_index=0,
+            nnodes=2, hosts=HOSTS[:2], round_=int(hosts_store), heartbeat_timeout=10.0,
+            monitor=False, elastic=spec, hosts_store=hosts_store,
+        )  # fmt: skip
+        try:
+            watch.publish(
+                RootCause(reason="launcher on 10.0.0.1 received SIGTERM", signal="SIGTERM")
+            )
+            assert watch.root_cause.membership == membership
+            assert watch.leaving is not hosts_store
+            assert ("it hosts the launchers' store" in watch.root_cause.reason) is hosts_store
+        finally:
+            watch.stop()
