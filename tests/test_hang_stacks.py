@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -279,3 +280,15 @@ def test_a_py_spy_that_never_answers_is_killed_at_the_deadline(tmp_path, sleeper
     for rank in (2, 3):
         assert got[rank].error == "py-spy did not answer before the deadline"
         assert got[rank].kernel.startswith("kernel: main thread sleeping")
+
+
+def test_a_stopped_process_is_named_stopped_and_not_given_to_py_spy(tmp_path, sleeper):
+    os.kill(sleeper.pid, signal.SIGSTOP)
+    try:
+        # a py-spy that would fail the test if it were run: a stopped process is not asked
+        got = S.collect([S.Target(2, sleeper.pid)], timeout=10, py_spy="/nonexistent/py-spy")
+    finally:
+        os.kill(sleeper.pid, signal.SIGCONT)
+    assert got[2].stopped
+    assert got[2].error == "stopped (state T): py-spy cannot read a stopped process"
+    assert locate(got[2]).stopped
