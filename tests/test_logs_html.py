@@ -184,6 +184,16 @@ def test_real_hung_job_carries_its_progress_files_flight_records_and_straggler()
     assert facts["dumps"][0]["odd"] == 2
 
 
+def test_a_page_decodes_only_the_newest_flight_entries_it_shows(tmp_path):
+    from paddlike.distributed.progress import read_progress
+
+    write_hung_job(tmp_path / "log", nodes=1, per_node=2)
+    path = tmp_path / "log" / "node00" / ".progress" / "rank.0"
+    full, newest = read_progress(path), read_progress(path, flight=5)
+    assert len(full.flight) == 201 and newest.flight == full.flight[-5:]
+    assert (newest.ops, newest.step) == (full.ops, full.step)
+
+
 def test_ps_job_shows_servers_and_trainers():
     facts = job_facts(load([SAMPLES / "ps"]))
     assert sorted(by_name(facts)) == ["server 0", "trainer 0", "trainer 1"]

@@ -369,10 +369,11 @@ class ProgressFileError(ValueError):
     """A file under .progress/ that is not a progress file of a known version."""
 
 
-def read_progress(path: str | os.PathLike[str], flight: bool = True) -> RankProgress:
+def read_progress(path: str | os.PathLike[str], flight: bool | int = True) -> RankProgress:
     """Snapshot one progress file (raises OSError when missing, ProgressFileError when it
-    is not one). `flight=False` skips decoding the ring's entries (cheaper polling); the
-    operation count and last activity still include the collectives."""
+    is not one). `flight=False` skips decoding the ring's entries (cheaper polling), an
+    int K decodes only the newest K (a page of 512 ranks); the operation count and last
+    activity still include the collectives."""
     with open(path, "rb") as f:
         first = f.read(FILE_BYTES)
         f.seek(0)
@@ -404,7 +405,8 @@ def read_progress(path: str | os.PathLike[str], flight: bool = True) -> RankProg
     act = act or c_mono
     entries = []
     if flight:
-        for n, gseq, gid, op, nbytes, dt, peer, start, end, state, _ in sorted(rows):
+        newest = sorted(rows) if flight is True else sorted(rows)[-int(flight) :]
+        for n, gseq, gid, op, nbytes, dt, peer, start, end, state, _ in newest:
             if end < start:  # the end and state are still the previous occupant's
                 end, state = 0.0, RUNNING
             entries.append(
@@ -444,7 +446,7 @@ def read_progress(path: str | os.PathLike[str], flight: bool = True) -> RankProg
 
 
 def read_all(
-    log_dir: str | os.PathLike[str], job_id: str | None = None, flight: bool = True
+    log_dir: str | os.PathLike[str], job_id: str | None = None, flight: bool | int = True
 ) -> dict[int, RankProgress]:
     """Every rank's progress under `log_dir` (this node's workers), by global rank.
     With `job_id`, files another job left in the same directory are skipped. Unreadable

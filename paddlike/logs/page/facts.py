@@ -273,7 +273,7 @@ def _progress(
     found: dict[int, P.RankProgress] = {}
     for node in job.nodes:
         job_id = node.summary.job_id if node.summary else None
-        for rank, prog in P.read_all(node.log_dir, job_id=job_id).items():
+        for rank, prog in P.read_all(node.log_dir, job_id=job_id, flight=COMPARED).items():
             # An elastic job renumbers ranks each round: the newest file of a rank is its.
             if rank not in found or found[rank].created_wall < prog.created_wall:
                 found[rank] = prog
