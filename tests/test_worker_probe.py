@@ -73,6 +73,7 @@ SCRIPT = textwrap.dedent(
     print(child, flush=True)
 
     def load_batch():
+        print("in load_batch", flush=True)
         sys.stdin.read()
 
     load_batch()
@@ -99,6 +100,7 @@ def worker(tmp_path: Path, request) -> Iterator[tuple[subprocess.Popen[str], int
         assert proc.stdout is not None
         first = proc.stdout.readline()
         child = int(proc.stdout.readline())
+        assert proc.stdout.readline() == "in load_batch\n"
         yield proc, child, first
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker and its forked child

@@ -143,7 +143,8 @@ def _parse_answer(rank: int, raw: bytes) -> ProbeAnswer:
         return ProbeAnswer(rank, error=f"its probe's answer is unreadable ({exc})")
     if not torch:
         return ProbeAnswer(rank, stack)
-    record = tuple(parse_record(torch.get("record") or {}))
+    ops = parse_record(torch.get("record") or {}) + parse_record(torch.get("nccl_record") or {})
+    record = tuple(dict.fromkeys(ops))  # a collective both recorders list counts once
     initialized = bool(torch.get("initialized"))
     if initialized and not any(op.group_id == 0 for op in record):
         # a member of the default group that entered none of its collectives yet

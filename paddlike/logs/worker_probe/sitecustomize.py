@@ -4,9 +4,11 @@ Standard library only; never imports torch or paddlike. One connection, one answ
 
     {"pid": 123,
      "stack": [[filename, line, function], ...],   # the main thread, innermost first
-     "torch": null | {"initialized": bool, "record": {...}, "error": ""}}
+     "torch": null | {"initialized": bool, "record": {...}, "nccl_record": {...},
+                      "error": ""}}
 
-`record` is torch's own JSON flight record (`_dump_fr_trace_json()`); `torch` is null
+`record` is torch's own JSON flight record (`_dump_fr_trace_json()`), `nccl_record`
+NCCL's where torch has one (`_dump_nccl_trace_json()`, CUDA builds); `torch` is null
 while the script has not imported torch.distributed.
 """
 
@@ -57,9 +59,12 @@ def _torch() -> dict | None:
     try:
         answer["initialized"] = bool(dist.is_available() and dist.is_initialized())
         c10d = getattr(sys.modules.get("torch._C"), "_distributed_c10d", None)
-        dump = getattr(c10d, "_dump_fr_trace_json", None)
+        dump = getattr(c10d, "_dump_fr_trace_json", None)  # gloo (and other CPU backends)
         if dump is not None:
             answer["record"] = json.loads(dump())
+        nccl = getattr(c10d, "_dump_nccl_trace_json", None)  # CUDA builds: NCCL's own recorder
+        if nccl is not None:
+            answer["nccl_record"] = json.loads(nccl())
     except Exception as exc:  # the answer says why; the worker goes on untouched
         answer["error"] = f"{type(exc).__name__}: {exc}"[:300]
     return answer
