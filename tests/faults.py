@@ -273,6 +273,9 @@ def problems(t: Trial) -> list[str]:
     fixed = t.mode == "fixed"
     if t.fault == "kill worker":
         expect(list(range(len(t.codes))), 0)
+        for i, out in enumerate(t.outs):  # (a trial whose kill missed would pass unseen)
+            if "restart 1 of 1 after: trainer rank" not in out:
+                bad.append(f"node {i} did not restart after the killed worker")
     elif t.fault == "kill launcher":
         expect(others, 1 if fixed else 0, *([label] if fixed else []))
         if not fixed and not any(label in t.outs[i] for i in others):
