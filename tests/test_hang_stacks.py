@@ -285,6 +285,9 @@ def test_a_py_spy_that_never_answers_is_killed_at_the_deadline(tmp_path, sleeper
 def test_a_stopped_process_is_named_stopped_and_not_given_to_py_spy(tmp_path, sleeper):
     os.kill(sleeper.pid, signal.SIGSTOP)
     try:
+        deadline = time.monotonic() + 10  # the signal is delivered when the kernel gets to it
+        while S.main_thread_state(sleeper.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
         # a py-spy that would fail the test if it were run: a stopped process is not asked
         got = S.collect([S.Target(2, sleeper.pid)], timeout=10, py_spy="/nonexistent/py-spy")
     finally:
