@@ -69,7 +69,8 @@ if available:
         which this process listens on (its communicator of that id runs the hub)."""
         token = secrets.token_bytes(16)
         uid = tuple(b - 256 if b > 127 else b for b in token) + (0,) * 112
-        _listeners[_address(uid)] = (os.getpid(), Listener(_address(uid), family="AF_UNIX"))
+        _listeners[_address(uid)] = (os.getpid(), Listener(_address(uid), family="AF_UNIX",
+                                                           backlog=256))
         return uid
 
     def _group() -> list[tuple[NcclCommunicator, dict[str, Any], int]]:
@@ -133,7 +134,7 @@ if available:
                 try:
                     self._conn = Client(address, family="AF_UNIX")
                     break
-                except (FileNotFoundError, ConnectionRefusedError):
+                except (FileNotFoundError, ConnectionRefusedError, BlockingIOError):
                     if time.monotonic() > deadline:
                         raise NcclError(2, "no rank made this unique id's hub") from None
                     time.sleep(0.01)
