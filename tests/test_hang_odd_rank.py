@@ -106,7 +106,12 @@ def test_the_odd_rank_is_named_by_the_first_rule_that_applies(locations, flights
         (
             {r: IN_ALL_REDUCE for r in range(4)},
             {},
-            "every rank is at the same place (a network or backend problem, or a deadlock)",
+            "every rank waits at the same place (a network or backend problem?)",
+        ),
+        (
+            {0: IN_LOAD_BATCH, 1: IN_LOAD_BATCH},
+            {},
+            "every rank is at the same place, outside any collective",
         ),
         (
             {0: IN_LOAD_BATCH, 1: IN_SAVE},

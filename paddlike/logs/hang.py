@@ -353,7 +353,9 @@ def _cannot_tell(
     if not known:
         return "no rank's stack could be read, and no flight record shows where they part"
     if len(groups) == 1 and len(known) == len(locations):
-        return "every rank is at the same place (a network or backend problem, or a deadlock)"
+        if groups[0][0].waiting:
+            return "every rank waits at the same place (a network or backend problem?)"
+        return "every rank is at the same place, outside any collective"
     return "the ranks are at different places, as many at each, and none waits for the others"
 
 
