@@ -64,3 +64,17 @@ def test_a_clean_end_destroys_the_nccl_communicators_instead_of_aborting_them(tm
     log = tmp_path / "closes.log"
     run(tmp_path, "teardown", CUPY_DOUBLE_LOG=str(log))
     assert sorted(log.read_text().splitlines()) == ["0 destroy", "1 destroy"]
+
+
+@pytest.mark.timeout(300)
+def test_the_global_views_cuda_boxings_and_operators_over_three_ranks(tmp_path):
+    """The GPU worker of the global view (every boxing S/B/P -> S/B/P, x.T @ x), unchanged."""
+    out = tmp_path / "results"
+    out.mkdir()
+    worker = REPO / "tests" / "global_view_workers" / "cuda_checks.py"
+    done = launch(tmp_path, worker, str(out), nproc=3, timeout=240,
+                  env={"PYTHONPATH": f"{REPO}:{DOUBLES}"})  # fmt: skip
+    assert done.returncode == 0, done.stdout + logs(tmp_path)
+    got = reports(out)
+    assert sorted(got) == [0, 1, 2]
+    assert all(r["failures"] == [] for r in got.values()), got
