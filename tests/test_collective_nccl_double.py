@@ -78,3 +78,16 @@ def test_the_global_views_cuda_boxings_and_operators_over_three_ranks(tmp_path):
     got = reports(out)
     assert sorted(got) == [0, 1, 2]
     assert all(r["failures"] == [] for r in got.values()), got
+
+
+@pytest.mark.timeout(300)
+def test_the_gpu_collective_worker_runs_unchanged_on_two_ranks(tmp_path):
+    """tests/collective_workers/nccl_checks.py, `make test-gpu`'s two-GPU worker."""
+    out = tmp_path / "results"
+    out.mkdir()
+    done = launch(tmp_path, WORKERS / "nccl_checks.py", str(out), nproc=2, timeout=240,
+                  env={"PYTHONPATH": f"{REPO}:{DOUBLES}"})  # fmt: skip
+    assert done.returncode == 0, done.stdout + logs(tmp_path)
+    got = reports(out)
+    assert sorted(got) == [0, 1]
+    assert all(r["failures"] == [] and r["backend"] == "nccl" for r in got.values()), got
