@@ -134,7 +134,7 @@ def caller_context(device_id: int) -> contextlib.AbstractContextManager[None]:
         stream = cuda.get_current_stream()
     caller = threading.get_ident()
     ready = None
-    if stream.ptr == cuda.runtime.streamPerThread:
+    if stream.ptr == getattr(cuda.runtime, "streamPerThread", 2):  # cudaStreamPerThread
         ready = cuda.Event(disable_timing=True)
         ready.record(stream)
 
