@@ -23,7 +23,7 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from paddlike.logs.hang import Frame, RankStack, ThreadStack
 from paddlike.logs.worker_probe import socket_name
@@ -78,8 +78,15 @@ class ProbeAnswer:
     error: str = ""
 
 
-def ask(targets: Sequence[Any], timeout: float = TIMEOUT) -> dict[int, ProbeAnswer]:
-    """Every target's (`.rank`, `.pid`) probe answer by rank, all within `timeout`."""
+class Worker(Protocol):
+    """What `ask` needs of a target (paddlike.logs.stacks.Target has it)."""
+
+    rank: int
+    pid: int
+
+
+def ask(targets: Sequence[Worker], timeout: float = TIMEOUT) -> dict[int, ProbeAnswer]:
+    """Every target's probe answer by rank, all within `timeout`."""
     deadline = time.monotonic() + timeout
     out: dict[int, ProbeAnswer] = {}
     sel = selectors.DefaultSelector()
