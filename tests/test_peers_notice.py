@@ -52,3 +52,15 @@ def test_a_notice_for_a_store_that_is_gone_gives_up_within_its_second_without_ra
     server.close()  # node 0 went first
     assert deliver_notice(_notice(port, None)) is False
     assert deliver_notice(b"") is False  # (the guardian's dry run)
+
+
+def test_an_etcd_notice_names_the_endpoints_and_the_job_instead_of_a_store():
+    import json
+
+    notice = encode_notice(
+        None, None, (p.abort_key(3), p.encode_cause(LOST)), [], etcd=[("10.0.0.9", 2379)],
+        job_id="j1",
+    )  # fmt: skip
+    data = json.loads(notice)
+    assert data["etcd"] == [["10.0.0.9", 2379]] and data["job_id"] == "j1"
+    assert "store" not in data and data["cause"][0] == "job/3/abort"

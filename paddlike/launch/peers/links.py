@@ -188,7 +188,7 @@ def open_store_link(
             stacks=_stacks(watch_connection, kv, spec),
             hosts_store=server is not None,
             # node 0's store goes with its launcher: nobody to tell then
-            death_notice=None if server is not None else _death_notice(master, token, spec),
+            death_notice=None if server is not None else _death_notice(spec, master, token),
         )
 
     def connect() -> KV:
@@ -280,12 +280,20 @@ def open_etcd_link(
             log_dir=spec.log_dir,
             services=spec.services,
             stacks=_stacks(kv.sharing_lease, kv, spec),
+            death_notice=_death_notice(spec, etcd=kv.endpoints, job_id=job_id),
         )
 
     return Link(kv=kv, connect=kv.sharing_lease, make_watch=make_watch, keeps_keys=True)
 
 
-def _death_notice(master: tuple[str, int], token: bytes | None, spec: WatchSpec) -> bytes:
+def _death_notice(
+    spec: WatchSpec,
+    master: tuple[str, int] | None = None,
+    token: bytes | None = None,
+    *,
+    etcd: Sequence[tuple[str, int]] = (),
+    job_id: str | None = None,
+) -> bytes:
     """What this node's guardian writes to node 0's store if this launcher dies during the
     round (`run.guardian`): the lost node as the round's cause, and its end, so that the
     others name it at once instead of blaming their own workers, whose collectives fail
@@ -301,7 +309,8 @@ def _death_notice(master: tuple[str, int], token: bytes | None, spec: WatchSpec)
         (p.end_key(spec.round, spec.node_index), p.END_LOST),
         (p.done_key(spec.round, spec.node_index), p.END_LOST),
     ]
-    return encode_notice(master, token, (p.abort_key(spec.round), p.encode_cause(cause)), marks)
+    cause_write = (p.abort_key(spec.round), p.encode_cause(cause))
+    return encode_notice(master, token, cause_write, marks, etcd=etcd, job_id=job_id)
 
 
 def _stacks(connect: Callable[[], KV], kv: KV, spec: WatchSpec) -> StackChannel:

@@ -3,8 +3,10 @@ during a round (`run.guardian`). Encoded by the launcher while it lives (it know
 round, its place and the store), delivered by the guardian, which knows nothing else.
 
 One line of JSON: ``{"store": [host, port], "token": hex | null, "cause": [key, b64],
-"marks": [[key, b64], ...]}``. Every write is create-only: the round's first cause wins,
-as always; the cause is stamped with the time it is delivered.
+"marks": [[key, b64], ...]}``, or for etcd ``"etcd": [[host, port], ...], "job_id": ...``
+instead of the store (the writes then carry a lease of their own, NOTICE_LEASE long: the
+dead launcher's goes soon). Every write is create-only: the round's first cause wins, as
+always; the cause is stamped with the time it is delivered.
 """
 
 from __future__ import annotations
@@ -16,25 +18,28 @@ from collections.abc import Sequence
 
 # How long a guardian tries to reach node 0's store before it ends the workers anyway.
 NOTICE_TIMEOUT = 1.0
+# etcd: how long the notice's keys outlive the guardian (the others read them at once)
+NOTICE_LEASE = 60.0
 
 
 def encode_notice(
-    store: tuple[str, int],
+    store: tuple[str, int] | None,
     token: bytes | None,
     cause: tuple[str, bytes],
     marks: Sequence[tuple[str, bytes]],
+    *,
+    etcd: Sequence[tuple[str, int]] = (),
+    job_id: str | None = None,
 ) -> bytes:
+    """For node 0's `store` (and its `token`), or for the `etcd` endpoints of `job_id`."""
+
     def pair(kv: tuple[str, bytes]) -> list[str]:
         return [kv[0], base64.b64encode(kv[1]).decode()]
 
-    return json.dumps(
-        {
-            "store": list(store),
-            "token": token.hex() if token is not None else None,
-            "cause": pair(cause),
-            "marks": [pair(m) for m in marks],
-        }
-    ).encode()
+    where: dict = {"etcd": [list(e) for e in etcd], "job_id": job_id} if etcd else {}
+    if store is not None:
+        where = {"store": list(store), "token": token.hex() if token is not None else None}
+    return json.dumps({**where, "cause": pair(cause), "marks": [pair(m) for m in marks]}).encode()
 
 
 def deliver_notice(notice: bytes) -> bool:
@@ -43,17 +48,21 @@ def deliver_notice(notice: bytes) -> bool:
     from paddlike.distributed.store import StoreClient, StoreError
     from paddlike.launch.peers import protocol as p
 
-    if not notice:  # (the guardian's dry run: the imports above done ahead of time)
+    if not notice:  # (the guardian's dry run: the imports done ahead of time)
+        from paddlike.launch.peers import etcd  # noqa: F401  (an etcd job's notice)
+
         return False
     try:
         data = json.loads(notice)
-        host, port = data["store"]
-        token = bytes.fromhex(data["token"]) if data["token"] else None
         key, b64 = data["cause"]
         cause = p.decode_cause(base64.b64decode(b64))
         cause.time = time.time()
         writes = [(key, p.encode_cause(cause))]
         writes += [(k, base64.b64decode(v)) for k, v in data["marks"]]
+        if "etcd" in data:
+            return _deliver_etcd(data, writes)
+        host, port = data["store"]
+        token = bytes.fromhex(data["token"]) if data["token"] else None
         kv = StoreClient(
             host,
             int(port),
@@ -72,3 +81,21 @@ def deliver_notice(notice: bytes) -> bool:
         return False
     finally:
         kv.close()
+
+
+def _deliver_etcd(data: dict, writes: list[tuple[str, bytes]]) -> bool:
+    """The writes on etcd, under a lease of their own (never revoked: it expires)."""
+    from paddlike.distributed.store import StoreError
+    from paddlike.launch.peers.etcd import EtcdStore
+
+    endpoints = [(h, int(port)) for h, port in data["etcd"]]
+    kv = EtcdStore(
+        endpoints, job_id=data["job_id"], timeout=NOTICE_TIMEOUT, io_timeout=NOTICE_TIMEOUT
+    )
+    try:
+        kv.grant_lease(NOTICE_LEASE)
+        for k, v in writes:
+            kv.compare_set(k, None, v)
+        return True
+    except (StoreError, OSError):
+        return False
