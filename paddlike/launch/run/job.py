@@ -314,12 +314,13 @@ class JobRun:
         watch = self.peers.watch(
             round_, str(self.logdir.path), services=self.job.servers_wait_for_job
         )
-        if self.guardian is not None:  # if this launcher dies now, the others learn it first
-            self.guardian.note(watch.death_notice)
+        notify = self.guardian is not None and watch.death_notice is not None
+        if notify:  # if this launcher dies now, the others learn it first
+            self.guardian.note(watch.death_notice)  # type: ignore[union-attr]
         outcome = self.supervise(plan, watch, restarts, round_)
         cause, survivors = self.settle(watch, outcome, restarts)
-        if self.guardian is not None and watch.death_notice is not None:
-            self.guardian.note(None)  # the round is over: a death now is the next one's
+        if notify:
+            self.guardian.note(None)  # type: ignore[union-attr]  (a death now is the next round's)
         if self.elastic is not None:
             self.record.round_ended(round_, restarts, met.hosts, cause)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
