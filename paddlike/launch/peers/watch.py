@@ -69,7 +69,7 @@ WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
 # how long a process's failure waits for a lost node's word first (its guardian writes
 # it within milliseconds; in chaos trials it won even without this wait)
-LOSS_GRACE = 0.1
+LOSS_GRACE = 0.05
 # said when node 0 of an elastic job on its own store gets a signal: it cannot just leave
 STORE_HOST_ENDS = (
     ": it hosts the launchers' store, so the elastic job ends on every node (with --master "
