@@ -88,6 +88,7 @@ def test_restarts_print_one_line_each_and_the_job_ends_ok(tmp_path):
     log1 = tmp_path / "log" / "workerlog.1"
     lines = done.stderr.splitlines()
     lines = lines[next(i for i, ln in enumerate(lines) if "devices:" in ln) + 1 :]
+    lines = [ln for ln in lines if ": stopping 1 other process" not in ln]  # rank 0 may run
     assert lines[:-1] == [
         "paddlike.launch: trainer rank 1 exited with code 1: ValueError: bad batch in "
         f"restart 0 (log {log1})",
