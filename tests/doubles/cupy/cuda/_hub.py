@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import queue
 import threading
 from collections import deque
@@ -62,6 +63,7 @@ class Hub:
         self.queues: dict[int, deque[dict[str, Any]]] = {}
         self.size = 0
         self.failed: str | None = None
+        self.local: set[int] = set()  # ranks in the hub's own process: told last
 
     def start(self, size: int) -> None:
         self.size = size
@@ -85,7 +87,7 @@ class Hub:
                 msg = conn.recv()
                 if msg[0] == "hello":
                     rank = msg[1]
-                    self.inbox.put((rank, ("hello", conn, msg[2])))
+                    self.inbox.put((rank, ("hello", conn, msg[2], msg[3])))
                 else:
                     self.inbox.put((rank, msg))
         except (EOFError, OSError):
@@ -99,7 +101,9 @@ class Hub:
 
     def _fail(self, text: str) -> None:
         self.failed = text
-        for r in range(self.size):
+        # the other processes first: once a rank of this process hears, it may exit and
+        # take the hub with it before the others heard
+        for r in sorted(range(self.size), key=lambda r: r in self.local):
             self._send(r, ("fatal", text))
 
     def _loop(self) -> None:
@@ -113,6 +117,8 @@ class Hub:
                                             f"({msg[2]} ranks, the communicator has {self.size})"))
                     continue
                 self.conns[rank] = msg[1]
+                if msg[3] == os.getpid():
+                    self.local.add(rank)
                 if len(self.conns) == self.size:
                     for r in range(self.size):
                         self._send(r, ("ready",))

@@ -138,7 +138,7 @@ if available:
                     if time.monotonic() > deadline:
                         raise NcclError(2, "no rank made this unique id's hub") from None
                     time.sleep(0.01)
-            self._conn.send(("hello", rank, ndev))
+            self._conn.send(("hello", rank, ndev, os.getpid()))
             reply = self._conn.recv()
             if reply[0] != "ready":
                 raise NcclError(5, reply[1])
@@ -283,6 +283,10 @@ if available:
                         self._error = msg[1]
                         self._fail_all(msg[1])
             except (EOFError, OSError, ValueError):
+                if not self._closed and self._error is None:
+                    # the process that hosts the meeting point exited: NCCL reports a peer
+                    # that vanished as an asynchronous error too (ncclRemoteError)
+                    self._error = "the rank that made the unique id exited (remote error)"
                 self._fail_all((self._closed and f"communicator {self._closed}ed") or "hub gone")
 
         def _fail_all(self, why: str) -> None:
