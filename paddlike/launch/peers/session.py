@@ -129,9 +129,9 @@ class StorePeers:
         rdzv, entry = self.rounds.rendezvous(round_, entry, self.hosts, self.node_index)
         self._rdzv, self._round = rdzv, round_
         self.state = PeersState.RENDEZVOUS
-        if self.elastic is None:
+        if self.rounds.all_nodes_named:  # refused before the first rendezvous began
             for addr in self._token_refusals if round_ == 0 else ():
-                self._refused(addr, WRONG_TOKEN)  # refused before the first rendezvous began
+                self._refused(addr, WRONG_TOKEN)
         try:
             result = rdzv.join(entry, round_)
         except StoreError as exc:  # the store went while waiting (node 0 lost)
@@ -141,12 +141,13 @@ class StorePeers:
             ) from exc
         except Exception:
             self._rdzv = None
-            if self.keeps_keys and isinstance(rdzv, Rendezvous):  # (fixed rounds)
-                rdzv.linger(round_, DONE_GRACE)  # the others must read the verdict first
+            if self.keeps_keys and self.rounds.stop_aborts_rendezvous:
+                rdzv.linger(round_, DONE_GRACE)  # type: ignore[union-attr]  (read the verdict)
             raise
         except BaseException:
-            # a fixed job's LauncherSignal leaves `_rdzv` set: `publish_stop` aborts it
-            if self.elastic is not None:
+            # a LauncherSignal: `publish_stop` aborts the rendezvous for every node, or
+            # (elastic) this node leaves it alone
+            if not self.rounds.stop_aborts_rendezvous:
                 self._rdzv = None
             raise
         self._rdzv = None
@@ -210,7 +211,7 @@ class StorePeers:
         round_ = self._round
         if round_ is None:
             return False
-        if self._rdzv is not None and self.elastic is not None:
+        if self._rdzv is not None and not self.rounds.stop_aborts_rendezvous:
             return self._withdraw(self._rdzv)  # type: ignore[arg-type]
         cause = self.rounds.stop_cause(cause)  # elastic, between rounds: this node leaves
         rdzv, payload = self._rdzv, p.encode_cause(cause)
@@ -258,8 +259,8 @@ class StorePeers:
         for a place stop rather than start a job of their own. A launcher whose exit takes
         keys away (node 0's store, any node's etcd lease) lets them read it first (each
         marks its ticket ``left`` then)."""
-        if self.elastic is None or (self._watches and self._watches[-1].lost_contact):
-            return  # (no store to tell anything)
+        if not self.rounds.nodes_may_wait or (self._watches and self._watches[-1].lost_contact):
+            return  # (nobody waits to join; or no store to tell anything)
         waiting = self.rounds.waiting_round()
         with contextlib.suppress(StoreError):
             if self.keeps_keys:  # node 0's store, etcd: the others may still be reading
