@@ -95,3 +95,9 @@ TIMEOUT = "PADDLIKE_TIMEOUT"  # seconds; default deadline for the runtime's bloc
 # PADDLE_LOG_DIR, the mode as TRAINING_ROLE. PADDLIKE_JOB_ID and PADDLIKE_JOB_TOKEN are
 # the exceptions, on purpose: a nested job keeps the job's name and secret.
 OPTION_ENV_PREFIX = "PADDLIKE_"
+
+# torchelastic's error file (torchrun sets it; the launcher too, next to each worker's log).
+# paddlike's runtime writes it for an uncaught exception, adding {"paddlike": {PEER_EXITED:
+# R}} when the exception reports peer rank R's exit: a consequence, not the job's cause.
+ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+PEER_EXITED = "peer_exited"

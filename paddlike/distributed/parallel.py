@@ -296,6 +296,7 @@ def get_backend(group: Group | None = None) -> str:
 
 
 _uncaught: list[BaseException] = []
+_started = time.time()  # an error file older than this is an earlier run's
 
 
 def _watch_uncaught_exceptions() -> None:
@@ -303,12 +304,16 @@ def _watch_uncaught_exceptions() -> None:
     hook already installed."""
     import sys
 
+    from . import errorfile
+
     previous = sys.excepthook
     if getattr(previous, "_paddlike_watch", False):
         return
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         _uncaught.append(exc)
+        with contextlib.suppress(Exception):  # said before atexit closes any connection
+            errorfile.write(kind, exc, tb, _started)
         previous(kind, exc, tb)
 
     hook._paddlike_watch = True  # type: ignore[attr-defined]

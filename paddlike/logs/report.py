@@ -114,13 +114,23 @@ def _log_path(log_file: str, log_dir: str | os.PathLike[str] | None) -> str:
 class WorkerError:
     """What a worker wrote to its error file: the exception's one line and its traceback."""
 
-    __slots__ = ("message", "path", "timestamp", "traceback")
+    __slots__ = ("message", "path", "peer_exited", "timestamp", "traceback")
 
-    def __init__(self, message: str, traceback: str, timestamp: float | None, path: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        traceback: str,
+        timestamp: float | None,
+        path: str,
+        peer_exited: int | None = None,
+    ) -> None:
         self.message = message
         self.traceback = traceback
         self.timestamp = timestamp
         self.path = path
+        # paddlike's runtime: the exception reported peer rank N's exit (-1: rank unknown),
+        # so this worker's failure is a consequence, not a cause
+        self.peer_exited = peer_exited
 
 
 def read_error_file(path: str | os.PathLike[str]) -> WorkerError | None:
@@ -160,7 +170,10 @@ def read_error_file(path: str | os.PathLike[str]) -> WorkerError | None:
             when = None
     if not message and not traceback:
         return None
-    return WorkerError(message, traceback, when, os.fspath(path))
+    ours = data.get("paddlike")
+    peer = ours.get("peer_exited") if isinstance(ours, dict) else None
+    peer = peer if isinstance(peer, int) and not isinstance(peer, bool) else None
+    return WorkerError(message, traceback, when, os.fspath(path), peer)
 
 
 def cause_error_file(

@@ -20,7 +20,13 @@ class CollectiveTimeoutError(CollectiveError, TimeoutError):
 
 
 class PeerExitedError(CollectiveError):
-    """A peer closed its connection (its process exited or crashed) during an operation."""
+    """A peer closed its connection (its process exited or crashed) during an operation.
+    `peer`: its global rank, when known. A rank that leaves by this error is a consequence
+    of the peer's exit, not a cause: its error file says so (`paddlike.distributed.errorfile`)."""
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
 
 
 class GroupMembershipError(CollectiveError):

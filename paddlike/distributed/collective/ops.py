@@ -17,7 +17,7 @@ import numpy as np
 
 from . import flight
 from .checks import SUPPORTED_DTYPES, as_rank, check_array, check_list, check_same
-from .errors import CollectiveError
+from .errors import CollectiveError, PeerExitedError
 from .group import DEVICE, Group, Lane, array_kind, runtime
 from .reduce_op import ReduceOp, as_reduce_op, check_op_dtype
 from .task import Task
@@ -106,9 +106,10 @@ def _run(
     def call() -> None:
         if lane.broken is not None:
             flight.end(record, False)
-            raise CollectiveError(
-                f"{what}: group {g.id} cannot be used after an earlier failure ({lane.broken})"
-            )
+            why = f"{what}: group {g.id} cannot be used after an earlier failure ({lane.broken})"
+            if isinstance(lane.broken, PeerExitedError):  # still a consequence of that exit
+                raise PeerExitedError(why, peer=lane.broken.peer)
+            raise CollectiveError(why)
         comm = None
         try:
             with context:

@@ -260,5 +260,6 @@ class ShmArena:
             if not reached(ctr[0]) and self._peer_closed(k):
                 raise PeerExitedError(
                     f"{what}: rank {self.global_ranks[k]} exited (its connection closed) "
-                    f"before reaching this step; see its log"
+                    f"before reaching this step; see its log",
+                    peer=self.global_ranks[k],
                 )

@@ -244,7 +244,8 @@ class Mesh:
         detail = f" ({exc})" if exc else ""
         return PeerExitedError(
             f"{what}: rank {self.global_ranks[peer]} closed its connection{detail}; "
-            f"its process exited or failed — see its log"
+            f"its process exited or failed — see its log",
+            peer=self.global_ranks[peer],
         )
 
     def _pump_out(self, peer: int, out: _Out, what: str) -> bool:

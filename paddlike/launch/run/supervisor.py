@@ -50,6 +50,7 @@ from paddlike.launch.plan.policy import (
     signal_name,
 )
 from paddlike.launch.run import linux, spawn
+from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, peer_exited
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
@@ -154,6 +155,10 @@ class _Round:
         self.trainers_reported = False  # ServicesStop.local_trainers_done() was called
         self.on_failure = on_failure
         self.hangs = hangs
+        # a failure that only reports a peer's exit, held back until `held_until` for the
+        # failure it reports (`run.consequence`)
+        self.held: RootCause | None = None
+        self.held_until = 0.0
 
 
 class Supervisor:
@@ -233,7 +238,7 @@ class Supervisor:
                     sel.register(hangs.fd, selectors.EVENT_READ, ("stacks", hangs))
             self._maybe_stop_services(rnd, services_stop)  # a node without trainers: now
 
-            while any(p.alive for p in rnd.procs):
+            while any(p.alive for p in rnd.procs) or rnd.held is not None:
                 events = sel.select(self._timeout(rnd, tee))
                 for key, _ in events:
                     if key.data[0] == "proc":
@@ -257,6 +262,7 @@ class Supervisor:
                 if tee is not None and self._tee_poll is not None:
                     tee.pump()
                 self._check_deadline(rnd)
+                self._check_held(rnd)
                 self._check_hang(rnd)
                 self._maybe_stop_services(rnd, services_stop)
 
@@ -400,7 +406,22 @@ class Supervisor:
         )
         rec.status = verdict.status
         if verdict.failure is not None:
-            self._fail(rnd, self._cause_for(proc, code, verdict.failure))
+            cause = self._cause_for(proc, code, verdict.failure)
+            if rnd.phase is Phase.RUNNING and peer_exited(proc.spec.env, rec.start_time):
+                if rnd.held is None:  # wait for the failure it reports (the first one held)
+                    rnd.held, rnd.held_until = cause, time.monotonic() + CONSEQUENCE_GRACE
+                return
+            self._fail(rnd, cause)
+
+    def _check_held(self, rnd: _Round) -> None:
+        """A held-back consequence becomes the cause when nothing else came in time."""
+        if rnd.held is None:
+            return
+        if rnd.phase is not Phase.RUNNING:
+            rnd.held = None  # another cause came first
+        elif time.monotonic() >= rnd.held_until:
+            cause, rnd.held = rnd.held, None
+            self._fail(rnd, cause)
 
     def _launcher_signals(self, rnd: _Round, fd: int) -> None:
         for signum in read_signals(fd):
@@ -589,6 +610,9 @@ class Supervisor:
             timeout = max(0.0, rnd.kill_deadline - time.monotonic())
         if tee is not None and self._tee_poll is not None:
             timeout = self._tee_poll if timeout is None else min(timeout, self._tee_poll)
+        if rnd.held is not None:
+            left = max(0.0, rnd.held_until - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
         due = rnd.hangs.next_check() if rnd.hangs is not None else None
         if due is not None and rnd.phase is Phase.RUNNING:
             left = max(0.0, due - time.monotonic())

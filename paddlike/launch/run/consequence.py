@@ -1,0 +1,42 @@
+"""A worker failure that is a consequence of a peer's exit is not the job's cause.
+
+When a rank raises an uncaught exception, its runtime closes its connections at exit
+(`paddlike.distributed.parallel`), and its peers' collectives fail at once with
+PeerExitedError — often before the raising rank's own process has finished exiting. The
+first exit would then win, on this node and (through the store's create-only cause) on
+every node, naming a rank that merely saw the other one go.
+
+The runtime writes each failing rank's error file before it closes anything, saying when
+the exception reports a peer's exit (`paddlike.distributed.errorfile`). The supervisor
+holds such a failure back for CONSEQUENCE_GRACE seconds: a failure that is not a
+consequence (on this node, or another node's published cause, a lost node) comes first
+and is the cause; only when none comes does the held-back failure become it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from paddlike.contract import ERROR_FILE
+
+# How long a failure that only reports a peer's exit waits for that peer's own failure:
+# the peer's interpreter finishing its exit, its launcher noticing it and publishing it
+# (milliseconds to a second; more under load, or for a process with much to tear down).
+CONSEQUENCE_GRACE = 3.0
+
+
+def peer_exited(env: Mapping[str, str], started: float | None) -> int | None:
+    """The peer rank whose exit this worker's failure reports (-1: rank unknown), from the
+    error file the launcher gave it (`env`), written since it started; None: a failure of
+    its own (or no word from the runtime)."""
+    path = env.get(ERROR_FILE)
+    if not path:
+        return None
+    from paddlike.logs.report import read_error_file
+
+    error = read_error_file(path)
+    if error is None or error.peer_exited is None:
+        return None
+    if started is not None and error.timestamp is not None and error.timestamp < int(started) - 1:
+        return None  # an earlier run's file
+    return error.peer_exited
