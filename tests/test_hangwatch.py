@@ -42,6 +42,7 @@ class Job:
         self.dir, self.clocks = tmp, clocks
         self.cpu = {0: 0.0, 1: 0.0}
         self.collected = 0
+        self.pause = 0.0  # seconds a collection takes (py-spy holds the ranks meanwhile)
         self.workers = []
         for rank in (0, 1):
             (tmp / f"workerlog.{rank}").write_bytes(HEADER)  # the launcher's, at the start
@@ -57,6 +58,7 @@ class Job:
 
     def collect(self, targets, timeout):
         self.collected += 1
+        self.clocks.advance(self.pause)
         waits = (
             Frame("all_reduce", f"{SITE}/torch/distributed/distributed_c10d.py", 3252),
             Frame("main", "/home/u/train.py", 88),
@@ -133,17 +135,78 @@ def test_with_on_hang_abort_the_cause_names_the_rank_in_load_batch_not_rank_0(jo
     assert cause.log_file is not None and (job.dir / cause.log_file).exists()
 
 
-def test_after_taking_stacks_the_rule_waits_a_whole_timeout_before_it_looks_again(job, clocks):
+def test_the_time_py_spy_held_the_ranks_is_not_silence_and_nothing_else_delays_the_rule(
+    job, clocks
+):
     w, _ = watch(job, clocks)
     job.write(0)
     job.write(1)
-    clocks.advance(TIMEOUT + 0.1)
-    w.check(job.workers)
-    assert w.next_check() >= clocks.mono.now + TIMEOUT
-    job.write(0)
-    clocks.advance(TIMEOUT - 1)  # inside the quiet time: no look at all
+    clocks.advance(3.0)
+    job.pause = 3.0  # py-spy holds the ranks 3 s while it reads their stacks
+    w.dump(job.workers, "received SIGUSR1")
+    assert job.collected == 1
+    assert w.next_check() <= clocks.mono.now + 1.0  # no quiet time after the collection
+    # 6 s since the last write, 3 of them held by py-spy: 3 s of silence, not a hang
     assert w.check(job.workers) is None
-    assert w.next_check() == pytest.approx(clocks.mono.now + 1)
+    assert job.collected == 1
+    assert w.next_check() == pytest.approx(clocks.mono.now + 1.0)
+    clocks.advance(TIMEOUT - 3.0 + 0.1)  # 5.1 s of silence of the ranks' own
+    w.check(job.workers)
+    assert job.collected == 2
+
+
+class Channel:
+    """Another node (node 0) and the store, as `peers.stackreq.StackChannel` shows them:
+    node 0's ranks 2 and 3 stopped first and it asks about hang 1."""
+
+    fd = -1
+
+    def __init__(self, other_idle: float) -> None:
+        self.hangs = 0
+        self.asked: list[tuple[int, str]] = []
+        self.pending = [(1, {"by": 0, "why": "no progress for 5 s on any rank", "hang": 1})]
+        self.answers: dict[int, dict] = {}
+        self.other = {"activity": [[2, -other_idle, None, False], [3, -other_idle, None, False]]}
+
+    def take(self):
+        out, self.pending = self.pending, []
+        return out
+
+    def answer(self, n, report):
+        self.answers[n] = report
+
+    def gather(self, n, timeout):
+        return [self.other, self.answers[n]], []
+
+    def request_hang(self, why):
+        self.hangs += 1
+        self.asked.append((self.hangs, why))
+        return True
+
+
+def test_when_another_node_asked_too_early_this_node_asks_s_after_its_ranks_last_life(
+    job, clocks
+):
+    """The asker's ranks stopped 0.3 s before this node's: no hang yet. This node asks as
+    soon as its own ranks reach S (plus the time py-spy held them), not S after that."""
+    w, out = watch(job, clocks, on_hang="abort")
+    w.channel = Channel(other_idle=TIMEOUT)  # type: ignore[assignment]
+    job.write(0)
+    job.write(1)
+    last = clocks.mono.now
+    clocks.advance(TIMEOUT - 0.3)  # node 0's ranks: 5 s of silence, ours 4.7 s
+    job.pause = 0.5
+    assert w.answer() is None  # ranks on this node still show life: no hang yet
+    assert "hang:" not in out.getvalue()
+    while not w.channel.asked:
+        due = w.next_check()
+        assert due is not None and due <= last + TIMEOUT + 0.5 + 0.2 + 1e-6
+        clocks.advance(max(0.0, due - clocks.mono.now))
+        assert w.check(job.workers) is None  # the job decides, from every node's answer
+    assert clocks.mono.now - last <= TIMEOUT + 0.5 + 0.2 + 1e-6  # not 2 × --hang_timeout
+    ((k, why),) = w.channel.asked
+    assert k == 2  # hang 1 was node 0's
+    assert why.startswith("no progress for 6 s on any rank")  # 5.5 s: 0.5 s in py-spy
 
 
 def test_a_silent_rank_that_uses_cpu_is_starting_and_hung_once_its_cpu_time_stops(job, clocks):

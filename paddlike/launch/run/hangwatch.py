@@ -15,8 +15,10 @@ says (torch's flight record, and a Python stack where py-spy cannot read one: se
 `paddlike.logs.worker_probe`, which --hang_timeout puts in every worker); the report
 (`paddlike.logs.hang.summarize`, its first line the rank that holds the others up) is
 printed and written under <log_dir>/stacks/<time>/, once per stall: the next dump
-needs a new sign of life first. `--on_hang abort` then ends the job with exit code 124
-and the report's first line as its root cause.
+needs a new sign of life first. py-spy holds each rank while it reads its stack: the
+time of the last collection is not counted as silence (else the pause itself would
+read as the next hang), and nothing else delays the next look. `--on_hang abort` then
+ends the job with exit code 124 and the report's first line as its root cause.
 
 The clocks, a process's CPU time and the collection are given in (`clock`, `wall`,
 `cpu_seconds`, `collect`), so the rule is tested on step clocks (tests/test_hangwatch.py).
@@ -28,6 +30,9 @@ then collects its ranks, answers with its report and the ages of its ranks' sign
 life, gathers the others' (a node that does not answer in time is named), and judges
 the job as one: a hang only when no rank of any node showed life for S seconds. Every
 node prints the same summary and writes its ranks' files and the job-wide summary.
+When the asker's ranks stopped first ("no hang yet"), the node whose ranks showed life
+last asks again once its own ranks reach S, so a job-wide hang is found about S after
+the job's last sign of life, not S after the first request.
 
 `paddlike.logs.hang`/`stacks` and the progress reader are imported on first use only:
 a launch without --hang_timeout and without SIGUSR1 never loads them (start-up cost).
@@ -120,8 +125,7 @@ class HangWatch:
         self._cpu: dict[int, float] = {}  # rank -> CPU seconds at the last check
         self._cpu_life: dict[int, float] = {}  # rank -> Unix time its CPU time last grew
         self._reported: float | None = None  # the newest sign of life of the stall dumped
-        self._quiet_until = 0.0  # no hang check before this (monotonic): see _after_collection
-        self._newest: float | None = None  # the newest local sign of life at the last check
+        self._paused: tuple[float, float] | None = None  # the last collection (Unix times)
         self.channel: StackChannel | None = None  # many nodes: this round's stack requests
         self._workers: Callable[[], Sequence[Watched]] = list
         self._clock, self._wall = clock, wall
@@ -138,20 +142,36 @@ class HangWatch:
         the running trainers when a request comes."""
         self.job_id = job_id
         self._workers = workers
-        self._newest = None
         self._cpu.clear()
         self._cpu_life.clear()
         self._reported = None
-        self._quiet_until = 0.0
+        self._paused = None
         self._next = self._clock() + _SHORTEST_WAIT if self.timeout else None
 
-    def _after_collection(self) -> None:
+    def _after_collection(self, began: float) -> None:
         """py-spy pauses each rank while it reads its stack, for up to the collection's
-        deadline: give every rank a whole --hang_timeout after it to show life again,
-        or the pause itself would read as the next hang."""
-        if self.timeout is not None:
-            self._quiet_until = self._clock() + self.timeout
-            self._next = max(self._next or 0.0, self._quiet_until)
+        deadline: remember when (`began`, Unix time, until now), so that `_credit` does
+        not count that time as silence; the next look is then a beat away at most."""
+        self._paused = (began, self._wall())
+        if self.timeout is not None and self._next is not None:
+            self._next = min(self._next, self._clock() + _SHORTEST_WAIT)
+
+    def _credit(self, activity: Sequence[Any], now: float) -> list[Any]:
+        """`activity` with each rank's signs moved later by the part of the last
+        collection's pause that fell after them: a rank py-spy held could not show life."""
+        from paddlike.logs import hang
+
+        if self._paused is None:
+            return list(activity)
+        t0, t1 = self._paused
+
+        def shift(t: float | None) -> float | None:
+            return None if t is None else t + max(0.0, min(t1, now) - max(t0, t))
+
+        return [
+            hang.Activity(a.rank, shift(a.last_log), shift(a.last_progress), a.uses_heartbeat)
+            for a in activity
+        ]
 
     def next_check(self) -> float | None:
         """The monotonic time `check` wants to run at; None: never (no --hang_timeout)."""
@@ -166,23 +186,20 @@ class HangWatch:
         from paddlike.logs import hang
 
         now, now_mono = self._wall(), self._clock()
-        if now_mono < self._quiet_until:  # ranks were paused by py-spy until lately
-            self._next = self._quiet_until
-            return None
         activity = self._activity(workers, now)
-        found = hang.detect_hang(activity, now, self.timeout)
+        judged = self._credit(activity, now)
+        found = hang.detect_hang(judged, now, self.timeout)
         if found is None:
-            idle = [now - t for a in activity if (t := a.last_sign()) is not None]
-            wait = self.timeout - min(idle) if len(idle) == len(activity) and idle else 0.0
+            idle = [now - t for a in judged if (t := a.last_sign()) is not None]
+            wait = self.timeout - min(idle) if len(idle) == len(judged) and idle else 0.0
             self._next = now_mono + min(max(wait, _SHORTEST_WAIT), _LONGEST_WAIT)
             return None
         self._next = now_mono + _LONGEST_WAIT
         newest = max(t for a in activity if (t := a.last_sign()) is not None)
-        self._newest = newest
         if self._reported == newest:
             return None  # this stall was dumped already
         self._reported = newest
-        stalled = found.describe()
+        stalled = (hang.detect_hang(activity, now, 0.0) or found).describe()  # the true silence
         if self.channel is not None:  # the job decides, from every node's view
             self.channel.request_hang(stalled)
             return None
@@ -243,7 +260,8 @@ class HangWatch:
         if not workers:
             self.console.say(f"{why}: no worker is running; no stacks to take")
             return
-        self.console.say(f"{why}: taking the stacks of {len(workers)} workers")
+        n = len(workers)
+        self.console.say(f"{why}: taking the stacks of {n} worker{'' if n == 1 else 's'}")
         self._dump(workers, [])
 
     def _dump(self, workers: Sequence[Watched], extra: list[str]) -> tuple[list[str], Path]:
@@ -253,9 +271,9 @@ class HangWatch:
         targets = [
             stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name) for w in workers
         ]
-        began = self._clock()
+        began, began_wall = self._clock(), self._wall()
         taken, records = self._collect_job(targets)
-        self._after_collection()
+        self._after_collection(began_wall)
         took = self._clock() - began
         prog = P.read_all(self.log_dir, self.job_id or None)
         lines = hang.summarize(
@@ -264,7 +282,7 @@ class HangWatch:
         path = stacks.write_dump(self.log_dir, taken, [*lines, *extra], prog, None, records)
         for line in lines:
             self.console.say(f"  {line}")
-        self.console.say(f"stacks of {len(taken)} ranks in {path} (taken in {took:.1f} s)")
+        self.console.say(f"stacks of {_ranks(len(taken))} in {path} (taken in {took:.1f} s)")
         return lines, path
 
     def _collect_job(
@@ -300,11 +318,12 @@ class HangWatch:
         assert self.channel is not None
         workers = self._workers()
         began, now = self._clock(), self._wall()
-        ages = hang.rebase(self._activity(workers, now), now) if self.timeout else []
+        own = self._activity(workers, now) if self.timeout else []
+        ages = hang.rebase(self._credit(own, now), now)
         targets = [stacks.Target(w.rank, w.pid, self.host_label, w.err_name or w.log_name)
                    for w in workers]  # fmt: skip
         taken, records = self._collect_job(targets) if targets else ({}, {})
-        self._after_collection()
+        self._after_collection(now)
         prog = P.read_all(self.log_dir, self.job_id or None)
         report = stacks.node_report(taken, prog, records)
         report["activity"] = [[a.rank, a.last_log, a.last_progress, a.uses_heartbeat] for a in ages]
@@ -339,7 +358,8 @@ class HangWatch:
                     )
                     self.console.say(f"{body.get('why')} on this node, but {why}: no hang yet")
                 return None
-            self._reported = self._newest  # this stall is dumped: don't ask about it again
+            signs = [t for a in own if (t := a.last_sign()) is not None]
+            self._reported = max(signs, default=None)  # this stall is dumped: don't ask again
             extra = [found.describe()]
             self.console.warn(
                 f"hang: {extra[0]} (--hang_timeout {self.timeout:g}); stacks of every node:"
@@ -352,7 +372,8 @@ class HangWatch:
             self.console.say(f"  {line}")
         took = self._clock() - began
         self.console.say(
-            f"stacks of {len(local)} ranks of this node in {path} (the job's taken in {took:.1f} s)"
+            f"stacks of {_ranks(len(local))} of this node in {path} "
+            f"(the job's taken in {took:.1f} s)"
         )
         if not k or self.on_hang != "abort":
             if k:
@@ -360,6 +381,11 @@ class HangWatch:
             return None
         dump = str(path.relative_to(self.log_dir) / "summary.txt")
         return hang_cause(self.host, self.node_index, lines, extra[0], dump, self._wall())
+
+
+def _ranks(n: int) -> str:
+    """'1 rank', '2 ranks'."""
+    return f"{n} rank{'' if n == 1 else 's'}"
 
 
 def _cpu_seconds(pid: int) -> float:
