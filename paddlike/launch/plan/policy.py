@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.world import node_label
-from paddlike.summary import RootCause
+from paddlike.summary import ProcessStatus, RootCause
 
 # --- a process's exit --------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ class ExitVerdict(NamedTuple):
     """What one process's exit means: its status, and a failure reason when the exit is a
     root cause of the round (None: not a failure, or one that came after the teardown began)."""
 
-    status: str  # "ok" | "failed" | "killed"
+    status: str  # ProcessStatus: OK | FAILED | KILLED
     failure: str | None = None
 
 
@@ -78,15 +78,17 @@ def exit_verdict(
     if stop_sent:
         if stopping_services and not kill_sent:
             if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
-                return ExitVerdict("ok")
+                return ExitVerdict(ProcessStatus.OK)
             how = signal_name(-code) if code < 0 else f"code {code}"
-            return ExitVerdict("failed", f"{label} exited with {how} after being asked to stop")
-        return ExitVerdict("killed")
+            return ExitVerdict(
+                ProcessStatus.FAILED, f"{label} exited with {how} after being asked to stop"
+            )
+        return ExitVerdict(ProcessStatus.KILLED)
     if code == 0:
-        return ExitVerdict("ok")
+        return ExitVerdict(ProcessStatus.OK)
     if tearing_down:
-        return ExitVerdict("failed")
-    return ExitVerdict("failed", f"{label} {how_ended(code)}")
+        return ExitVerdict(ProcessStatus.FAILED)
+    return ExitVerdict(ProcessStatus.FAILED, f"{label} {how_ended(code)}")
 
 
 def cause_exit_code(cause: RootCause) -> int:
