@@ -64,7 +64,7 @@ from paddlike.launch.run.roundend import (
 )
 from paddlike.launch.run.signals import LauncherSignal, signals_raise
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
-from paddlike.summary import RootCause
+from paddlike.summary import RootCause, RunStatus
 
 __all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.roundend's
 
@@ -424,7 +424,7 @@ class JobRun:
         cause = write_failure_cause(exc, self.job.host, self.job.index)
         watch = self.peers.watch(result.round, str(self.logdir.path), services=False)
         watch.publish(cause)
-        outcome = RunOutcome(1, [], cause, "failed", 0.0)
+        outcome = RunOutcome(1, [], cause, RunStatus.FAILED, 0.0)
         cause, survivors = self.settle(watch, outcome, restarts)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
         return ElasticRoundEnd(end.exit_code, end.cause, result.round, survivors)

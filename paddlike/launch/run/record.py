@@ -16,7 +16,7 @@ from pathlib import Path
 
 from paddlike.launch.plan.plan import LaunchPlan
 from paddlike.launch.run.logdir import write_atomically
-from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunSummary
+from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunStatus, RunSummary
 
 
 class RunRecord:
@@ -39,14 +39,14 @@ class RunRecord:
                 "round": round_,
                 "restarts": restarts,
                 "members": list(members),
-                "ended": "succeeded" if cause is None else cause.reason,
+                "ended": RunStatus.SUCCEEDED if cause is None else cause.reason,
                 "membership": None if cause is None else cause.membership,
             }
         )
 
     def outcome_text(self) -> str:
         """How the job ended, for nodes still waiting to join an elastic job."""
-        if self.rounds and self.rounds[-1]["ended"] == "succeeded":
+        if self.rounds and self.rounds[-1]["ended"] == RunStatus.SUCCEEDED:
             return "it succeeded"
         if self.rounds:
             return f"it failed: {self.rounds[-1]['ended']}"
@@ -55,7 +55,7 @@ class RunRecord:
     def running(self, plan: LaunchPlan, records: Sequence[ProcessRecord], restarts: int) -> None:
         if self.start_time is None:
             self.start_time = time.time()
-        self._write(plan, records, restarts, "running", None, None)
+        self._write(plan, records, restarts, RunStatus.RUNNING, None, None)
 
     def finished(
         self,
@@ -67,7 +67,7 @@ class RunRecord:
         exit_code: int,
         cause: RootCause | None,
     ) -> None:
-        """`status`: "succeeded" | "failed" | "interrupted"; `cause`: the job-wide one."""
+        """`status`: RunStatus SUCCEEDED | FAILED | INTERRUPTED; `cause`: the job-wide one."""
         self._write(plan, records, restarts, status, exit_code, cause, end=time.time())
 
     def _write(

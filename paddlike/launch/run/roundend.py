@@ -18,7 +18,7 @@ from paddlike.launch.plan.elastic import ElasticSpec, below_min_cause, is_member
 from paddlike.launch.plan.plan import LaunchPlan
 from paddlike.launch.plan.policy import RoundEnd, cause_exit_code, same_cause
 from paddlike.launch.run.record import RunRecord
-from paddlike.summary import RootCause
+from paddlike.summary import RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ def conclude_round(
         exit_code = cause_exit_code(cause)  # type: ignore[arg-type]
     else:
         exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
-    status = "failed" if cause is not None and outcome.status == "succeeded" else outcome.status
+    failed = cause is not None and outcome.status == RunStatus.SUCCEEDED  # another node failed
+    status = RunStatus.FAILED if failed else outcome.status
     record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
     if is_membership_change(cause):  # said already, and the next round's line follows
         return RoundEnd(exit_code, cause)

@@ -55,7 +55,7 @@ from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
 from paddlike.launch.run.signals import DUMP_SIGNAL, read_signals, signals_to_pipe
-from paddlike.summary import ProcessRecord, RootCause
+from paddlike.summary import ProcessRecord, ProcessStatus, RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class RunOutcome(NamedTuple):
     exit_code: int
     records: list[ProcessRecord]
     root_cause: RootCause | None
-    status: str  # "succeeded" | "failed" | "interrupted"
+    status: str  # RunStatus: SUCCEEDED | FAILED | INTERRUPTED
     duration: float
 
     @property
@@ -150,7 +150,7 @@ class _Round:
         self.phase = Phase.RUNNING
         self.cause: RootCause | None = None
         self.exit_code = 0
-        self.status = "succeeded"
+        self.status = RunStatus.SUCCEEDED
         self.kill_deadline: float | None = None
         self.trainers_reported = False  # ServicesStop.local_trainers_done() was called
         self.on_failure = on_failure
@@ -270,8 +270,8 @@ class Supervisor:
             if tee is not None:
                 tee.flush()
             for proc in rnd.procs:
-                if proc.record.status == "running":
-                    proc.record.status = "killed"
+                if proc.record.status == ProcessStatus.RUNNING:
+                    proc.record.status = ProcessStatus.KILLED
         return RunOutcome(
             rnd.exit_code,
             [p.record for p in rnd.procs],
@@ -315,7 +315,7 @@ class Supervisor:
         restart = str(restart_count)
         for proc in rnd.procs:
             if rnd.phase is not Phase.RUNNING:
-                proc.record.status = "killed"  # never started: the job ended first
+                proc.record.status = ProcessStatus.KILLED  # never started: the job ended first
                 proc.log.close()
                 continue
             env = {**self.base_env, **proc.spec.env}
@@ -341,7 +341,7 @@ class Supervisor:
         except OSError as exc:
             code = spawn.note_start_failure(proc.log, proc.spec, exc)
             proc.record.end_time = time.time()
-            proc.record.status = "failed"
+            proc.record.status = ProcessStatus.FAILED
             proc.record.exit_code = code
             proc.returncode = code
             label = proc.spec.label
@@ -434,7 +434,7 @@ class Supervisor:
                 self.console.warn(f"received {name} again: killing the remaining processes now")
                 self._kill_now(rnd)
                 continue
-            rnd.status = "interrupted"
+            rnd.status = RunStatus.INTERRUPTED
             cause = launcher_signal_cause(
                 self.plan.host, self.plan.node_index, name, "", time.time()
             )
@@ -521,8 +521,8 @@ class Supervisor:
             return
         rnd.cause = cause
         rnd.exit_code = cause_exit_code(cause)
-        if rnd.status == "succeeded":
-            rnd.status = "failed"
+        if rnd.status == RunStatus.SUCCEEDED:
+            rnd.status = RunStatus.FAILED
         if publish and rnd.on_failure is not None:
             try:
                 rnd.on_failure(cause)
@@ -531,7 +531,8 @@ class Supervisor:
         rnd.phase = Phase.TEARDOWN
         others = sum(1 for p in rnd.procs if p.alive)
         if others:
-            other = "other " if any(p.record.status == "failed" for p in rnd.procs) else ""
+            failed = any(p.record.status == ProcessStatus.FAILED for p in rnd.procs)
+            other = "other " if failed else ""
             self.console.say(
                 f"{cause.reason}: stopping {others} {other}process{'es' if others > 1 else ''} "
                 f"(SIGTERM, SIGKILL after {self.kill_timeout:g} s)"
@@ -574,7 +575,7 @@ class Supervisor:
             )
             proc.returncode = -signal.SIGKILL
             proc.lost = True
-            proc.record.status = "killed"
+            proc.record.status = ProcessStatus.KILLED
             proc.record.signal = "SIGKILL"
             proc.record.end_time = time.time()
         rnd.kill_deadline = None
