@@ -477,15 +477,15 @@ def _outcome(
     jobdir: Path, log_dir: str, code: int, launcher_text: str, context: SpawnContext
 ) -> list[Any]:
     """Return values in rank order, or raise the failure's exception."""
-    from paddlike.summary import read_summary
+    from paddlike.summary import RunStatus, read_summary
 
     from . import _spawn_child as child
 
     summary = read_summary(log_dir)
-    if code == 0 and summary is not None and summary.status == "succeeded":
+    if code == 0 and summary is not None and summary.status == RunStatus.SUCCEEDED:
         return [child.read_result(jobdir, i) for i in range(context.nprocs)]
     cause = summary.root_cause if summary is not None else None
-    if code == 128 + signal.SIGINT and (summary is None or summary.status == "interrupted"):
+    if code == 128 + signal.SIGINT and (summary is None or summary.status == RunStatus.INTERRUPTED):
         raise KeyboardInterrupt("the spawned job was interrupted (SIGINT); every child stopped")
     local = (
         cause is not None

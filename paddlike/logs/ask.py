@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from paddlike.logformat import OWNER_FILE
-from paddlike.summary import read_summary
+from paddlike.summary import RunStatus, read_summary
 
 STACKS_DIR = "stacks"
 # The launcher's collection has a 10 s deadline; then it writes the files.
@@ -40,7 +40,7 @@ def launcher_pid(log_dir: str | os.PathLike[str]) -> int | None:
     if b"paddlike.launch" not in cmdline:
         return None  # the pid was reused by another program
     summary = read_summary(log_dir)
-    if summary is None or summary.status != "running":
+    if summary is None or summary.status != RunStatus.RUNNING:
         return None
     return pid
 

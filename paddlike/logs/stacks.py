@@ -42,7 +42,7 @@ from paddlike.logs.stack_files import (
     write_dump,
 )
 from paddlike.logs.torch_flight import TorchOp
-from paddlike.summary import RunSummary, read_summary
+from paddlike.summary import ProcessStatus, RunStatus, RunSummary, read_summary
 
 __all__ = [
     "Dump",
@@ -323,7 +323,7 @@ def job_targets(summary: RunSummary) -> list[Target]:
     pid reused by another program is not dumped (its environment must name the job)."""
     targets = []
     for p in summary.processes:
-        if p.role != "trainer" or p.status != "running" or not p.pid:
+        if p.role != "trainer" or p.status != ProcessStatus.RUNNING or not p.pid:
             continue
         if not _same_job(p.pid, summary.job_id):
             continue
@@ -362,7 +362,7 @@ def signs_of_life(
 
 
 def _status(summary: RunSummary) -> str:
-    return "is running" if summary.status == "running" else summary.status
+    return "is running" if summary.status == RunStatus.RUNNING else summary.status
 
 
 def dump_job(
