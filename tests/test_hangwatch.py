@@ -66,7 +66,7 @@ class Job:
         loads = (Frame("load_batch", "/home/u/train.py", 41), Frame("main", "/home/u/train.py", 80))
         stacks = {
             t.rank: RankStack(t.rank, "vm", t.log_file, t.pid, (ThreadStack("MainThread", f),))
-            for t, f in zip(targets, (waits, loads), strict=True)
+            for t, f in zip(targets, (waits, loads), strict=False)
         }
         return stacks, {}
 
@@ -155,6 +155,13 @@ def test_the_time_py_spy_held_the_ranks_is_not_silence_and_nothing_else_delays_t
     assert job.collected == 2
 
 
+def test_one_ranks_stacks_are_counted_in_the_singular(job, clocks):
+    w, out = watch(job, clocks)
+    w.dump(job.workers[:1], "received SIGUSR1")
+    assert "received SIGUSR1: taking the stacks of 1 worker\n" in out.getvalue()
+    assert "stacks of 1 rank in " in out.getvalue()
+
+
 class Channel:
     """Another node (node 0) and the store, as `peers.stackreq.StackChannel` shows them:
     node 0's ranks 2 and 3 stopped first and it asks about hang 1."""
@@ -184,9 +191,7 @@ class Channel:
         return True
 
 
-def test_when_another_node_asked_too_early_this_node_asks_s_after_its_ranks_last_life(
-    job, clocks
-):
+def test_when_another_node_asked_too_early_this_node_asks_s_after_its_ranks_last_life(job, clocks):
     """The asker's ranks stopped 0.3 s before this node's: no hang yet. This node asks as
     soon as its own ranks reach S (plus the time py-spy held them), not S after that."""
     w, out = watch(job, clocks, on_hang="abort")

@@ -217,7 +217,7 @@ def _stacks(dirs: list[str], as_json: bool, out: TextIO) -> int:
     for path in dump.paths:
         if dump.stacks:
             ranks = sum(1 for p in path.glob("rank.*.txt"))
-            out.write(f"stacks of {ranks} ranks in {path}\n")
+            out.write(f"stacks of {ranks} rank{'' if ranks == 1 else 's'} in {path}\n")
         else:
             out.write(f"progress and flight records in {path}\n")
     return 0
@@ -240,7 +240,8 @@ def _ask_launcher(log_dir: str, as_json: bool, out: TextIO) -> int | None:
         out.write(json.dumps({"paths": [str(path)], **data}, indent=2) + "\n")
         return 0
     out.write("\n".join(data["summary"]) + "\n")
-    out.write(f"stacks of {len(data['stacks'])} ranks in {path}\n")
+    n = len(data["stacks"])
+    out.write(f"stacks of {n} rank{'' if n == 1 else 's'} in {path}\n")
     return 0
 
 
