@@ -29,6 +29,7 @@ from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragg
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import format_duration, format_root_cause, format_success
 from paddlike.logs.table import format_job
+from paddlike.summary import ProcessStatus, RunStatus
 
 TAIL_LINES = 20  # log lines kept per process for its detail panel
 LINE_CHARS = 400  # a longer log line is cut (a progress bar rewritten with \r)
@@ -98,7 +99,7 @@ def report_text(job: JobView) -> str:
     if job.root_cause is not None:
         return format_root_cause(job.root_cause, log_dir=job.root_cause_log_dir)
     procs = job.processes
-    if job.status == "succeeded":
+    if job.status == RunStatus.SUCCEEDED:
         starts = [p.start_time for p in procs if p.start_time is not None]
         ends = [p.end_time for p in procs if p.end_time is not None]
         duration = max(ends) - min(starts) if starts and ends else None
@@ -170,7 +171,7 @@ def _process_facts(
         "cmd": command_of(p.log_path),
         "tail": [_cut(line) for line in read_tail(p.log_path, TAIL_LINES)],
     }
-    if p.start_time is None or (p.end_time is None and p.status != "running"):
+    if p.start_time is None or (p.end_time is None and p.status != ProcessStatus.RUNNING):
         # No times (Paddle's launchers), or no end (its launcher died): the last output.
         with contextlib.suppress(OSError):
             facts["mtime"] = _ms(os.stat(p.log_path).st_mtime, t0)
@@ -328,7 +329,7 @@ def job_facts(
     cause = job.root_cause
     if cause is not None and cause.time is not None:
         ends.append(_ms(cause.time, t0))
-    running = job.status == "running"
+    running = job.status == RunStatus.RUNNING
     t1 = _ms(now, t0) if running or not ends else max(ends)
     summaries = [n.summary for n in job.nodes if n.summary]
     first = summaries[0] if summaries else None

@@ -21,6 +21,7 @@ from paddlike.distributed import progress as P
 from paddlike.logs import outcome
 from paddlike.logs.page import build_page, write_atomically
 from paddlike.logs.reader import JobView, LogDirError, load
+from paddlike.summary import RunStatus
 
 INTERVAL = 2.0  # seconds between two pages (and two reloads of the page)
 HISTORY_POINTS = 600  # step samples kept per rank; older ones are thinned out
@@ -30,7 +31,7 @@ def job_running(job: JobView) -> bool:
     """The job runs: a summary says so and, where the reader can tell, its launcher lives
     (the reader calls a job whose launcher died without recording the end 'gone'). Its
     workers may all be down for a moment: between two rounds, the launcher restarts them."""
-    return job.status == "running"
+    return job.status == RunStatus.RUNNING
 
 
 def sample_steps(job: JobView, history: dict[int, list[tuple[float, int]]], now: float) -> None:
