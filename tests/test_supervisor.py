@@ -199,6 +199,43 @@ def test_worker_ignoring_sigterm_is_named_then_sigkilled_after_the_grace(tmp_pat
     assert_gone(pids_in(work, 2))
 
 
+def _signal_when_stopped(work: Path, sig: int, deadline: float = 20.0) -> None:
+    """`sig` to this process once rank 1 is stopped (state T) and rank 0 is ready."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        p = _proc(int((work / "pid.1").read_text())) if (work / "ready.1").exists() else None
+        if p is not None and (work / "ready.0").exists() and p.status() == psutil.STATUS_STOPPED:
+            os.kill(os.getpid(), sig)
+            return
+        time.sleep(0.01)
+
+
+def test_a_stopped_worker_is_continued_after_sigterm_and_exits_without_waiting_for_sigkill(
+    tmp_path,
+):
+    work = tmp_path / "w"
+    work.mkdir()
+    run = Run(tmp_path, make_plan([str(work), "wait", "stop:0"], 2), kill_timeout=30)
+    sender = threading.Thread(target=_signal_when_stopped, args=(work, signal.SIGTERM))
+    sender.start()
+    try:
+        started = time.monotonic()
+        outcome = run()
+        took = time.monotonic() - started
+    finally:
+        sender.join()
+    assert outcome.exit_code == 143
+    assert took < 15, f"the stopped worker held the teardown {took:.1f} s"
+    err = run.err.getvalue()
+    pid = int((work / "pid.1").read_text())
+    assert (
+        f"trainer rank 1 (pid {pid}) is stopped (SIGSTOP, or held by a debugger): "
+        "sending SIGCONT after SIGTERM so that it can exit"
+    ) in err
+    assert "make it exit on SIGTERM" not in err and "sending SIGKILL" not in err
+    assert_gone(pids_in(work, 2))
+
+
 def test_grandchildren_are_stopped_with_their_worker(tmp_path):
     work = tmp_path / "w"
     work.mkdir()

@@ -11,6 +11,7 @@ Every worker first writes DIR/pid.<rank> (its pid) and then, per its action:
     grandchild      start a child that sleeps (its pid in DIR/grandchild.<rank>), then wait
     lines:N         print N numbered lines and exit 0
     term_exit:N     become ready; on SIGTERM exit N (a server asked to stop)
+    stop:N          on SIGTERM exit N; become ready, then SIGSTOP itself (a stopped rank)
 "Ready" is the file DIR/ready.<rank>; waiting for the others has a 20 s deadline.
 """
 
@@ -77,6 +78,12 @@ elif kind == "ignore_term":
 elif kind == "term_exit":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(arg)))
     sleep_forever()
+elif kind == "stop":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(arg)))
+    mark(f"ready.{rank}")
+    os.kill(os.getpid(), signal.SIGSTOP)
+    while True:
+        signal.pause()
 elif kind == "grandchild":
     child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     mark(f"grandchild.{rank}", str(child.pid))

@@ -1,4 +1,5 @@
-"""The few Linux calls the supervisor needs that `os` lacks: prctl and inotify (via ctypes).
+"""The few Linux calls the supervisor needs that `os` lacks: prctl and inotify (via ctypes),
+and whether a process is stopped (/proc).
 
 Why these: PR_SET_PDEATHSIG makes the kernel kill a worker when the launcher dies,
 even by SIGKILL, which no handler in the launcher could do; inotify tells the
@@ -83,3 +84,14 @@ class Inotify:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def is_stopped(pid: int) -> bool:
+    """The kernel says `pid` is stopped (state T: SIGSTOP, SIGTSTP; t: held by a debugger):
+    it cannot act on SIGTERM until it is continued."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")
+    except (OSError, ValueError):
+        return False

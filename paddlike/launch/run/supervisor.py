@@ -114,6 +114,7 @@ class _Proc:
         "spec",
         "started",
         "stop_sent",
+        "stopped",
     )
 
     def __init__(self, spec: ProcessSpec, record: ProcessRecord, log: WorkerLog) -> None:
@@ -128,6 +129,7 @@ class _Proc:
         self.returncode: int | None = None
         self.lost = False  # still there long after SIGKILL; given up on
         self.guarded = False  # its group is registered with the guardian
+        self.stopped = False  # stopped (SIGSTOP, a debugger) when SIGTERM was sent
 
     @property
     def alive(self) -> bool:
@@ -407,7 +409,8 @@ class Supervisor:
         rec.status = verdict.status
         if verdict.failure is not None:
             cause = self._cause_for(proc, code, verdict.failure)
-            if rnd.phase is Phase.RUNNING and peer_exited(proc.spec.env, rec.start_time):
+            held = peer_exited(proc.spec.env, rec.start_time) is not None
+            if rnd.phase is Phase.RUNNING and held:
                 if rnd.held is None:  # wait for the failure it reports (the first one held)
                     rnd.held, rnd.held_until = cause, time.monotonic() + CONSEQUENCE_GRACE
                 return
@@ -511,7 +514,7 @@ class Supervisor:
             return
         rnd.phase = Phase.STOPPING_SERVICES
         self.console.say(f"{why}: asking the servers to stop")
-        self._signal_groups(services, signal.SIGTERM)
+        self._stop_groups(services)
         rnd.kill_deadline = time.monotonic() + self.kill_timeout
 
     # ------------------------------------------------------------------ teardown
@@ -537,8 +540,21 @@ class Supervisor:
                 f"{cause.reason}: stopping {others} {other}process{'es' if others > 1 else ''} "
                 f"(SIGTERM, SIGKILL after {self.kill_timeout:g} s)"
             )
-        self._signal_groups(rnd.procs, signal.SIGTERM)
+        self._stop_groups(rnd.procs)
         rnd.kill_deadline = time.monotonic() + self.kill_timeout
+
+    def _stop_groups(self, procs: list[_Proc]) -> None:
+        """SIGTERM; a stopped process (SIGSTOP) cannot act on it until continued, so it
+        gets SIGCONT after it (said once, since it explains the wait that may follow)."""
+        for proc in procs:
+            if proc.alive and proc.popen is not None and linux.is_stopped(proc.popen.pid):
+                proc.stopped = True
+                self.console.say(
+                    f"{proc.spec.label} (pid {proc.record.pid}) is stopped (SIGSTOP, or held by "
+                    "a debugger): sending SIGCONT after SIGTERM so that it can exit"
+                )
+        self._signal_groups(procs, signal.SIGTERM)
+        self._signal_groups([p for p in procs if p.stopped], signal.SIGCONT)
 
     def _signal_groups(self, procs: list[_Proc], sig: int) -> None:
         """Signal each process's whole group (its children too); exited leaders' groups
@@ -559,6 +575,13 @@ class Supervisor:
         stubborn = [p for p in rnd.procs if p.alive and p.stop_sent and not p.kill_sent]
         if stubborn:
             for proc in stubborn:
+                if proc.stopped:  # not the script's fault: no advice about SIGTERM
+                    self.console.warn(
+                        f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) was "
+                        f"stopped and did not exit within {self.kill_timeout:g} s of SIGTERM "
+                        "and SIGCONT; sending SIGKILL"
+                    )
+                    continue
                 self.console.warn(
                     f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) did not "
                     f"exit within {self.kill_timeout:g} s of SIGTERM; sending SIGKILL "
