@@ -39,9 +39,13 @@ FAULTS = (
     "sigterm launcher",
     "sigterm node 0",
     "full disk",
+    "raise in a rank",
+    "stop a rank",
 )
 MODES = ("fixed", "elastic")
 DISK = "1m"  # the full-disk node's log directory: a tmpfs this small
+RAISER = REPO / "tests" / "fault_workers" / "raise_train.py"  # "raise in a rank"
+HANG = ["--hang_timeout", "5", "--on_hang", "abort"]  # "stop a rank"
 
 
 class Trial:
@@ -56,6 +60,7 @@ class Trial:
         self.exited_after: float | None = None  # fault -> every launcher exited, seconds
         self.started = False
         self.log_dirs: list[str] = []
+        self.rank: int | None = None  # the rank that raised, or was stopped
 
     def cause(self, node: int) -> dict:
         s = self.summaries[node]
@@ -75,7 +80,10 @@ class Trial:
         return "\n".join(parts)
 
 
-def _argv(mode: str, log_dir: Path, ckpt: Path, addrs: list[str]) -> list[str]:
+def _argv(
+    mode: str, log_dir: Path, ckpt: Path, addrs: list[str], extra: tuple[list[str], list[str]]
+) -> list[str]:
+    """`extra`: the launcher's and the script's further arguments (a fault's own)."""
     argv = [*LAUNCH, "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", str(log_dir)]
     argv += ["--heartbeat_timeout", f"{HEARTBEAT:g}", "--max_restarts", "1"]
     argv += ["--kill_timeout", "2", "--rdzv_timeout", "30"]
@@ -84,8 +92,8 @@ def _argv(mode: str, log_dir: Path, ckpt: Path, addrs: list[str]) -> list[str]:
     else:
         argv += ["--nnodes", f"2:{NODES}", "--master", f"{addrs[0]}:6170"]
         argv += ["--rdzv_last_call", "3"]
-    script = REPO / "examples" / "elastic_train.py"
-    argv += [str(script), "--steps", str(STEPS), "--checkpoint_every", "5"]
+    script = RAISER if extra[1] else REPO / "examples" / "elastic_train.py"
+    argv += [*extra[0], str(script), *extra[1], "--steps", str(STEPS), "--checkpoint_every", "5"]
     return [*argv, "--checkpoint", str(ckpt), "--step_time", str(STEP_TIME)]
 
 
@@ -133,6 +141,9 @@ def run_trial(fault: str, mode: str, seed: int, workdir: Path, timeout: float = 
     if fault in ("kill launcher", "cut network", "sigterm launcher"):
         victim = rng.randrange(1, NODES)
     delay = rng.uniform(0.3, 3.0)
+    extra: tuple[list[str], list[str]] = (HANG if fault == "stop a rank" else [], [])
+    if fault == "raise in a rank":  # the rank (== its node in a fixed job) and the step
+        extra = ([], ["--raise_rank", str(victim), "--raise_step", str(rng.randrange(8, 40))])
     workdir.mkdir(parents=True, exist_ok=True)
     ckpt = workdir / "ckpt"
     ckpt.mkdir(exist_ok=True)
@@ -148,18 +159,19 @@ def run_trial(fault: str, mode: str, seed: int, workdir: Path, timeout: float = 
         procs = [
             _start(
                 node,
-                _argv(mode, logs[i], ckpt, addrs),
+                _argv(mode, logs[i], ckpt, addrs, extra),
                 outs[i],
                 disk if i == victim else None,
             )
             for i, node in enumerate(cluster.nodes)
         ]
         exited: list[float | None] = [None] * NODES
+        exited_wall = [0.0] * NODES
 
         def wait(i: int) -> None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 procs[i].wait(timeout=timeout + 60)
-            exited[i] = time.monotonic()
+            exited[i], exited_wall[i] = time.monotonic(), time.time()
 
         waiters = [threading.Thread(target=wait, args=(i,), daemon=True) for i in range(NODES)]
         for w in waiters:
@@ -177,12 +189,15 @@ def run_trial(fault: str, mode: str, seed: int, workdir: Path, timeout: float = 
             fault_at = time.monotonic()
             with contextlib.suppress(ProcessLookupError):  # (a launcher that ended already)
                 summary = _summary(summaries[victim], via[victim])
-                _inject(fault, cluster, procs, victim, summary, rng)
+                trial.rank = _inject(fault, cluster, procs, victim, summary, rng)
             deadline = fault_at + timeout
             while time.monotonic() < deadline and not all(e is not None for e in exited):
                 time.sleep(0.05)  # (the waiter threads record each exit)
             if all(e is not None for e in exited):
                 trial.exited_after = max(e for e in exited if e is not None) - fault_at
+                with contextlib.suppress(OSError, ValueError):  # the raise's own moment
+                    raised = float((ckpt / "raised-at").read_text())
+                    trial.exited_after = max(exited_wall) - raised
         for i, p in enumerate(procs):
             if p.poll() is None:
                 trial.leftovers.append(f"node {i}'s launcher still running")
@@ -211,8 +226,17 @@ def _inject(
     victim: int,
     summary: dict | None,
     rng: random.Random,
-) -> None:
+) -> int | None:
+    """Inject `fault`; the rank it hits, where there is one."""
     node = cluster.nodes[victim]
+    if fault == "raise in a rank":
+        return victim  # the script raises by itself, at its step
+    if fault == "stop a rank":
+        procs_ = [p for p in (summary or {}).get("processes", []) if p.get("pid")]
+        with contextlib.suppress(ProcessLookupError, IndexError):
+            os.kill(procs_[0]["pid"], signal.SIGSTOP)
+            return procs_[0].get("rank")
+        return None
     if fault == "kill worker":
         pids = [p["pid"] for p in (summary or {}).get("processes", []) if p.get("pid")]
         with contextlib.suppress(ProcessLookupError, IndexError):
@@ -237,6 +261,7 @@ def _inject(
         pids = [p["pid"] for p in (_summary(log) or {}).get("processes", []) if p.get("pid")]
         with contextlib.suppress(ProcessLookupError, IndexError):
             os.kill(pids[0], signal.SIGKILL)
+    return None
 
 
 # --- what a trial must show ---------------------------------------------------------------
@@ -298,7 +323,29 @@ def problems(t: Trial) -> list[str]:
         expect(list(range(len(t.codes))), 143, *words)
     elif t.fault == "full disk":
         expect(list(range(len(t.codes))), 1, f"cannot write {t.log_dirs[v]}/", "is full")
+    elif t.fault == "raise in a rank":
+        own = f"trainer rank {t.rank} exited with code 1"
+        expect(list(range(len(t.codes))), 1, own)
+        home = _node_of_rank(t, t.rank)
+        for i, out in enumerate(t.outs):
+            where = t.cause(i).get("node_index")
+            if where != home:
+                bad.append(f"node {i}'s cause is on node {where}, not {home}")
+            if f"{own}: put down to" in out:
+                bad.append(f"node {i} put the raising rank's failure down to another cause")
+    elif t.fault == "stop a rank":
+        if t.rank is None:
+            bad.append("no rank was stopped")
+        expect(list(range(len(t.codes))), 124, f"rank {t.rank} (", "is stopped")
     return bad
+
+
+def _node_of_rank(t: Trial, rank: int | None) -> int | None:
+    """The node whose summary.json lists trainer `rank` (elastic ranks follow arrival)."""
+    for i, s in enumerate(t.summaries):
+        if any(p.get("rank") == rank for p in (s or {}).get("processes", [])):
+            return i
+    return None
 
 
 def _killed(t: Trial, node: int) -> bool:

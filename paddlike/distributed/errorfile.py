@@ -43,7 +43,7 @@ def write(
     if not path:
         return
     try:
-        if os.stat(path).st_mtime >= since - 1:
+        if os.stat(path).st_mtime >= since:
             return
     except OSError:
         pass

@@ -15,6 +15,7 @@ and is the cause; only when none comes does the held-back failure become it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from paddlike.contract import ERROR_FILE
@@ -32,11 +33,12 @@ def peer_exited(env: Mapping[str, str], started: float | None) -> int | None:
     path = env.get(ERROR_FILE)
     if not path:
         return None
+    try:
+        if started is not None and os.stat(path).st_mtime < started:
+            return None  # an earlier run's (its timestamp has whole seconds only)
+    except OSError:
+        return None
     from paddlike.logs.report import read_error_file
 
     error = read_error_file(path)
-    if error is None or error.peer_exited is None:
-        return None
-    if started is not None and error.timestamp is not None and error.timestamp < int(started) - 1:
-        return None  # an earlier run's file
-    return error.peer_exited
+    return None if error is None else error.peer_exited
