@@ -20,6 +20,7 @@ from paddlike import contract as C
 
 from .collective import keys as K
 from .collective import ops
+from .collective.device import AUTO_REFUSAL
 from .collective.errors import CollectiveError
 from .collective.group import DEVICE, HOST, Group, Lane, runtime
 from .collective.reduce_op import ReduceOp
@@ -87,7 +88,7 @@ def _choose_backend(backend: str, device_id: int) -> tuple[str, frozenset[str], 
     why = nccl.unusable_reason(device_id)
     if why is None:
         return "nccl", frozenset({HOST, DEVICE}), {}
-    return "cpu", frozenset({HOST}), {DEVICE: f"only the CPU backend: NCCL cannot run here: {why}"}
+    return "cpu", frozenset({HOST}), {DEVICE: AUTO_REFUSAL + why}
 
 
 def _host_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float) -> Any:
@@ -96,10 +97,18 @@ def _host_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: floa
     return CpuCommunicator(runtime.store, prefix, group_rank, ranks, runtime.host, timeout)
 
 
-def _device_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float) -> Any:
+def _device_comm(ranks: Sequence[int], group_rank: int, prefix: str, timeout: float,
+                 host: Lane | None = None) -> Any:  # fmt: skip
+    """The group's NCCL communicator; its setup waits watch the host lane's connections, so
+    a peer that exited is named at once."""
     from .collective.nccl import NcclCommunicator
 
-    return NcclCommunicator(runtime.store, prefix, group_rank, ranks, runtime.device_id, timeout)
+    def exited(k: int) -> bool:
+        mesh = getattr(host.comm if host is not None else None, "mesh", None)
+        return mesh is not None and mesh.peer_closed(k)
+
+    return NcclCommunicator(runtime.store, prefix, group_rank, ranks, runtime.device_id,
+                            timeout, exited if host is not None else None)  # fmt: skip
 
 
 def make_group(gid: int, ranks: list[int], prefix: str, timeout: float, name: str) -> Group:
@@ -112,6 +121,7 @@ def make_group(gid: int, ranks: list[int], prefix: str, timeout: float, name: st
     group.refusals = dict(runtime.refusals)
     if rank < 0:
         return group
+    host = None
     if HOST in runtime.kinds:
         host = Lane(HOST, OpQueue(name))
         host.comm = _host_comm(ranks, rank, prefix, timeout)
@@ -123,7 +133,7 @@ def make_group(gid: int, ranks: list[int], prefix: str, timeout: float, name: st
             runtime.device_queue = OpQueue("device")
         device_id = runtime.device_id
         device = Lane(DEVICE, runtime.device_queue,
-                      make=lambda: _device_comm(ranks, rank, prefix, timeout),
+                      make=lambda: _device_comm(ranks, rank, prefix, timeout, host),
                       context=lambda: nccl.caller_context(device_id))  # fmt: skip
         if HOST not in runtime.kinds:
             device.communicator()
@@ -164,6 +174,10 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
         if env.world_size > 1 or DEVICE in runtime.kinds:
             _connect_store(env, seconds)
         try:
+            if (backend or "auto").strip().lower() == "auto":
+                from .collective.device import settle
+
+                settle(env.rank, env.world_size, env.device_id, seconds)
             runtime.default = _build_group(0, list(range(env.world_size)), seconds)
         except BaseException:
             _close_store()

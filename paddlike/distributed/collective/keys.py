@@ -112,3 +112,7 @@ def nccl_shared(prefix: str) -> str:
 
 def nccl_read(prefix: str, rank: int) -> str:
     return f"{prefix}/nccl-read/{rank}"
+
+
+def nccl_usable(prefix: str, rank: int) -> str:
+    return f"{prefix}/nccl-usable/{rank}"

@@ -93,7 +93,7 @@ def unusable_reason(device_id: int = 0) -> str | None:
     try:
         import cupy
     except Exception as exc:
-        return f"CuPy cannot be imported ({exc}); install paddlike[gpu]"
+        return f"CuPy cannot be imported ({exc})"
     try:
         from cupy.cuda import nccl
     except Exception as exc:
@@ -187,17 +187,21 @@ def nccl_op(op: ReduceOp, dtype: Any) -> tuple[str, bool]:
 
 
 def await_peers(
-    store: Any, prefix: str, rank: int, global_ranks: Sequence[int], deadline: float
+    store: Any, prefix: str, rank: int, global_ranks: Sequence[int], deadline: float,
+    exited: Callable[[int], bool] | None = None,
 ) -> None:
     """The store barrier before NCCL's constructor: this rank says it is alive and about to
     build the communicator, then waits until every rank of the group has said so. NCCL's
     constructor waits for all ranks without any deadline; here a rank that died after
-    fetching the unique id (or never came) is named when the deadline passes."""
+    fetching the unique id (or never came) is named when the deadline passes, and one whose
+    process exited (`exited(group rank)`: the CPU lane sees its connection close) at once."""
+    from .device import MIXED_HINT, wait_keys
+
     keys = [K.nccl_alive(prefix, k) for k in range(len(global_ranks))]
     group = prefix.rsplit("/", 1)[-1]
     try:
         store.set(keys[rank], b"1")
-        store.wait(keys, timeout=max(0.001, deadline - time.monotonic()))
+        wait_keys(store, keys, global_ranks, deadline, exited, f"init of group {group}")
     except StoreTimeoutError:
         missing = []
         for k, key in enumerate(keys):
@@ -206,8 +210,8 @@ def await_peers(
                     missing.append(global_ranks[k])
         raise CollectiveTimeoutError(
             f"init: ranks {missing} of group {group} (ranks {list(global_ranks)}) did not reach "
-            f"NCCL communicator setup before the deadline (they died or did not call "
-            f"init_parallel_env / new_group); no communicator was built"
+            f"NCCL communicator setup before the deadline (they died, did not call "
+            f"init_parallel_env / new_group, {MIXED_HINT}); no communicator was built"
         ) from None
     except StoreError as exc:
         raise CollectiveError(
@@ -332,9 +336,14 @@ class NcclCommunicator(Communicator):
         global_ranks: Sequence[int],
         device_id: int,
         timeout: float,
+        exited: Callable[[int], bool] | None = None,
     ) -> None:
+        """`exited(group rank)`: whether that peer's process is gone (the setup waits name
+        it at once instead of at the deadline)."""
         import cupy
         from cupy.cuda import nccl
+
+        from .device import wait_keys
 
         deadline = time.monotonic() + timeout
         self._cp, self._nccl = cupy, nccl
@@ -346,7 +355,11 @@ class NcclCommunicator(Communicator):
         if rank == 0:
             store.set(key, encode_unique_id(nccl.get_unique_id()))
         try:
+            wait_keys(store, [key], self.global_ranks[:1], deadline, exited,
+                      f"init of group {prefix.rsplit('/', 1)[-1]}")  # fmt: skip
             raw = store.get(key, timeout=max(0.001, deadline - time.monotonic()))
+        except CollectiveError:
+            raise
         except Exception as exc:
             raise CollectiveTimeoutError(
                 f"init: rank {self.global_ranks[0]} did not publish the NCCL unique id "
@@ -355,7 +368,7 @@ class NcclCommunicator(Communicator):
         uid = decode_unique_id(raw)
         group = prefix.rsplit("/", 1)[-1]
         claim_gpu(store, prefix, rank, self.global_ranks, gpu_identity(device_id))
-        await_peers(store, prefix, rank, self.global_ranks, deadline)
+        await_peers(store, prefix, rank, self.global_ranks, deadline, exited)
         refuse_shared_gpu(store, prefix, rank, self.global_ranks, deadline)
 
         def build() -> Any:
@@ -410,7 +423,9 @@ class NcclCommunicator(Communicator):
             self.abort()
             raise CollectiveTimeoutError(
                 f"{what}: NCCL did not complete before the deadline; a rank of group "
-                f"{self.global_ranks} did not join (or died); the communicator was aborted"
+                f"{self.global_ranks} did not join (or died), or the ranks issued device "
+                f"collectives in different orders (e.g. async ops on two groups); the "
+                f"communicator was aborted"
             )
         if errors:
             self.abort()

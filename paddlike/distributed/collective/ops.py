@@ -17,7 +17,7 @@ import numpy as np
 
 from . import flight
 from .checks import SUPPORTED_DTYPES, as_rank, check_array, check_list, check_same
-from .errors import CollectiveError, PeerExitedError
+from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError
 from .group import DEVICE, Group, Lane, array_kind, runtime
 from .reduce_op import ReduceOp, as_reduce_op, check_op_dtype
 from .task import Task
@@ -123,6 +123,12 @@ def _run(
             if comm is not None:
                 with contextlib.suppress(Exception):
                     comm.abort()
+            if isinstance(exc, CollectiveTimeoutError) and len(g.lanes) > 1 and \
+                    lane.kind != DEVICE:  # fmt: skip
+                raise CollectiveTimeoutError(
+                    f"{exc}; or a rank called {what} with a device (cupy) array where this rank "
+                    f"used a host (numpy) array: one operation needs one kind on every rank"
+                ) from None
             raise
         flight.end(record, True)
 

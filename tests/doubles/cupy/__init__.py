@@ -21,6 +21,7 @@ import numpy as _np
 from . import cuda
 
 __version__ = "13.6.0+paddlike.double"
+__paddlike_double__ = True  # not CuPy: probes (make test-gpu) must not take it for one
 
 
 class _Pointer:
@@ -37,7 +38,19 @@ def _flush() -> None:
 
 
 class ndarray(_np.ndarray):
-    """A "device" array: host memory, touched only after this thread's stream is flushed."""
+    """A "device" array: host memory, touched only after this thread's stream is flushed.
+
+    It lives on the device that was current when it was made (views keep their base's), as
+    in CuPy; its memory is registered under that device, so the NCCL double can refuse a
+    buffer on another device than its communicator's, as NCCL would."""
+
+    _device_id: int
+
+    def __array_finalize__(self, obj: Any) -> None:
+        inherited = getattr(obj, "_device_id", None) if isinstance(obj, ndarray) else None
+        self._device_id = cuda.get_device_id() if inherited is None else inherited
+        if inherited is None and self.nbytes:
+            cuda.memory.register(self, self._device_id)
 
     @property
     def data(self) -> _Pointer:  # type: ignore[override]
@@ -45,7 +58,7 @@ class ndarray(_np.ndarray):
 
     @property
     def device(self) -> Any:
-        return cuda.Device()
+        return cuda.Device(self._device_id)
 
     def get(self, stream: Any = None) -> _np.ndarray:
         _flush()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from . import runtime, streams
+from . import memory, runtime, streams
 from .streams import Event, Stream, get_current_stream
 
-__all__ = ["Device", "Event", "Stream", "get_current_stream", "get_device_id", "runtime"]
+__all__ = ["Device", "Event", "Stream", "get_current_stream", "get_device_id", "memory", "runtime"]
 
 _local = threading.local()
 

@@ -28,7 +28,7 @@ from typing import Any
 available = os.environ.get("CUPY_DOUBLE_NCCL", "1") != "0"
 
 if available:
-    from . import _hub, streams
+    from . import _hub, memory, streams
     from . import get_device_id as _current_device
 
     NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN, NCCL_AVG = 0, 1, 2, 3, 4
@@ -231,6 +231,12 @@ if available:
                     raise NcclError(4, f"{name}: {arg} {value} is not a rank of 0..{last}")
             if peer == self._rank:
                 raise NcclError(4, f"{name}: peer {peer} is this rank")
+            for arg, ptr in (("sendbuf", send), ("recvbuf", recv)):
+                where = None if ptr is None else memory.device_of(ptr)
+                if where is not None and where != self._device:
+                    raise NcclError(4, f"{name}: {arg} is on GPU {where} but the communicator "
+                                       f"is on GPU {self._device} (on a GPU: invalid argument, "
+                                       f"or an illegal memory access in the kernel)")  # fmt: skip
             try:
                 target = streams.by_handle(stream)
             except ValueError as exc:
@@ -282,7 +288,7 @@ if available:
                     elif msg[0] == "fatal":
                         self._error = msg[1]
                         self._fail_all(msg[1])
-            except (EOFError, OSError, ValueError):
+            except (EOFError, OSError, ValueError, TypeError):  # TypeError: closed by abort()
                 if not self._closed and self._error is None:
                     # the process that hosts the meeting point exited: NCCL reports a peer
                     # that vanished as an asynchronous error too (ncclRemoteError)
