@@ -40,6 +40,7 @@ from paddlike.logformat import (  # the formats, shared with paddlike.logs
     OWNER_FILE,
     endpoints_text,
 )
+from paddlike.summary import SUMMARY_FILE
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -208,6 +209,8 @@ class LogDir:
         changed: an existing file is opened for append and closed, a missing one needs
         only the directory's write permission (checked when the lock was taken)."""
         try:
+            for name in (ENDPOINTS_FILE, SUMMARY_FILE):
+                _check_replaceable(self.path / name)
             for name in logs:
                 _check_writable(self.path / name)
         except BaseException:
@@ -315,18 +318,72 @@ def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, An
     # fcntl.flock rather than the filelock package: the same kernel lock, released by
     # the kernel when the launcher dies however it dies, without the ~40 ms that
     # importing filelock adds to every launch (start-up time is a feature here).
-    lock = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock = _open_lock(root / LOCK_FILE)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock)
         return _read_owner(root)
+    except OSError as exc:  # NFS: an exclusive lock needs a writable descriptor
+        os.close(lock)
+        raise _cannot_open(root / LOCK_FILE, exc) from exc
     try:
         _write_owner(root, host, job)
+    except OSError as exc:
+        os.close(lock)
+        raise _cannot_open(root / OWNER_FILE, exc) from exc
     except BaseException:
         os.close(lock)
         raise
     return lock
+
+
+def _open_lock(path: Path) -> int:
+    """The lock's fd. Left behind by every launcher, it may be another user's: flock needs
+    no write permission, so one we may only read is locked read-only; one we create in a
+    shared directory is made writable for those who share it (0666, or 0664 for a group).
+    LogDirError names the file when it cannot be opened."""
+    flags = os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise _cannot_open(path, exc) from exc
+    else:
+        with contextlib.suppress(OSError):
+            shared = os.stat(path.parent).st_mode & 0o022
+            if shared:
+                os.fchmod(fd, 0o644 | (shared & 0o020) | (shared & 0o002))
+        return fd
+    for mode in (os.O_RDWR, os.O_RDONLY):
+        try:
+            return os.open(path, flags | mode)
+        except PermissionError as exc:
+            denied = exc
+        except OSError as exc:
+            raise _cannot_open(path, exc) from exc
+    raise _cannot_open(path, denied) from denied
+
+
+def _cannot_open(path: Path, exc: OSError) -> LogDirError:
+    """The one line for a file of the log directory the launcher cannot use."""
+    return LogDirError(
+        f"cannot open {path}: {exc.strerror} (make it writable, remove it, "
+        "or pass another --log_dir)"
+    )
+
+
+def _check_replaceable(path: Path) -> None:
+    """LogDirError when `path`, replaced by a rename later, is a directory (too late then)."""
+    try:
+        is_dir = path.is_dir() and not path.is_symlink()
+    except OSError:
+        return
+    if is_dir:
+        raise LogDirError(
+            f"cannot write {path}: it is a directory (remove it, or pass another --log_dir)"
+        )
 
 
 def _check_writable(path: Path) -> None:
