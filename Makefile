@@ -73,15 +73,22 @@ test: $(STAMP) torch-env etcd paddle-env chromium
 # for CUDA 13) and the test tools are installed into $(GPU_VENV) first. Without a GPU they skip.
 GPU_EXTRA ?= gpu
 GPU_VENV ?= .venv-gpu
-GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py tests/test_global_view_launch.py
+# The probe ignores PYTHONPATH and refuses the tests' CuPy double (tests/doubles, marked
+# __paddlike_double__): only an interpreter with a real CuPy and the test tools will do.
+GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py tests/test_global_view_launch.py \
+	tests/test_nccl_double.py
+GPU_PROBE := import sys, cupy, pytest, pytest_timeout, cupy.cuda.nccl as n; \
+	sys.exit(not n.available or getattr(cupy, '__paddlike_double__', False))
 test-gpu:
-	@if $(PYTHON) -c "import cupy.cuda.nccl as n, sys; sys.exit(not n.available)" 2>/dev/null; \
+	@if env -u PYTHONPATH $(PYTHON) -c "$(GPU_PROBE)" 2>/dev/null; \
 	then py="$(PYTHON)"; \
 	else \
 	  $(PYTHON) -m venv $(GPU_VENV) && $(GPU_VENV)/bin/python -m pip install -q --upgrade pip && \
 	  $(GPU_VENV)/bin/python -m pip install -q -e '.[$(GPU_EXTRA),test]' || exit 1; \
 	  py="$(GPU_VENV)/bin/python"; \
 	fi; \
+	env -u PYTHONPATH $$py -c "import sys, cupy; sys.exit(getattr(cupy, '__paddlike_double__', 0))" \
+	  || { echo "test-gpu: $$py has no real CuPy (the tests' double?)"; exit 1; }; \
 	PYTHONPATH="$(CURDIR)" $$py -c "import sys, cupy; from cupy.cuda import nccl, runtime as r; \
 	  p = r.getDeviceProperties(0) if r.getDeviceCount() else {}; \
 	  print('test-gpu:', sys.executable, 'python', sys.version.split()[0], '| CuPy', cupy.__version__, \

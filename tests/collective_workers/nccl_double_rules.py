@@ -21,10 +21,15 @@ def signatures() -> dict:
     from cupy.cuda import nccl
 
     def params(fn: Callable) -> list[str] | None:
+        """The parameter names; None when unknown: a Cython method without a signature, or
+        one that introspects as (*args, **kwargs) (CuPy 14's NcclCommunicator.__init__)."""
         try:
-            return [p for p in inspect.signature(fn).parameters if p != "self"]
-        except (TypeError, ValueError):  # a Cython method without a signature
+            found = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+        except (TypeError, ValueError):
             return None
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in found):
+            return None
+        return [p.name for p in found]
 
     methods = ["allReduce", "reduce", "broadcast", "bcast", "reduceScatter", "allGather",
                "send", "recv", "check_async_error", "abort", "destroy", "device_id", "rank_id",
@@ -32,10 +37,12 @@ def signatures() -> dict:
     return {
         "available": bool(getattr(nccl, "available", False)),
         "init": params(nccl.NcclCommunicator.__init__),
-        "methods": {m: params(getattr(nccl.NcclCommunicator, m)) for m in methods},
+        "methods": {m: params(getattr(nccl.NcclCommunicator, m)) for m in methods
+                    if hasattr(nccl.NcclCommunicator, m)},
         "functions": {
             f: params(getattr(nccl, f))
             for f in ("get_unique_id", "get_version", "groupStart", "groupEnd")
+            if hasattr(nccl, f)
         },
         "constants": {k: getattr(nccl, k) for k in dir(nccl) if k.startswith("NCCL_")},
     }
