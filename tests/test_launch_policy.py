@@ -118,9 +118,13 @@ def test_another_nodes_log_file_is_named_with_its_node():
     ],
 )
 def test_losing_the_store_names_what_stopped_answering(store, says, never):
-    cause = lost_contact_cause(1, HOSTS, store, "node 0 (10.0.0.1)", 10.0, "timed out", now=1.0)
+    cause = lost_contact_cause(1, HOSTS, store, "node 0 (10.0.0.1)", 10.0, "timed out", now=1.0,
+                               store_node=0)  # fmt: skip
     assert says in cause.reason and never not in cause.reason
-    assert cause.node_index == 1 and cause.role is None  # not restartable
+    assert cause.role is None  # not restartable
+    # node 0's store lost: node 0 is where the job failed; etcd lost: this node is cut off
+    lost = (0, "10.0.0.1") if store == "10.0.0.1:6170" else (1, HOSTS[1])
+    assert (cause.node_index, cause.host) == lost
 
 
 def test_a_launcher_signal_names_the_host_and_what_it_was_doing():

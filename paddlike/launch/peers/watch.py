@@ -362,6 +362,7 @@ class JobWatch:
             kv.close()
 
     def _contact_cause(self, detail: str) -> RootCause:
+        host = self.kv.address.rpartition(":")[0]
         return lost_contact_cause(
             self.node_index,
             self.hosts,
@@ -370,6 +371,7 @@ class JobWatch:
             self.heartbeat_timeout,
             detail,
             time.time(),
+            store_node=self.hosts.index(host) if host in self.hosts else None,
         )
 
     def _heartbeat(self) -> None:

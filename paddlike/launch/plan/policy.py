@@ -197,8 +197,11 @@ def launcher_died_cause(
 
 def same_cause(a: RootCause, b: RootCause) -> bool:
     """Whether two copies of a cause (this node's own, and the job's as the store keeps it,
-    its log file made absolute) are one failure."""
-    return (a.node_index, a.rank, a.role, a.reason) == (b.node_index, b.rank, b.role, b.reason)
+    its log file made absolute, its reason perhaps extended: node 0 of an elastic job adds
+    why its signal ends the job) are one failure."""
+    if (a.node_index, a.rank, a.role) != (b.node_index, b.rank, b.role):
+        return False
+    return a.reason == b.reason or b.reason.startswith(a.reason) or a.reason.startswith(b.reason)
 
 
 def membership_cause(
@@ -236,9 +239,12 @@ def lost_contact_cause(
     timeout: float,
     detail: str,
     now: float,
+    store_node: int | None = None,
 ) -> RootCause:
     """This node cannot reach the store: `store` is its address (etcd://... or host:port),
-    `store_host` who hosts it ("node 0 (10.0.0.1)")."""
+    `store_host` who hosts it ("node 0 (10.0.0.1)"), `store_node` its index when a node of
+    the job hosts it: that node was lost, so the cause is there (its host and index, as
+    every node's summary says), though only this node can tell."""
     me = node_label(node, hosts)
     if store.startswith("etcd://"):
         endpoints = store.removeprefix("etcd://")
@@ -253,6 +259,8 @@ def lost_contact_cause(
             f"{timeout:g} s (--heartbeat_timeout): its launcher died or the network to it "
             f"failed ({detail})"
         )
+    if store_node is not None and not store.startswith("etcd://"):
+        node = store_node
     return RootCause(
         reason=reason, host=hosts[node] if node < len(hosts) else "", node_index=node, time=now
     )

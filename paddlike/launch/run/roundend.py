@@ -16,7 +16,7 @@ from paddlike.launch.console.report import (
 )
 from paddlike.launch.plan.elastic import ElasticSpec, below_min_cause, is_membership_change
 from paddlike.launch.plan.plan import LaunchPlan
-from paddlike.launch.plan.policy import RoundEnd, cause_exit_code, same_cause
+from paddlike.launch.plan.policy import RoundEnd, as_seen_from, cause_exit_code, same_cause
 from paddlike.launch.run.record import RunRecord
 from paddlike.summary import RootCause, RunStatus
 
@@ -64,7 +64,10 @@ def report_own_failure(
     lost, another node's failure: its peers' collectives fail at once), which is
     reported when the round ends (`conclude_round`)."""
     if job_cause is None or same_cause(own, job_cause):
-        report_failure(console, own, log_dir, restarts_left=restarts_left)
+        # the job's copy where it says more (node 0's signal in an elastic job: why it ends)
+        longer = job_cause is not None and len(job_cause.reason) > len(own.reason)
+        shown = own.replace(reason=job_cause.reason) if longer else own  # type: ignore[union-attr]
+        report_failure(console, shown, log_dir, restarts_left=restarts_left)
     else:
         console.say(f"{own.reason}: put down to the job's root cause (below), not a cause")
 
@@ -88,6 +91,8 @@ def conclude_round(
         exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
     failed = cause is not None and outcome.status == RunStatus.SUCCEEDED  # another node failed
     status = RunStatus.FAILED if failed else outcome.status
+    if cause is not None and cause.stopped:  # a launcher's signal stopped the job: every node
+        status = RunStatus.INTERRUPTED
     record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
     if is_membership_change(cause):  # said already, and the next round's line follows
         return RoundEnd(exit_code, cause)
@@ -101,8 +106,13 @@ def conclude_round(
             restarts=round_,
         )
         return RoundEnd(exit_code, None)
-    if outcome.exit_code == 0 or theirs:  # else the failure report is out already
+    if outcome.exit_code == 0:  # this node's workers succeeded: one line (the report is theirs)
         report_remote_failure(console, cause)
+    elif theirs:  # this node's failure was put down to it: the job's cause, as a report
+        where = cause.node_index if cause.node_index is not None else -1  # type: ignore[union-attr]
+        hosts = [""] * where + [cause.host or ""]  # type: ignore[union-attr]
+        shown = as_seen_from(cause, plan.node_index, hosts)  # type: ignore[arg-type]
+        report_failure(console, shown, record.log_dir)
     return RoundEnd(exit_code, cause)
 
 
