@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -151,11 +152,39 @@ def write_dump(
     torch_records: Mapping[int, Sequence[TorchOp]] | None = None,
 ) -> Path:
     """Write one file per rank, summary.txt and stacks.json under
-    <log_dir>/stacks/<timestamp>/; returns that directory."""
+    <log_dir>/stacks/<timestamp>/; returns that directory. A file that cannot be written
+    (permissions, a full disk) is a warning on stderr naming it, never an exception: the
+    caller reports from the stacks it holds, and a hang is still handled."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when or time.time()))
-    root = Path(log_dir) / STACKS_DIR
+    out = Path(log_dir) / STACKS_DIR / stamp
+    try:
+        return _write_dump(out, stacks, lines, progress or {}, when, torch_records or {})
+    except OSError as exc:
+        where = exc.filename or out
+        print(
+            f"{_prog()} warning: cannot write the stacks to {where}: {exc.strerror}; "
+            "the report is from the stacks in memory",
+            file=sys.stderr,
+            flush=True,
+        )
+        return out
+
+
+def _prog() -> str:
+    """The prefix of the command that runs (the launcher's or the log reader's)."""
+    return "paddlike.launch:" if "paddlike.launch.main" in sys.modules else "paddlike.logs:"
+
+
+def _write_dump(
+    out: Path,
+    stacks: Mapping[int, RankStack],
+    lines: Sequence[str],
+    progress: Mapping[int, P.RankProgress],
+    when: float | None,
+    torch_records: Mapping[int, Sequence[TorchOp]],
+) -> Path:
+    root, stamp = out.parent, out.name
     root.mkdir(parents=True, exist_ok=True)
-    out = root / stamp
     n = 1
     while True:
         try:
@@ -164,8 +193,6 @@ def write_dump(
         except FileExistsError:
             out = root / f"{stamp}-{n}"
             n += 1
-    progress = progress or {}
-    torch_records = torch_records or {}
     now_mono = time.monotonic()
     for rank in sorted(set(stacks) | set(progress) | set(torch_records)):
         parts = []
