@@ -134,8 +134,11 @@ def _running(summary: dict | None) -> bool:
     return any(p.get("pid") for p in summary.get("processes", []))
 
 
-def run_trial(fault: str, mode: str, seed: int, workdir: Path, timeout: float = 120) -> Trial:
-    """One trial of `fault` in a `mode` job; `seed` picks the node and the moment."""
+def run_trial(
+    fault: str, mode: str, seed: int, workdir: Path, timeout: float = 120, slow_exit: float = 0
+) -> Trial:
+    """One trial of `fault` in a `mode` job; `seed` picks the node and the moment;
+    `slow_exit`: a raising rank lingers so long at exit, after closing its connections."""
     rng = random.Random(seed)
     victim = rng.randrange(NODES) if fault in ("kill worker", "full disk") else 0
     if fault in ("kill launcher", "cut network", "sigterm launcher"):
@@ -144,6 +147,7 @@ def run_trial(fault: str, mode: str, seed: int, workdir: Path, timeout: float = 
     extra: tuple[list[str], list[str]] = (HANG if fault == "stop a rank" else [], [])
     if fault == "raise in a rank":  # the rank (== its node in a fixed job) and the step
         extra = ([], ["--raise_rank", str(victim), "--raise_step", str(rng.randrange(8, 40))])
+        extra[1].extend(["--slow_exit", str(slow_exit)] if slow_exit else [])
     workdir.mkdir(parents=True, exist_ok=True)
     ckpt = workdir / "ckpt"
     ckpt.mkdir(exist_ok=True)

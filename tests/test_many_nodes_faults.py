@@ -38,6 +38,34 @@ def test_node_0_lost_ends_every_node_with_lost_contact_with_node_0(mode, tmp_pat
     for i in range(1, len(trial.codes)):
         assert "lost contact with node 0 (198.18.0." in trial.last_lines(i, 12)
         assert trial.exited_after is not None and trial.exited_after < 3.0 + 8
+        # the lost node is the cause, on every survivor: its host, its index, a FAILED block
+        cause = trial.cause(i)
+        assert (cause["node_index"], cause["host"]) == (0, trial.addrs[0]), cause
+        lines = trial.outs[i].splitlines()
+        failed = [k for k, line in enumerate(lines) if line.startswith("FAILED: ")]
+        assert failed and "lost contact with node 0 (" in lines[failed[-1]], trial.last_lines(i)
+        assert lines[failed[-1] + 1] == f"  where  node 0 ({trial.addrs[0]})"
+        assert "on another node" not in trial.outs[i]
+
+
+@pytest.mark.parametrize(("mode", "seed"), [("fixed", 53), ("elastic", 59)])
+def test_an_exception_in_one_rank_names_that_rank_on_every_node(mode, seed, tmp_path):
+    """The raising rank closes its sockets at exit and its peers' all_reduce fails at
+    once, often before the raising rank's process is gone: still the raising rank is the
+    cause everywhere, in the first round and the restart (it raises again there)."""
+    trial = _holds("raise in a rank", mode, seed, tmp_path)
+    own = f"trainer rank {trial.rank} exited with code 1"
+    for i in range(len(trial.codes)):
+        assert trial.cause(i)["rank"] == trial.rank and trial.cause(i)["role"] == "trainer"
+        assert f"restart 1 of 1 after: {own}" in trial.outs[i], trial.last_lines(i)
+        assert f"giving up after 1 restart(s); last root cause: {own}" in trial.outs[i]
+
+
+def test_a_raising_rank_slow_to_exit_is_still_the_cause(tmp_path):
+    """The raising rank lingers 1.5 s after closing its connections (a big process's
+    teardown): every peer has long failed, and waits for its word."""
+    trial = run_trial("raise in a rank", "fixed", 61, tmp_path, slow_exit=1.5)
+    assert not problems(trial), "\n".join(problems(trial)) + "\n" + trial.describe()
 
 
 def test_sigterm_to_node_0_of_an_elastic_job_ends_it_everywhere_with_143(tmp_path):
