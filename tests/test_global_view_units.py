@@ -269,3 +269,17 @@ def test_a_world_of_one_runs_the_global_view_without_a_launcher() -> None:
         'init_parallel_env() before using placement placement(type="cpu", ranks=[0])',
         "(sbp.partial_sum,) [[20.0, 26.0], [26.0, 35.0]] (sbp.broadcast,)",
     ]
+
+
+def test_a_placement_of_a_kind_the_job_lacks_is_refused_in_plain_words() -> None:
+    code = ("import numpy as np, paddlike.distributed as dist\n"
+            "dist.init_parallel_env(backend='cpu')\n"
+            "dist.global_array(np.ones(4), placement=dist.placement('cuda', [0]), "
+            "sbp=dist.sbp.broadcast)\n")  # fmt: skip
+    env = {k: v for k, v in __import__("os").environ.items()
+           if not k.startswith(("PADDLE", "MASTER", "RANK", "WORLD_SIZE"))}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=env)  # fmt: skip
+    assert run.returncode != 0
+    assert "holds device arrays (cupy), but this job runs only the CPU backend" in run.stderr
+    assert "(cupy)s" not in run.stderr and "(numpy)s" not in run.stderr

@@ -86,3 +86,11 @@ def test_ranks_mixing_array_kinds_in_one_operation_are_told_so(tmp_path):
     got = run(tmp_path, "mixed", timeout="3")
     assert "host (numpy) array" in got[0]["error"] and "device (cupy)" in got[0]["error"], got
     assert "device (cupy) array" in got[1]["error"] and "host (numpy)" in got[1]["error"], got
+
+
+@pytest.mark.timeout(120)
+def test_device_collectives_issued_in_different_orders_say_so_at_the_deadline(tmp_path):
+    got = run(tmp_path, "opposite_orders", timeout="3")
+    for k in (0, 1):
+        assert "CollectiveTimeoutError" in got[k]["error"], got[k]
+        assert "issued device collectives in different orders" in got[k]["error"], got[k]

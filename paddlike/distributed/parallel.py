@@ -76,8 +76,9 @@ def _choose_backend(backend: str, device_id: int) -> tuple[str, frozenset[str], 
         if why is not None:
             raise CollectiveError(
                 f"init_parallel_env: backend='nccl' needs CuPy with NCCL and a visible GPU "
-                f"{device_id} (FLAGS_selected_gpus, else LOCAL_RANK): {why}; install "
-                f"paddlike[gpu] or use backend='cpu'"
+                f"{device_id} (FLAGS_selected_gpus, else LOCAL_RANK): {why}; "
+                f"{'' if 'paddlike[gpu]' in why else 'install paddlike[gpu] or '}use "
+                f"backend='cpu'"
             )
         return "nccl", frozenset({DEVICE}), {HOST: "only NCCL (backend='nccl'); pass cupy "
                                             "arrays, or init_parallel_env(backend='auto') "

@@ -40,6 +40,15 @@ def main() -> None:
             dist.all_reduce(h)  # host arrays still work on every rank
             report["host_sum"] = float(h[0])
             dist.all_reduce(cupy.ones(4, cupy.float32))
+        elif mode == "opposite_orders":  # async ops on two groups, issued in other orders
+            g1, g2 = dist.new_group(), dist.new_group()
+            a, b = cupy.ones(4, cupy.float32), cupy.ones(4, cupy.float32)
+            dist.all_reduce(a, group=g1)  # both communicators built, in one order
+            dist.all_reduce(b, group=g2)
+            pairs = [(a, g1), (b, g2)] if me == 0 else [(b, g2), (a, g1)]
+            tasks = [dist.all_reduce(x, group=g, sync_op=False) for x, g in pairs]
+            for t in tasks:
+                t.wait()
         elif mode == "mixed":
             x = cupy.ones(4, cupy.float32) if me == 0 else np.ones(4, np.float32)
             dist.all_reduce(x)

@@ -211,7 +211,8 @@ def await_peers(
         raise CollectiveTimeoutError(
             f"init: ranks {missing} of group {group} (ranks {list(global_ranks)}) did not reach "
             f"NCCL communicator setup before the deadline (they died, did not call "
-            f"init_parallel_env / new_group, {MIXED_HINT}); no communicator was built"
+            f"init_parallel_env / new_group, issued device collectives in different orders, "
+            f"{MIXED_HINT}); no communicator was built"
         ) from None
     except StoreError as exc:
         raise CollectiveError(

@@ -13,13 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..collective import keys as K
-from ..collective.group import DEVICE, HOST, KIND_WORDS, Group, runtime
+from ..collective.group import DEVICE, HOST, Group, runtime
 from .errors import GlobalViewError
 from .placement import Placement
 
 __all__ = ["array_module", "group_of", "my_rank", "require_backend"]
 
 _cache: dict[tuple[str, tuple[int, ...]], Group] = {}
+
+
+KIND_PLURAL = {HOST: "host arrays (numpy)", DEVICE: "device arrays (cupy)"}
 
 
 def my_rank() -> int:
@@ -38,7 +41,7 @@ def require_backend(p: Placement, what: str) -> None:
     kind = DEVICE if p.type == "cuda" else HOST
     if kind not in runtime.kinds:
         raise GlobalViewError(
-            f"{what}: placement {p} holds {KIND_WORDS[kind]}s, but this job runs "
+            f"{what}: placement {p} holds {KIND_PLURAL[kind]}, but this job runs "
             f"{runtime.refusals.get(kind, 'no backend for them')}; or use a "
             f"{'cpu' if kind == DEVICE else 'cuda'} placement"
         )
