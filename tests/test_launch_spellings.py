@@ -314,6 +314,32 @@ def test_a_bad_pet_value_names_the_variable():
         parse("t.py", PET_START_METHOD="fork")
 
 
+@pytest.mark.parametrize("word", ["no", "false", "FALSE", "off", "0", ""])
+def test_a_pet_switch_that_says_no_is_off(word):
+    o = parse("--nnodes", "2", "--master", "127.0.0.1:1", "t.py", PET_STANDALONE=word)
+    assert not o.standalone  # it was on: --master then refused for --standalone
+
+
+@pytest.mark.parametrize("var", ["PET_STANDALONE", "PET_RUN_PATH"])
+def test_a_pet_switch_that_is_no_word_is_one_line_naming_it_and_exit_2(var, tmp_path):
+    (tmp_path / "t.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--dry_run", "t.py"], cwd=tmp_path,
+        env={**env, var: "banana"}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    option = "--" + var[4:].lower()
+    assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [
+        f"paddlike.launch: error: {option} (from {var}): expected 1/true/yes or 0/false/no, "
+        "got 'banana'"
+    ])  # fmt: skip
+
+
+def test_pet_standalone_is_named_in_what_it_contradicts():
+    with pytest.raises(UsageError, match=r"^--standalone \(from PET_STANDALONE\): .* --master"):
+        parse("--master", "127.0.0.1:1", "t.py", PET_STANDALONE="yes")
+
+
 # --- PS counts on several nodes -----------------------------------------------------------------
 
 

@@ -25,6 +25,8 @@ from paddlike.launch.context.options.record import (
     UsageError,
 )
 from paddlike.launch.context.options.values import (
+    FLAG_FALSE,
+    FLAG_TRUE,
     PORT,
     POSITIVE_INT,
     BadValue,
@@ -174,8 +176,11 @@ def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[
         var = pet_name(name)
         if name not in given and var in environ:
             value = environ[var]
-            if name in COMPAT_SWITCHES:
-                if value.strip() in ("", "0"):
+            if name in COMPAT_SWITCHES:  # as our switches' variables: a word, or refused
+                word = value.strip().lower()
+                if word not in FLAG_TRUE | FLAG_FALSE:
+                    raise CompatError(var, f"expected 1/true/yes or 0/false/no, got {value!r}")
+                if word in FLAG_FALSE:
                     continue
                 value = None
             found[name] = (value, var)
@@ -456,6 +461,8 @@ def apply_extra(raw: dict[str, object], extra: dict, sources: dict[str, str]) ->
         raw["role"] = extra["role"]
     if extra.get("standalone"):
         raw["standalone"] = True
+        if not sources["standalone"].startswith("-"):  # PET_STANDALONE
+            raw["standalone_from"] = f"--standalone (from {sources['standalone']})"
     if extra.get("run_path") and (raw.get("module") or raw.get("no_python")):
         other = "--module" if raw.get("module") else "--no_python"
         raise UsageError(

@@ -98,6 +98,7 @@ class LaunchOptions(NamedTuple):
     ports_num: int | None = None  # PaddleCloud's TRAINER_PORTS_NUM: ports opened from PADDLE_PORT
     role: str = "default"  # torchrun's --role: the workers' ROLE_NAME
     standalone: bool = False  # torchrun's --standalone: one node, its own rendezvous
+    standalone_from: str = "--standalone"  # how errors name it (the flag or PET_STANDALONE)
 
     @property
     def is_ps(self) -> bool:

@@ -260,7 +260,7 @@ def _check_standalone(o: LaunchOptions) -> None:
     ):
         if bad:
             raise UsageError(
-                f"--standalone: a one-node job with its own rendezvous, but --{dest} "
+                f"{o.standalone_from}: a one-node job with its own rendezvous, but --{dest} "
                 f"{getattr(o, dest) if dest != 'ips' else ','.join(o.ips)} names another node "
                 "or a shared rendezvous; drop one of them",
                 "--standalone",
