@@ -155,3 +155,45 @@ def test_a_torch_record_scripts_exception_is_in_the_launchers_failure_report(tmp
     error = read_error_file(tmp_path / "log" / "workerlog.1.error.json")
     assert error is not None and "raise ValueError" in error.traceback
     assert not (tmp_path / "log" / "workerlog.0.error.json").exists()
+
+
+RAISER = ROOT / "tests" / "fault_workers" / "raise_train.py"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_raises_is_the_cause_though_its_peers_exit_first(tmp_path):
+    """Rank 2 raises and lingers 1 s at exit after its runtime closed its connections:
+    ranks 0 and 1 fail at once (PeerExitedError) and exit long before it. Their error
+    files say so, and the launcher waits for rank 2's failure instead of taking theirs."""
+    run = _launch(tmp_path, "--devices", "cpu", "--nproc_per_node", "3", "--tee", "none",
+                  str(RAISER), "--raise_rank", "2", "--raise_step", "7", "--slow_exit", "1",
+                  "--steps", "30", "--checkpoint_every", "5", "--checkpoint",
+                  str(tmp_path / "ckpt"), "--step_time", "0.02")  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "FAILED: trainer rank 2 exited with code 1" in out
+    assert "error    ValueError: rank 2 raised at step 7 (injected)" in out
+    log = tmp_path / "log"
+    summary = json.loads((log / "summary.json").read_text())
+    assert summary["root_cause"]["rank"] == 2, summary["root_cause"]
+    ends = {p["rank"]: p["end_time"] for p in summary["processes"]}
+    assert max(ends[0], ends[1]) < ends[2]  # the race the old rule lost: the peers went first
+    for rank in (0, 1):
+        error = read_error_file(log / f"workerlog.{rank}.error.json")
+        assert error is not None and error.peer_exited == 2 and "PeerExitedError" in error.message
+    own = read_error_file(log / "workerlog.2.error.json")
+    assert own is not None and own.peer_exited is None and "ValueError" in own.message
+
+
+def test_a_consequence_is_read_only_from_this_runs_error_file(tmp_path):
+    from paddlike.launch.run.consequence import peer_exited
+
+    path = tmp_path / "workerlog.0.error.json"
+    env = {"TORCHELASTIC_ERROR_FILE": str(path)}
+    assert peer_exited(env, time.time()) is None  # none written
+    path.write_text(json.dumps({**torch_error("PeerExitedError: x", TRACE, time.time()),
+                                "paddlike": {"peer_exited": 0}}))  # fmt: skip
+    assert peer_exited(env, time.time() - 5) == 0  # rank 0: a rank, not "none"
+    assert peer_exited(env, time.time() + 5) is None  # written before the worker started
+    path.write_text(json.dumps(torch_error("ValueError: own", TRACE, time.time())))
+    assert peer_exited(env, time.time() - 5) is None
