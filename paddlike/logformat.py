@@ -146,6 +146,22 @@ def read_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES, start: int 
     return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
+def read_run_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES) -> list[str]:
+    """The last `lines` lines of the log's last run, its header left out: what the
+    launcher's report quotes, so that a run that wrote nothing reads as empty, never as
+    its own (or an earlier run's) header."""
+    start = last_run_start(path)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            first = f.readline(65536)
+    except OSError:
+        return []
+    if parse_header(first.decode("utf-8", errors="replace")) is not None:
+        start += len(first)
+    return read_tail(path, lines, start=start)
+
+
 # --- the owner file -----------------------------------------------------------------------
 
 

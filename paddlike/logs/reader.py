@@ -30,7 +30,7 @@ from paddlike.logformat import (
     last_run_start,
     match_log_name,
     parse_endpoints,
-    read_tail,
+    read_run_tail,
 )
 from paddlike.logs.alive import launcher_alive, launcher_pid, pid_alive
 from paddlike.logs.errors import first_error_in_file
@@ -462,7 +462,7 @@ def _root_cause(nodes: list[NodeView], tail_lines: int) -> tuple[RootCause | Non
         cause, node = min(causes, key=lambda c: (c[0].time is None, c[0].time or 0.0))
         holder = _node_holding(cause, nodes) or node
         if not cause.tail and cause.log_file:
-            cause.tail = read_tail(Path(holder.log_dir) / cause.log_file, tail_lines)
+            cause.tail = read_run_tail(Path(holder.log_dir) / cause.log_file, tail_lines)
         return cause, holder.log_dir
     for node in nodes:
         if node.summary is not None:
@@ -478,7 +478,7 @@ def _root_cause(nodes: list[NodeView], tail_lines: int) -> tuple[RootCause | Non
                     rank=proc.rank,
                     local_index=proc.local_index,
                     log_file=proc.log_file,
-                    tail=read_tail(proc.log_path, tail_lines),
+                    tail=read_run_tail(proc.log_path, tail_lines),
                 )
                 return cause, node.log_dir
     return None, None

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlike.distributed import progress as P
-from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, read_tail
+from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, read_run_tail
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import format_duration, format_root_cause, format_success
@@ -169,7 +169,7 @@ def _process_facts(
         "log": p.log_path,
         "error": p.first_error,
         "cmd": command_of(p.log_path),
-        "tail": [_cut(line) for line in read_tail(p.log_path, TAIL_LINES)],
+        "tail": [_cut(line) for line in read_run_tail(p.log_path, TAIL_LINES)],  # this run
     }
     if p.start_time is None or (p.end_time is None and p.status != ProcessStatus.RUNNING):
         # No times (Paddle's launchers), or no end (its launcher died): the last output.

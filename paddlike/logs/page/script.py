@@ -346,8 +346,11 @@ function drawDetail() {
         prog.flight.slice(-8).map(flightText).map(esc).join('\n') + '</pre>';
     }
   }
-  html += '<div class="sub">last ' + p.tail.length + ' lines of ' + esc(p.log.split('/').pop()) + '</div>' +
-    '<pre class="tail">' + (p.tail.length ? p.tail.map(esc).join('\n') : '(empty)') + '</pre>';
+  const logName = esc(p.log.split('/').pop());
+  html += p.tail.length
+    ? '<div class="sub">last ' + (p.tail.length === 1 ? 'line' : p.tail.length + ' lines') + ' of ' + logName +
+      '</div><pre class="tail">' + p.tail.map(esc).join('\n') + '</pre>'
+    : '<div class="sub">' + logName + ' is empty (this run)</div>';
   box.innerHTML = html;
 }
 function flightText(e) {
