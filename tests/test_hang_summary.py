@@ -288,13 +288,14 @@ def test_without_heartbeats_the_logs_and_collectives_are_the_signs_of_life():
     assert detect_hang(talking, now=1006.0, timeout=5.0) is None
 
 
-def test_a_hang_names_the_rank_that_stopped_first():
+def test_a_hang_says_when_each_rank_last_showed_life_without_blaming_one():
     activity = [Activity(r, last_progress=1050.0, uses_heartbeat=True) for r in (0, 1, 2)]
     activity.append(Activity(3, last_progress=1041.0, uses_heartbeat=True))
     hang = detect_hang(activity, now=1060.0, timeout=5.0)
     assert hang is not None
     assert hang.describe() == (
-        "no progress for 10 s on any rank; rank 3 stopped first (19.0 s ago; the others 10.0 s ago)"
+        "no progress for 10 s on any rank; last sign of life: rank 3 19.0 s ago, the others "
+        "10.0 s ago"
     )
 
 

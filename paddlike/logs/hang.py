@@ -397,9 +397,9 @@ class Hang:
         if len(self.order) > 1:
             lo, hi = min(i for _, i in self.order[1:]), max(i for _, i in self.order[1:])
             span = f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
-            text += (
-                f"; rank {first_rank} stopped first ({first_idle:.1f} s ago; the others "
-                f"{span} s ago)"
+            text += (  # when, not who: the report's headline names the odd rank
+                f"; last sign of life: rank {first_rank} {first_idle:.1f} s ago, the others "
+                f"{span} s ago"
             )
         return text
 
