@@ -44,6 +44,8 @@ LAUNCH_MAY_IMPORT = (
     "paddlike.logformat",  # the log directory's files, written by launch, read by logs
     "paddlike.distributed.store",
     "paddlike.logs.report",
+    "paddlike.logs.errors",  # the first error line of a failure (stdlib only, like report)
+    "paddlike.logs.worker_probe",  # the hang probe's directory and environment (stdlib only)
 )
 # ... and only inside a function, when a hang is looked for (they are heavier).
 LAUNCH_MAY_IMPORT_LAZILY = (
@@ -60,34 +62,9 @@ MAX_CHAIN = 6
 
 # Import cycles not fixed yet: each a set of modules that import each other (directly or
 # round about). Issue 22 removes them; remove an entry with its fix.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # Each edge is allowed, the loop is not: the launcher's hang watch reads progress files
-    # (lazily); progress.py imports env.py for env_int (new); env.py re-exports nodelist's
-    # OneFlow names; nodelist drives the launcher (lazily): main -> run.job -> ...
-    frozenset(
-        {
-            "paddlike.distributed.env",
-            "paddlike.distributed.nodelist",
-            "paddlike.distributed.progress",
-            "paddlike.launch.main",
-            "paddlike.launch.run.hangwatch",
-            "paddlike.launch.run.job",
-            "paddlike.launch.run.roundend",
-            "paddlike.launch.run.supervisor",
-            "paddlike.logs.stack_files",
-            "paddlike.logs.stacks",
-        }
-    ),
-    # new with the HTML page: the page's --follow imports it lazily
-    frozenset({"paddlike.logs.page", "paddlike.logs.page.follow"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 # Imports against the package rules above, not fixed yet: (importer, imported).
-KNOWN_VIOLATIONS: set[tuple[str, str]] = {
-    # new: the plan names the hang probe's directory (a worker's PYTHONPATH) from logs
-    ("paddlike.launch.plan.plan", "paddlike.logs.worker_probe"),
-    # new: the failure line's first-error scan, which imports typing, from the launcher
-    ("paddlike.logs.report", "paddlike.logs.errors"),
-}
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 class Import(NamedTuple):

@@ -16,6 +16,7 @@ from paddlike import contract as C
 
 # OneFlow's node list in the script (`dist.env.machine(...)` reads as `flow.env.machine`);
 # kept in `nodelist` with the rest of the node-list form (stdlib only).
+from .envint import EnvironmentContractError, env_int
 from .nodelist import ctrl_port, machine
 
 __all__ = [
@@ -30,41 +31,6 @@ __all__ = [
     "machine",
     "master_address",
 ]
-
-
-class EnvironmentContractError(ValueError):
-    """A contract variable is set to something the runtime cannot use."""
-
-
-def env_int(
-    environ: Mapping[str, str], names: tuple[str, ...], default: int, *, strict: bool = True
-) -> int:
-    """The first of `names` that is set (not blank), as an int; `default` when none is.
-
-    A set value that is not an integer raises EnvironmentContractError naming the variable
-    (`strict`, the runtime's contract: a silent default could make two workers rank 0), or
-    gives `default` (not strict: for observers such as the progress heartbeat, which must
-    never stop the training it watches).
-
-        environ                  names              strict   ->
-        {}                       (RANK,)            either   default
-        {RANK: " 3 "}            (RANK,)            either   3
-        {A: "", B: "2"}          (A, B)             either   2
-        {RANK: "x"}              (RANK,)            True     EnvironmentContractError
-        {RANK: "x", B: "2"}      (RANK, B)          False    default (not B's value)
-    """
-    for name in names:
-        raw = environ.get(name, "").strip()
-        if raw:
-            try:
-                return int(raw)
-            except ValueError:
-                if not strict:
-                    return default
-                raise EnvironmentContractError(
-                    f"environment variable {name}={raw!r} is not an integer"
-                ) from None
-    return default
 
 
 _int = env_int

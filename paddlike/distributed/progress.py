@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlike import contract as C
-from paddlike.distributed.env import env_int
+from paddlike.distributed.envint import env_int
 
 __all__ = [
     "CAPACITY",

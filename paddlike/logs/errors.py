@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import BinaryIO
+
+TYPE_CHECKING = False  # typing's, without importing typing (the launcher reads this)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 TRACEBACK_START = "Traceback (most recent call last):"
 # Lines between two tracebacks of one chained exception.

@@ -8,37 +8,15 @@ Imported only when --html is given: `python -m paddlike.logs` stays quick to sta
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
 from paddlike.logs import outcome
-from paddlike.logs.page.facts import job_facts
-from paddlike.logs.page.render import render_page
-from paddlike.logs.reader import JobView, LogDirError, load
+from paddlike.logs.page.build import build_page, write_atomically
+from paddlike.logs.reader import LogDirError, load
 
 __all__ = ["build_page", "main", "write_atomically"]
-
-
-def build_page(
-    job: JobView,
-    dirs: list[str],
-    *,
-    follow: float = 0.0,
-    history: Mapping[int, list[tuple[float, int]]] | None = None,
-) -> str:
-    """The page of a loaded job (see facts.job_facts for `follow` and `history`)."""
-    return render_page(job_facts(job, follow=follow, history=history), dirs)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` whole (temporary name, then rename): a browser reloading it never
-    reads half a page."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def main(dirs: list[str], target: str, *, follow: bool, out: TextIO) -> int:

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from paddlike.distributed import progress as P
 from paddlike.logs import outcome
-from paddlike.logs.page import build_page, write_atomically
+from paddlike.logs.page.build import build_page, write_atomically
 from paddlike.logs.reader import JobView, LogDirError, load
 from paddlike.summary import RunStatus
 
