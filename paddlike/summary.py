@@ -218,6 +218,7 @@ class RootCause(_Record):
         "time",
         "duration",
         "membership",
+        "stacks",
     )
     __slots__ = FIELDS
 
@@ -238,6 +239,9 @@ class RootCause(_Record):
         # elastic jobs: "lost" | "left" | "joined" when the round ended for a change of its
         # nodes (a new round follows, not counted as a restart); None otherwise
         membership: str | None = None,
+        # --on_hang abort: the hang's summary.txt in its stack dump (as log_file is given);
+        # role and rank then name the rank that holds the others up, if one does
+        stacks: str | None = None,
     ) -> None:
         self.reason = reason
         self.host = host
@@ -252,6 +256,7 @@ class RootCause(_Record):
         self.time = time
         self.duration = duration
         self.membership = membership
+        self.stacks = stacks
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RootCause:
@@ -265,7 +270,10 @@ class RootCause(_Record):
 
     @property
     def hung(self) -> bool:
-        """--on_hang abort ended the job."""
+        """--on_hang abort ended the job (the cause may name the odd rank: not a failure
+        of it, and no restart follows)."""
+        if self.stacks is not None:
+            return True
         return self.role is None and self.exit_code == HANG_EXIT_CODE
 
 

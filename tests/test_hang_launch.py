@@ -58,13 +58,20 @@ def test_a_hung_torch_job_is_aborted_with_code_124_naming_the_rank_in_load_batch
     assert f"paddlike.launch:   {odd}\n" in console
     assert f"paddlike.launch:   {others}\n" in console
     assert f"FAILED: {odd}\n" in console
-    assert "exit   code 124" in console
+    assert "  exit    code 124\n" in console
+    # the report names the odd rank's process and log, and where the stacks are
+    assert "  where   node 0 (127.0.0.1), trainer rank 3\n" in console
+    assert f"  log     {tmp_path / 'log' / 'workerlog.3'}\n" in console
+    assert f"  stacks  {tmp_path / 'log' / 'stacks'}/" in console
     # 5 s of silence, then the stacks (py-spy, native frames: seconds), then the teardown
     assert took < 5 + 10 + 5, f"the hang ended the job {took:.1f} s after the ranks blocked"
     summary = json.loads((tmp_path / "log" / "summary.json").read_text())
     assert summary["exit_code"] == HANG_EXIT
     assert summary["root_cause"]["reason"] == odd
+    cause = summary["root_cause"]
+    assert (cause["role"], cause["rank"], cause["log_file"]) == ("trainer", 3, "workerlog.3")
     (dump,) = dumps(tmp_path / "log")
+    assert cause["stacks"] == str((dump / "summary.txt").relative_to(tmp_path / "log"))
     assert sorted(p.name for p in dump.glob("rank.*.txt")) == [f"rank.{r}.txt" for r in range(4)]
     assert (dump / "summary.txt").read_text().splitlines()[:2] == [odd, others]
     shown = subprocess.run(

@@ -132,7 +132,12 @@ def test_with_on_hang_abort_the_cause_names_the_rank_in_load_batch_not_rank_0(jo
     assert cause.reason == "rank 1 (vm, workerlog.1) is in `load_batch` at train.py:41"
     assert cause.exit_code == 124
     assert cause.time == clocks.wall.now
-    assert cause.log_file is not None and (job.dir / cause.log_file).exists()
+    # the odd rank is the cause's process, as for a failure (docs/logdir.md)
+    assert (cause.role, cause.rank, cause.host, cause.node_index) == ("trainer", 1, "127.0.0.1", 0)
+    assert cause.log_file == "workerlog.1"
+    assert cause.stacks is not None and (job.dir / cause.stacks).name == "summary.txt"
+    assert (job.dir / cause.stacks).read_text().splitlines()[0] == cause.reason
+    assert cause.hung
 
 
 def test_the_time_py_spy_held_the_ranks_is_not_silence_and_nothing_else_delays_the_rule(
@@ -244,3 +249,19 @@ def test_the_hang_watch_does_not_import_the_supervisor_even_for_type_checking():
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
     }
     assert "paddlike.launch.run.supervisor" not in imported
+
+
+def test_a_job_wide_hang_names_the_odd_ranks_node_and_log_in_its_cause(job, clocks):
+    w, out = watch(job, clocks, on_hang="abort")
+    w.channel = Channel(other_idle=TIMEOUT + 1)  # type: ignore[assignment]
+    job.write(0)
+    job.write(1)
+    clocks.advance(TIMEOUT + 0.5)
+    cause = w.answer()
+    assert cause is not None and cause.hung
+    assert cause.reason == "rank 1 (vm, workerlog.1) is in `load_batch` at train.py:41"
+    assert (cause.role, cause.rank, cause.host, cause.node_index) == ("trainer", 1, "127.0.0.1", 0)
+    assert cause.log_file == os.path.abspath(job.dir / "workerlog.1")  # as every node reads it
+    assert cause.stacks is not None and os.path.isabs(cause.stacks)
+    assert Path(cause.stacks).read_text().splitlines()[0] == cause.reason
+    assert "stacks of 2 ranks of this node in " in out.getvalue()

@@ -228,7 +228,9 @@ def format_root_cause(
         rows.append(("ran for", format_duration(cause.duration)))
     if cause.log_file:
         rows.append(("log", _log_path(cause.log_file, log_dir)))
-    error = cause_error_file(cause, log_dir)
+    if cause.stacks and cause.stacks != cause.log_file:
+        rows.append(("stacks", _log_path(cause.stacks, log_dir)))
+    error = cause_error_file(cause, log_dir) if not cause.hung else None  # it did not fail
     if error is not None and error.message:
         rows.append(("error", error.message.strip().splitlines()[0]))
     width = max((len(key) for key, _ in rows), default=0)
@@ -241,7 +243,11 @@ def format_root_cause(
         if not any(line.rstrip() == lines[-1].rstrip() for line in tail):
             out.append(f"  traceback from {os.path.basename(error.path)}:")
             out.append(format_tail(lines[-tail_lines:], color=color))
-    if cause.log_file:
+    if cause.stacks and cause.stacks != cause.log_file and tail:
+        # a hang names its odd rank's log, but quotes the stack dump's summary
+        out.append(f"  the hang's summary ({os.path.basename(cause.stacks)}):")
+        out.append(format_tail(tail, color=color))
+    elif cause.log_file:
         name = os.path.basename(cause.log_file)
         if tail:
             what = "last line" if len(tail) == 1 else f"last {len(tail)} lines"

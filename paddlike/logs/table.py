@@ -188,12 +188,12 @@ def killed_because(cause: RootCause | None) -> str:
     """Why the launcher stopped processes that had not failed, from the job's root cause."""
     if cause is None:
         return "stopped by the launcher"
+    if cause.hung:  # before the role: a hang's cause may name its odd rank
+        return "stopped by the launcher because the job hung (--on_hang abort)"
     if cause.role is not None:
         return "stopped by the launcher after another process failed"
     if cause.stopped:
         return f"stopped because the {cause.reason}"
-    if cause.hung:
-        return "stopped by the launcher because the job hung (--on_hang abort)"
     if cause.membership is not None:
         return "stopped by the launcher when the job's nodes changed"
     return f"stopped by the launcher because {cause.reason}"

@@ -170,11 +170,11 @@ def run_elastic(
             if spec.ends_with(end.survivors):
                 return end.exit_code or 1
             say(f"new round (membership change): {cause.reason}")
-        elif cause.role is not None and restarts < max_restarts:
+        elif cause.role is not None and not cause.hung and restarts < max_restarts:
             restarts += 1
             say(f"restart {restarts} of {max_restarts} after: {cause.reason}")
         else:
-            if cause.role is not None and max_restarts:
+            if cause.role is not None and not cause.hung and max_restarts:
                 say(f"giving up after {max_restarts} restart(s); last root cause: {cause.reason}")
             return end.exit_code
         round_ = end.round + 1

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
+from paddlike.launch.plan.plan import Role
 from paddlike.launch.plan.policy import hang_cause
 from paddlike.summary import RootCause
 
@@ -204,12 +205,34 @@ class HangWatch:
             self.channel.request_hang(stalled)
             return None
         self.console.warn(f"hang: {stalled} (--hang_timeout {self.timeout:g}); taking stacks")
-        lines, path = self._dump(workers, [stalled])
+        lines, path, odd = self._dump(workers, [stalled])
         if self.on_hang != "abort":
             self.console.say("--on_hang dump: the job keeps running")
             return None
+        logs = {w.rank: w.log_name for w in workers}
+        where = (self.host, self.node_index, logs[odd]) if odd in logs else None
         dump = str(path.relative_to(self.log_dir) / "summary.txt")
-        return hang_cause(self.host, self.node_index, lines, stalled, dump, self._wall())
+        return self._cause(lines, stalled, dump, odd, where)
+
+    def _cause(
+        self,
+        lines: list[str],
+        stalled: str,
+        dump: str,
+        odd: int | None,
+        where: tuple[str, int, str] | None,
+    ) -> RootCause:
+        """--on_hang abort's root cause: the report's first line; when it names one rank,
+        that trainer, its node and its log (`where`: host, node index, log file), so that
+        summary.json says which process, as for a failure (a hang is not restarted)."""
+        cause = hang_cause(self.host, self.node_index, lines, stalled, dump, self._wall())
+        cause = cause.replace(stacks=dump)
+        if odd is None or where is None:
+            return cause
+        host, node, log = where
+        return cause.replace(
+            role=Role.TRAINER.value, rank=odd, host=host, node_index=node, log_file=log
+        )
 
     def _activity(self, workers: Sequence[Watched], now: float) -> list:
         from paddlike.distributed import progress as P
@@ -264,7 +287,11 @@ class HangWatch:
         self.console.say(f"{why}: taking the stacks of {n} worker{'' if n == 1 else 's'}")
         self._dump(workers, [])
 
-    def _dump(self, workers: Sequence[Watched], extra: list[str]) -> tuple[list[str], Path]:
+    def _dump(
+        self, workers: Sequence[Watched], extra: list[str]
+    ) -> tuple[list[str], Path, int | None]:
+        """Collect, print and write this node's stacks: the report, its directory, and the
+        one rank the report names (None: none, or several)."""
         from paddlike.distributed import progress as P
         from paddlike.logs import hang, stacks
 
@@ -276,14 +303,13 @@ class HangWatch:
         self._after_collection(began_wall)
         took = self._clock() - began
         prog = P.read_all(self.log_dir, self.job_id or None)
-        lines = hang.summarize(
-            taken, stacks.job_flights(prog, records), hang.find_stragglers(prog.values())
-        )
+        flights = stacks.job_flights(prog, records)
+        lines = hang.summarize(taken, flights, hang.find_stragglers(prog.values()))
         path = stacks.write_dump(self.log_dir, taken, [*lines, *extra], prog, None, records)
         for line in lines:
             self.console.say(f"  {line}")
         self.console.say(f"stacks of {_ranks(len(taken))} in {path} (taken in {took:.1f} s)")
-        return lines, path
+        return lines, path, _odd_rank(taken, flights)
 
     def _collect_job(
         self, targets: Sequence[Target]
@@ -327,15 +353,14 @@ class HangWatch:
         prog = P.read_all(self.log_dir, self.job_id or None)
         report = stacks.node_report(taken, prog, records)
         report["activity"] = [[a.rank, a.last_log, a.last_progress, a.uses_heartbeat] for a in ages]
+        logs = {str(w.rank): os.path.abspath(self.log_dir / w.log_name) for w in workers}
+        report["node"] = {"index": self.node_index, "host": self.host, "logs": logs}
         self.channel.answer(n, report)
         reports, silent = self.channel.gather(n, self.collect_timeout + ANSWER_GRACE)
         all_stacks, all_prog = stacks.merge_reports(reports)
         all_records = stacks.merge_torch_records(reports)
-        lines = hang.summarize(
-            all_stacks,
-            stacks.job_flights(all_prog, all_records),
-            hang.find_stragglers(all_prog.values()),
-        )
+        flights = stacks.job_flights(all_prog, all_records)
+        lines = hang.summarize(all_stacks, flights, hang.find_stragglers(all_prog.values()))
         if silent:
             nodes = ", ".join(map(str, silent))
             lines.append(
@@ -379,8 +404,28 @@ class HangWatch:
             if k:
                 self.console.say("--on_hang dump: the job keeps running")
             return None
-        dump = str(path.relative_to(self.log_dir) / "summary.txt")
-        return hang_cause(self.host, self.node_index, lines, extra[0], dump, self._wall())
+        odd = _odd_rank(all_stacks, flights)
+        where = next(
+            (
+                (r["node"]["host"], r["node"]["index"], r["node"]["logs"][str(odd)])
+                for r in reports
+                if str(odd) in r.get("node", {}).get("logs", {})
+            ),
+            None,
+        )
+        # the other nodes read this summary.txt path on this node, as a log file's
+        dump = os.path.abspath(path / "summary.txt")
+        return self._cause(lines, extra[0], dump, odd, where)
+
+
+def _odd_rank(taken: dict[int, RankStack], flights: dict[int, Any]) -> int | None:
+    """The one rank the report's first line names as holding the others up (the rule of
+    `hang.summarize`), or None when it names none or several."""
+    from paddlike.logs import hang
+
+    locations = {r: hang.locate(s) for r, s in taken.items()}
+    verdict = hang.name_odd_ranks(locations, hang.flight_findings(flights) if flights else [])
+    return verdict.odd[0] if len(verdict.odd) == 1 else None
 
 
 def _ranks(n: int) -> str:

@@ -290,7 +290,7 @@ class JobRun:
         if self.elastic is None:
             return run_rounds(
                 self.options.max_restarts,
-                lambda r: RoundEnd(*self.round(r, r)[:2]),
+                lambda r: _not_restarted_if_hung(RoundEnd(*self.round(r, r)[:2])),
                 self.console.say,
             )
         code = run_elastic(self.elastic, self.options.max_restarts, self.round, self.console.say)
@@ -437,7 +437,8 @@ class JobRun:
         own = outcome.root_cause
         if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
-                left = restarts < self.options.max_restarts  # then one line; the rounds say more
+                # then one line; the rounds say more (a hang is not restarted)
+                left = restarts < self.options.max_restarts and not own.hung
                 report_own_failure(
                     self.console, own, watch.root_cause, self.logdir.path, restarts_left=left
                 )
@@ -452,6 +453,17 @@ class JobRun:
             self.console, self.elastic, own, cause, survivors, self.leaving, self.logdir.path
         )
         return cause, survivors
+
+
+def _not_restarted_if_hung(end: RoundEnd) -> RoundEnd:
+    """A hang's cause names its odd rank (role, rank) without being that process's failure:
+    `policy.run_rounds` restarts a cause that names a process, and a restart would hang
+    the same way. The rounds loop gets the cause without its process (summary.json, written
+    by then, keeps it whole)."""
+    cause = end.cause
+    if cause is None or not cause.hung or cause.role is None:
+        return end
+    return RoundEnd(end.exit_code, cause.replace(role=None, rank=None))
 
 
 def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
