@@ -56,6 +56,10 @@ def main() -> None:
         report["error"] = f"{type(exc).__name__}: {exc}"
     report["seconds"] = time.monotonic() - start
     path.write_text(json.dumps(report))
+    if mode == "mixed":  # stay until every rank has reported: an exit would be news to a peer
+        deadline, world = time.monotonic() + 30, dist.get_world_size()
+        while time.monotonic() < deadline and len(list(out.glob("rank*.json"))) < world:
+            time.sleep(0.05)  # a file, not an event: polled
 
 
 if __name__ == "__main__":

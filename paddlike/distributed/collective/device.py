@@ -103,7 +103,9 @@ def wait_keys(store: Any, keys: Sequence[str], owners: Sequence[int], deadline: 
             who = ("rank " if len(dead) == 1 else "ranks ") + ", ".join(map(str, dead))
             raise PeerExitedError(
                 f"{what}: {who} exited (its connection closed) before reaching NCCL "
-                f"communicator setup; see its log"
+                f"communicator setup; see its log (a rank still alive closes its connections "
+                f"after an error: then it may have called this operation with a host (numpy) "
+                f"array where this rank used a device (cupy) array)"
             )
 
 
