@@ -42,6 +42,7 @@ LAUNCH_MAY_IMPORT = (
     "paddlike.contract",
     "paddlike.summary",
     "paddlike.logformat",  # the log directory's files, written by launch, read by logs
+    "paddlike.commands",  # both commands' manners: the name typed, a closed stdout
     "paddlike.distributed.store",
     "paddlike.logs.report",
     "paddlike.logs.errors",  # the first error line of a failure (stdlib only, like report)
@@ -54,7 +55,7 @@ LAUNCH_MAY_IMPORT_LAZILY = (
     "paddlike.distributed.progress",
 )
 DISTRIBUTED_DRIVES_LAUNCH = ("paddlike.distributed.spawn", "paddlike.distributed.nodelist")
-LEAVES = ("paddlike.contract", "paddlike.summary")  # shared by all: import nothing of paddlike
+LEAVES = ("paddlike.contract", "paddlike.summary", "paddlike.commands")  # shared by all: import nothing of paddlike
 
 # a launch stage may import the stages of a lower number (and its own)
 STAGES = {"context": 0, "plan": 1, "peers": 2, "console": 2, "run": 3, "main": 4, "__main__": 5}

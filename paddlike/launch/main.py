@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from paddlike.commands import stdout_closed
 from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import PROG, LaunchOptions, UsageError, parse_options
 from paddlike.launch.plan.nodejob import NodeJob
@@ -183,31 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PortError as exc:
         return _fail(str(exc), 1)
     if described.options.dry_run:
-        from paddlike.launch.plan.plan import format_plan
-
-        print(format_plan(described.preview, described.log_dir), flush=True)
-        if described.job.nnodes > 1 and not described.options.is_ps:
-            print(
-                "(many nodes: ports shown from --start_port; a real launch negotiates them)",
-                flush=True,  # __main__ ends with os._exit: nothing is flushed after this
-            )
-        elastic = described.job.elastic
-        if elastic is not None:
-            count = (
-                f"{elastic.max_nodes} nodes, a lost one replaced in a new round"
-                if elastic.min_nodes == elastic.max_nodes
-                else f"{elastic.min_nodes}..{elastic.max_nodes} nodes"
-            )
-            print(
-                f"(elastic: {count}; the ranks and the world are found at each round's "
-                f"rendezvous: shown as node 0 of {elastic.max_nodes})",
-                flush=True,
-            )
-        elif not described.job.rank_known:
-            print(
-                "(no --node_rank: shown as node 0; the rendezvous assigns the node ranks)",
-                flush=True,
-            )
+        try:
+            _print_dry_run(described)
+        except BrokenPipeError:  # `--dry_run ... | head`: the reader has what it wanted
+            return stdout_closed()
         return 0
     _warn_crowded(len(described.preview.processes))
     from paddlike.launch.run.job import run_job
@@ -215,6 +195,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logs = log_files(described.preview)  # checked before anything starts
     return run_job(described.options, described.job, environ, logs=logs)
+
+
+def _print_dry_run(described: Described) -> None:
+    """--dry_run: every process, command and environment; nothing is started."""
+    from paddlike.launch.plan.plan import format_plan
+
+    print(format_plan(described.preview, described.log_dir), flush=True)
+    if described.job.nnodes > 1 and not described.options.is_ps:
+        print(
+            "(many nodes: ports shown from --start_port; a real launch negotiates them)",
+            flush=True,  # __main__ ends with os._exit: nothing is flushed after this
+        )
+    elastic = described.job.elastic
+    if elastic is not None:
+        count = (
+            f"{elastic.max_nodes} nodes, a lost one replaced in a new round"
+            if elastic.min_nodes == elastic.max_nodes
+            else f"{elastic.min_nodes}..{elastic.max_nodes} nodes"
+        )
+        print(
+            f"(elastic: {count}; the ranks and the world are found at each round's "
+            f"rendezvous: shown as node 0 of {elastic.max_nodes})",
+            flush=True,
+        )
+    elif not described.job.rank_known:
+        print(
+            "(no --node_rank: shown as node 0; the rendezvous assigns the node ranks)",
+            flush=True,
+        )
 
 
 # Workers per CPU core above which the launcher warns: past a few per core, workers mostly

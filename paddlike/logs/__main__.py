@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from paddlike.commands import command_name, stdout_closed
 from paddlike.logs import outcome
 from paddlike.logs.follow import Follower
 from paddlike.logs.reader import JobView, LogDirError, ProcessView, load, node_dirs
@@ -31,7 +32,7 @@ ROLES = ("trainer", "server", "heter")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m paddlike.logs",
+        prog=command_name(sys.argv[0], "paddlike.logs"),
         description="Summarise a log directory written by paddlike.launch (or by Paddle's "
         "launchers): every process's status, exit code, first error line, and the root cause.",
         epilog="exit status: the job's outcome, for CI scripts: 0 it succeeded; its exit code "
@@ -148,11 +149,33 @@ def _select(job: JobView, role: str | None, rank: int | None) -> list[ProcessVie
 
 
 def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+    """The command; a reader that stops reading (`| head`) ends it quietly."""
+    try:
+        return _main(argv, out or sys.stdout)
+    except BrokenPipeError:
+        return stdout_closed()
+
+
+def _refused(args: argparse.Namespace) -> str | None:
+    """Options given together that would be silently ignored: the one line, or None."""
+    if args.tail is not None and args.tail < 0:
+        return f"--tail {args.tail}: must be 0 or more lines"
+    if args.json and args.html is not None:
+        return "--json with --html: one output at a time (the page holds the same facts)"
+    if args.tail is not None and args.rank is None and args.role is None and not args.follow:
+        return (
+            f"--tail {args.tail}: the lines of one log, with --rank N or --role R "
+            "(or --follow); the default view quotes the failed process's last lines"
+        )
+    return None
+
+
+def _main(argv: list[str] | None, out: TextIO) -> int:
     args = build_parser().parse_args(argv)
     dirs: list[str] = args.dirs or ["log"]
-    if args.tail is not None and args.tail < 0:
-        print(f"paddlike.logs: --tail {args.tail}: must be 0 or more lines", file=sys.stderr)
+    refused = _refused(args)
+    if refused is not None:
+        print(f"paddlike.logs: {refused}", file=sys.stderr)
         return 2
     color = use_color(out)
     if args.html is not None:

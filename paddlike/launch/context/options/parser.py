@@ -11,8 +11,10 @@ back as text: `values` checks them, `sources` decides which one counts.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 
+from paddlike.commands import command_name
 from paddlike.contract import OPTION_ENV_PREFIX
 from paddlike.launch.context.options.others import (
     BOOL_TRUE,
@@ -321,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         return argparse.HelpFormatter(prog, width=max(columns - 2, 40))
 
     p = Parser(
-        prog="python -m paddlike.launch",
+        prog=command_name(sys.argv[0], "paddlike.launch"),  # what the user typed
         formatter_class=formatter,
         description=(
             "Start a distributed training job: one worker per device (or "
