@@ -119,6 +119,24 @@ def test_dry_run_accepts_gpus_that_are_not_there(tmp_path):
     assert "PADDLE_DISTRI_BACKEND=nccl" in result.stdout
 
 
+def test_dry_run_of_gpus_this_node_lacks_says_a_launch_here_exits_2(tmp_path):
+    if os.path.exists("/proc/driver/nvidia/gpus"):
+        pytest.skip("this node has NVIDIA GPUs")
+    result = launch(tmp_path, "--dry_run", "--gpus", "0", "w.py")
+    assert result.returncode == 0, result.stderr
+    devices = [ln for ln in result.stdout.splitlines() if ln.startswith("devices: ")]
+    assert devices == [
+        "devices: --gpus 0: one worker per GPU; warning: a launch on this node exits 2 (no "
+        "NVIDIA GPU found on this node (/proc/driver/nvidia/gpus is missing), got '0'; drop "
+        "--gpus to run CPU workers)"
+    ]
+    real = launch(tmp_path, "--gpus", "0", "w.py")
+    assert (real.returncode, real.stderr.splitlines()) == (2, [
+        "paddlike.launch: error: --gpus: no NVIDIA GPU found on this node "
+        "(/proc/driver/nvidia/gpus is missing), got '0'; drop --gpus to run CPU workers"
+    ])  # fmt: skip
+
+
 def test_dry_run_in_ps_mode(tmp_path):
     result = launch(tmp_path, "--dry_run", "--server_num", "2", "--worker_num", "2", "w.py")
     assert result.returncode == 0, result.stderr

@@ -345,24 +345,34 @@ def _listed(
         relative = tuple(str(listed.index(g)) for g in gpus)
     else:
         relative = tuple(gpus)
-    if not dry_run:
-        if found.count == 0:
-            raise UsageError(
-                f"--gpus: no NVIDIA GPU found on this node ({found.tried}), got {shown!r}; "
-                f"drop --gpus to run CPU workers",
-                "--gpus",
-            )
-        too_big = [g for g in gpus if int(g) >= found.count]
-        if too_big:
-            raise UsageError(
-                f"--gpus: GPU {too_big[0]} does not exist, this node has {found.count} "
-                f"(ids 0-{found.count - 1}, {found.source}), got {shown!r}",
-                "--gpus",
-            )
+    refusal = _missing_gpus(gpus, found, shown)
+    if refusal is not None and not dry_run:
+        raise UsageError(refusal, "--gpus")
     what = f"--gpus {shown}"
     if value is not None:
         what += f" (physical ids; workers number them in {CUDA_VISIBLE_DEVICES}={value!r})"
-    return _split(relative, tuple(gpus), nproc_per_node or len(relative), f"--gpus {shown}", what)
+    done = _split(relative, tuple(gpus), nproc_per_node or len(relative), f"--gpus {shown}", what)
+    if refusal is None:
+        return done
+    # --dry_run previews the plan for a node that has these GPUs; this one has not.
+    warning = f"; warning: a launch on this node exits 2 ({refusal.removeprefix('--gpus: ')})"
+    return DeviceAssignment(done.kind, done.per_worker, done.physical, done.why + warning)
+
+
+def _missing_gpus(gpus: Sequence[str], found: NodeGpus, shown: str) -> str | None:
+    """Why a launch on this node refuses `--gpus`, or None when every GPU listed is here."""
+    if found.count == 0:
+        return (
+            f"--gpus: no NVIDIA GPU found on this node ({found.tried}), got {shown!r}; "
+            "drop --gpus to run CPU workers"
+        )
+    too_big = [g for g in gpus if int(g) >= found.count]
+    if too_big:
+        return (
+            f"--gpus: GPU {too_big[0]} does not exist, this node has {found.count} "
+            f"(ids 0-{found.count - 1}, {found.source}), got {shown!r}"
+        )
+    return None
 
 
 def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAssignment:
