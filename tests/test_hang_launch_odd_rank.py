@@ -160,6 +160,14 @@ def test_a_stopped_rank_is_named_in_the_console_and_the_summary(tmp_path):
     assert f"paddlike.launch:   {stopped}\n" in console
     summary = json.loads((tmp_path / "log" / "summary.json").read_text())
     assert summary["root_cause"]["reason"] == stopped
+    cause = summary["root_cause"]
+    assert (cause["role"], cause["rank"], cause["log_file"]) == ("trainer", 1, "workerlog.1")
+    # the teardown continues it (SIGCONT) rather than waiting --kill_timeout for it
+    assert (
+        f"trainer rank 1 (pid {pid}) is stopped (SIGSTOP, or held by a debugger): "
+        "sending SIGCONT after SIGTERM so that it can exit\n"
+    ) in console
+    assert "make it exit on SIGTERM" not in console
 
 
 def _state(pid: int) -> str:
