@@ -221,6 +221,6 @@ def test_a_master_port_among_the_trainers_consecutive_ports_is_named_with_its_so
     )  # fmt: skip
     assert workers_port_overlap(request, (7000, 7001)) == (
         "--master_port 7001: also a trainer port from --start_port 7000 (this node needs "
-        "7000-7001 for its trainers); give ports that do not overlap"
+        "ports 7000-7001 for its trainers); give ports that do not overlap"
     )
     assert workers_port_overlap(request, (7002, 7003)) is None

@@ -192,6 +192,11 @@ def port_request(
     )
 
 
+def port_span(first: int, last: int) -> str:
+    """'port 6170' or 'ports 6170-6173': how messages name the ports a node needs."""
+    return f"port {first}" if first == last else f"ports {first}-{last}"
+
+
 def workers_port_overlap(request: PortRequest, ports: Sequence[int]) -> str | None:
     """Why the given --master_port cannot be the workers' store port (it is one of the
     trainers' consecutive ports), or None when it can."""
@@ -199,6 +204,6 @@ def workers_port_overlap(request: PortRequest, ports: Sequence[int]) -> str | No
         return None
     return (
         f"--master_port {request.workers_port}: also a trainer port from {request.source} "
-        f"{request.start} (this node needs {ports[0]}-{ports[-1]} for its trainers); give "
-        "ports that do not overlap"
+        f"{request.start} (this node needs {port_span(ports[0], ports[-1])} for its trainers); "
+        "give ports that do not overlap"
     )

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from paddlike.launch import NamedTuple
+from paddlike.launch.plan.layout import port_span
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ def claim_ports(
                 raise PortTakenError(
                     f"{source} {start}: port {port} on {where} is in use "
                     f"({error.strerror}); pick another {source} (this node needs "
-                    f"{start}-{start + n - 1})"
+                    f"{port_span(start, start + n - 1)})"
                 )
         for port in wanted:
             tmp = registry / f".{port}.{me}"

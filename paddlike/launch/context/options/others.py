@@ -262,8 +262,13 @@ def translate_compat(
         endpoint, source = found["rdzv_endpoint"]
         endpoint = (endpoint or "").strip()
         if backend in ("etcd", "etcd-v2") and endpoint:
-            hosts = ",".join(_endpoint(e, 2379) for e in endpoint.split(","))
-            ours["master"] = ("etcd://" + hosts, source)
+            hosts = [_endpoint(e, 2379) for e in endpoint.split(",")]
+            for host in hosts:  # judged here, so that the error quotes what was typed
+                try:
+                    PORT(host.rpartition(":")[2])
+                except BadValue as bad:
+                    raise CompatError(source, f"{bad} for etcd, got {endpoint!r}") from None
+            ours["master"] = ("etcd://" + ",".join(hosts), source)
         elif endpoint:
             ours["master"] = (_endpoint(endpoint, 29400), source)
         if "elastic_server" in found and ours["master"][1] != found["elastic_server"][1]:
