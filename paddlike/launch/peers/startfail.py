@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from paddlike.contract import POD_IP
 from paddlike.distributed.store import StoreClient, StoreError, StoreServer
 from paddlike.launch import NamedTuple
+from paddlike.launch.context.addresses import LocalAddresses, resolve_ipv4, route_source
 from paddlike.launch.context.master import launchers_master, uses_etcd
-from paddlike.launch.context.node import LocalAddresses, resolve_ipv4, route_source
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.context.schedulers import detect_scheduler
 from paddlike.launch.peers import protocol as p
