@@ -94,6 +94,26 @@ def test_a_failure_a_restart_follows_is_one_line_with_its_first_error_and_log():
     assert format_failure_line(quiet) == "trainer rank 1 exited with code 3"
 
 
+def test_a_hang_naming_its_odd_rank_shows_its_log_and_quotes_the_dumps_summary():
+    summary = ["rank 2 (nodeb, workerlog.0) is stopped (SIGSTOP, or held by a debugger): no stack",
+               "ranks 0–1 (2 of 3) wait in `all_reduce` called from train.py:9 (main)"]  # fmt: skip
+    cause = RootCause(
+        reason=summary[0], host="198.18.0.2", node_index=1, role="trainer", rank=2,
+        exit_code=124, log_file="/work/log/workerlog.0", tail=summary,
+        stacks="/work/log/stacks/20261125-215905/summary.txt",
+    )  # fmt: skip
+    text = format_root_cause(cause)
+    assert text.splitlines()[:6] == [
+        f"FAILED: {summary[0]}",
+        "  where   node 1 (198.18.0.2), trainer rank 2",
+        "  exit    code 124",
+        "  log     /work/log/workerlog.0",
+        "  stacks  /work/log/stacks/20261125-215905/summary.txt",
+        "  the hang's summary (summary.txt):",
+    ]
+    assert "workerlog.0:" not in text  # the summary is not that log's last lines
+
+
 def test_failure_report_says_when_the_log_is_empty():
     assert "workerlog.1 is empty" in format_root_cause(failed_cause(tail=[]))
 

@@ -24,6 +24,11 @@ LOST = RootCause(reason="node 1 (198.18.0.2) stopped sending heartbeats for 10 s
             RootCause(reason="rank 1 never entered collective #4", exit_code=HANG_EXIT_CODE),
             "stopped by the launcher because the job hung (--on_hang abort)",
         ),
+        (
+            RootCause(reason="rank 1 is stopped", role="trainer", rank=1, exit_code=HANG_EXIT_CODE,
+                      stacks="stacks/20261125-215905/summary.txt"),
+            "stopped by the launcher because the job hung (--on_hang abort)",
+        ),
         (LOST.replace(membership="lost"), "stopped by the launcher when the job's nodes changed"),
         (LOST, "stopped by the launcher because node 1 (198.18.0.2) stopped sending heartbeats "
          "for 10 s"),
