@@ -236,6 +236,28 @@ def test_a_stopped_worker_is_continued_after_sigterm_and_exits_without_waiting_f
     assert_gone(pids_in(work, 2))
 
 
+def test_a_stopped_worker_that_ignores_sigterm_is_sigkilled_without_advice_about_sigterm(
+    tmp_path,
+):
+    work = tmp_path / "w"
+    work.mkdir()
+    run = Run(tmp_path, make_plan([str(work), "wait", "stop:ignore"], 2), kill_timeout=0.5)
+    sender = threading.Thread(target=_signal_when_stopped, args=(work, signal.SIGTERM))
+    sender.start()
+    try:
+        outcome = run()
+    finally:
+        sender.join()
+    assert outcome.exit_code == 143
+    err = run.err.getvalue()
+    assert (
+        "was stopped and did not exit within 0.5 s of SIGTERM and SIGCONT; sending SIGKILL\n"
+    ) in err
+    assert "make it exit on SIGTERM" not in err
+    assert (outcome.records[1].status, outcome.records[1].signal) == ("killed", "SIGKILL")
+    assert_gone(pids_in(work, 2))
+
+
 def test_grandchildren_are_stopped_with_their_worker(tmp_path):
     work = tmp_path / "w"
     work.mkdir()

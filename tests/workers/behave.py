@@ -12,6 +12,7 @@ Every worker first writes DIR/pid.<rank> (its pid) and then, per its action:
     lines:N         print N numbered lines and exit 0
     term_exit:N     become ready; on SIGTERM exit N (a server asked to stop)
     stop:N          on SIGTERM exit N; become ready, then SIGSTOP itself (a stopped rank)
+    stop:ignore     the same, ignoring SIGTERM (needs SIGKILL)
 "Ready" is the file DIR/ready.<rank>; waiting for the others has a 20 s deadline.
 """
 
@@ -79,7 +80,10 @@ elif kind == "term_exit":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(arg)))
     sleep_forever()
 elif kind == "stop":
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(arg)))
+    if arg == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(arg)))
     mark(f"ready.{rank}")
     os.kill(os.getpid(), signal.SIGSTOP)
     while True:
