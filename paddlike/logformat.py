@@ -70,8 +70,10 @@ def format_header(
 ) -> str:
     """One line that opens a run in a log file (time, job id, role and rank, command).
     A heter trainer's says its stage after the restart count (`restart 0 stage 2:`), an
-    elastic job's its round (`restart 0 round 3:`)."""
+    elastic job's its round (`restart 0 round 3:`). The time has milliseconds, so that
+    the page can place rounds shorter than a second (readers take it with or without)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    stamp += f".{int(when % 1 * 1000):03d}"
     return (
         f"{HEADER_PREFIX}{stamp} job {job_id} {role} rank {rank} "
         f"local {local_index} restart {restart}"

@@ -143,6 +143,20 @@ def test_failed_job_shows_both_ranks_the_failed_one_marked_and_its_error(tmp_pat
     assert "workerlog.1" in text
 
 
+def test_the_failed_bars_mark_stands_beside_its_end_and_the_label_after_it(tmp_path):
+    tree = open_page(make_page([SAMPLES / "failed"], tmp_path / "failed.html"))
+    row = rows(tree)["trainer 1"]
+    bar = next(e for e in row.walk() if "bar" in e.classes)
+    circle = next(
+        e for x in row.walk() if "xmark" in x.classes for e in x.walk() if e.tag == "circle"
+    )
+    label = next(e for e in row.walk() if "cause-label" in e.classes)
+    end = float(bar.attrs["x"]) + float(bar.attrs["width"])
+    cx = float(circle.attrs["cx"])
+    assert cx - 6 >= end + 2  # the whole mark (r=6) past the bar and its ring
+    assert float(label.attrs["x"]) >= cx + 8  # the label after the mark, not under it
+
+
 def test_failed_job_screenshot_is_the_window_with_the_failure_in_red(tmp_path):
     page = make_page([SAMPLES / "failed"], tmp_path / "failed.html")
     width, height, pixels = headless.read_png(

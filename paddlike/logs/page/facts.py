@@ -68,17 +68,24 @@ def run_starts(
         line = data[start : eol if eol >= 0 else None]
         text = line.decode("utf-8", errors="replace")
         match = parse_header(text)
-        if match:
-            try:
-                stamp = time.strptime(text[_STAMP[0] : _STAMP[1]], "%Y-%m-%d %H:%M:%S")
-            except ValueError:
-                stamp = None
-            if stamp is not None:
-                rnd = match.group("round")
-                restart = int(match.group("restart"))
-                runs.append((time.mktime(stamp), restart, int(rnd) if rnd else None))
+        when = _header_time(text) if match else None
+        if match and when is not None:
+            rnd = match.group("round")
+            runs.append((when, int(match.group("restart")), int(rnd) if rnd else None))
         pos = data.find(b"\n" + needle, start + 1)
     return runs
+
+
+def _header_time(line: str) -> float | None:
+    """A header's time, Unix seconds: `2026-11-22 11:46:00.123` (milliseconds since they
+    were added) or `2026-11-22 11:46:00` (older logs); None when it is neither."""
+    try:
+        stamp = time.strptime(line[_STAMP[0] : _STAMP[1]], "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    frac = line[_STAMP[1] : _STAMP[1] + 4]
+    ms = int(frac[1:]) if frac[:1] == "." and frac[1:].isdigit() else 0
+    return time.mktime(stamp) + ms / 1000
 
 
 def command_of(path: str | os.PathLike[str]) -> str:

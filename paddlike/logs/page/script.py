@@ -236,22 +236,25 @@ function procBar(p, x, y) {
       out += '<polygon class="live" points="' + x2.toFixed(1) + ',' + (y + 3) + ' ' + (x2 + 6).toFixed(1) + ',' +
         (y + ROW_H / 2) + ' ' + x2.toFixed(1) + ',' + (y + ROW_H - 3) + '" fill="' + color + '"/>';
     }
+    var after = x2 + 10;  // where a label starts: past the bar, its ring, and the failure's mark
     if (p.status === 'failed') {
-      out += '<g class="xmark"><circle cx="' + x2.toFixed(1) + '" cy="' + (y + ROW_H / 2) + '" r="6"/>' +
-        '<path d="M' + (x2 - 3) + ' ' + (y + ROW_H / 2 - 3) + 'l6 6M' + (x2 + 3) + ' ' + (y + ROW_H / 2 - 3) + 'l-6 6"/></g>';
+      var cx = x2 + 10;  // beside the bar's end, not on it (its ring and the cause's line are there)
+      out += '<g class="xmark"><circle cx="' + cx.toFixed(1) + '" cy="' + (y + ROW_H / 2) + '" r="6"/>' +
+        '<path d="M' + (cx - 3) + ' ' + (y + ROW_H / 2 - 3) + 'l6 6M' + (cx + 3) + ' ' + (y + ROW_H / 2 - 3) + 'l-6 6"/></g>';
+      after = cx + 10;
     }
     if (slow && !stuck && !p.cause) {
-      out += '<text class="straggler-label" x="' + (x2 + 10).toFixed(1) + '" y="' + (y + 14) + '">straggler</text>';
+      out += '<text class="straggler-label" x="' + after.toFixed(1) + '" y="' + (y + 14) + '">straggler</text>';
     }
     if (stuck && !p.cause) {
       out += '<rect class="hung-ring" x="' + (x1 - 2).toFixed(1) + '" y="' + (y + 2) + '" width="' +
         (x2 - x1 + 4).toFixed(1) + '" height="' + (h + 4) + '"/>' +
-        '<text class="hung-label" x="' + (x2 + 10).toFixed(1) + '" y="' + (y + 14) + '">stuck (hang)</text>';
+        '<text class="hung-label" x="' + after.toFixed(1) + '" y="' + (y + 14) + '">stuck (hang)</text>';
     }
     if (p.cause) {
       out += '<rect class="cause-ring" x="' + (x1 - 2).toFixed(1) + '" y="' + (y + 2) + '" width="' +
         (x2 - x1 + 4).toFixed(1) + '" height="' + (h + 4) + '"/>' +
-        '<text class="cause-label" x="' + (x2 + 10).toFixed(1) + '" y="' + (y + 14) + '">first to fail</text>';
+        '<text class="cause-label" x="' + after.toFixed(1) + '" y="' + (y + 14) + '">first to fail</text>';
     }
   } else if (p.mtime !== undefined) {
     var xm = x(p.mtime);
