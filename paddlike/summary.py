@@ -25,6 +25,9 @@ Schema (version 1) — `summary.json`:
       "rounds": [                         # elastic jobs: every round this node ran
         {"round": 2, "restarts": 0, "members": ["198.18.0.1", ...],
          "ended": "succeeded" | the cause's reason, "membership": "lost" | ... | null}
+      ],
+      "restart_causes": [                 # --max_restarts: why each restart happened
+        {"round": 1, "cause": "trainer rank 1 exited with code 3"}
       ]
     }
 
@@ -294,6 +297,7 @@ class RunSummary(_Record):
         "processes",
         "root_cause",
         "rounds",
+        "restart_causes",
         "schema",
     )
     __slots__ = FIELDS
@@ -315,6 +319,7 @@ class RunSummary(_Record):
         processes: list[ProcessRecord] | None = None,
         root_cause: RootCause | None = None,
         rounds: list[dict[str, Any]] | None = None,
+        restart_causes: list[dict[str, Any]] | None = None,
         schema: int = SCHEMA_VERSION,
     ) -> None:
         self.job_id = job_id
@@ -332,6 +337,8 @@ class RunSummary(_Record):
         self.processes = [] if processes is None else processes
         self.root_cause = root_cause
         self.rounds = [] if rounds is None else rounds
+        # why each --max_restarts restart happened: [{"round": 1, "cause": reason}, ...]
+        self.restart_causes = [] if restart_causes is None else restart_causes
         self.schema = schema
 
     def to_json(self) -> dict[str, Any]:

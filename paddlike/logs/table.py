@@ -122,11 +122,25 @@ def node_heading(node: NodeView) -> str:
 MAX_ROUNDS = 10  # an elastic job's rounds shown, the latest ones
 
 
+def restart_lines(node: NodeView) -> list[str]:
+    """Why the job restarted (--max_restarts), one line: '  1 restart: trainer rank 1
+    exited with code 3'; causes of several restarts joined in order."""
+    causes = node.summary.restart_causes if node.summary is not None else []
+    if not causes:
+        return []
+    n = len(causes)
+    said = "; ".join(
+        (f"restart {c.get('round')} after " if n > 1 else "") + str(c.get("cause"))
+        for c in causes[-MAX_ROUNDS:]
+    )
+    return [f"  {n} restart{'s' if n != 1 else ''}: {said}"]
+
+
 def round_lines(node: NodeView) -> list[str]:
     """An elastic job's rounds on this node, one line each (the latest MAX_ROUNDS):
     '  round 1: 3 nodes (198.18.0.1, 198.18.0.2, 198.18.0.3), restarts 0: node 2 ... lost'."""
     rounds = node.summary.rounds if node.summary is not None else []
-    out = []
+    out = restart_lines(node)
     if len(rounds) > MAX_ROUNDS:
         out.append(f"  ({len(rounds) - MAX_ROUNDS} earlier rounds in {SUMMARY_FILE})")
     for r in rounds[-MAX_ROUNDS:]:

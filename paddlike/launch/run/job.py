@@ -50,6 +50,7 @@ from paddlike.launch.plan.policy import (
     run_rounds,
 )
 from paddlike.launch.plan.world import RendezvousResult
+from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.interrupt import Where, stopped_by_signal
@@ -288,11 +289,15 @@ class JobRun:
     def run(self) -> int:
         """The rounds (`policy.run_rounds`, or `elastic.run_elastic`); the exit code."""
         if self.elastic is None:
-            return run_rounds(
-                self.options.max_restarts,
-                lambda r: _not_restarted_if_hung(RoundEnd(*self.round(r, r)[:2])),
-                self.console.say,
-            )
+            ends: list[RoundEnd] = []
+
+            def run_round(r: int) -> RoundEnd:
+                if r and ends and ends[-1].cause is not None:  # a restart: say why in the summary
+                    self.record.restarted(r, ends[-1].cause)
+                ends.append(_not_restarted_if_hung(RoundEnd(*self.round(r, r)[:2])))
+                return ends[-1]
+
+            return run_rounds(self.options.max_restarts, run_round, self.console.say)
         code = run_elastic(self.elastic, self.options.max_restarts, self.round, self.console.say)
         if self.record.rounds and not self.leaving:  # the job ended for all its members
             self.peers.end_elastic(self.record.outcome_text())  # (nodes waiting to join stop)
@@ -414,6 +419,7 @@ class JobRun:
             services_stop=watch.services,
             on_started=lambda records: self.record.running(plan, records, restarts),
             hangs=self.hangs,
+            hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
         )
 
     def cannot_write(

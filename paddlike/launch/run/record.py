@@ -29,7 +29,13 @@ class RunRecord:
         self.start_time: float | None = None
         # elastic jobs: each round's members and why it ended (summary.json "rounds")
         self.rounds: list[dict] = []
+        # --max_restarts: why each restart happened (summary.json "restart_causes")
+        self.restart_causes: list[dict] = []
         self.last_status = ""
+
+    def restarted(self, round_: int, cause: RootCause) -> None:
+        """Round `round_` restarts the job after `cause` (kept after a later success)."""
+        self.restart_causes.append({"round": round_, "cause": cause.reason})
 
     def round_ended(
         self, round_: int, restarts: int, members: Sequence[str], cause: RootCause | None
@@ -96,6 +102,7 @@ class RunRecord:
             processes=list(records),
             root_cause=cause,
             rounds=list(self.rounds),
+            restart_causes=list(self.restart_causes),
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write

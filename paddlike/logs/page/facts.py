@@ -28,7 +28,7 @@ from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, rea
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import format_duration, format_root_cause, format_success
-from paddlike.logs.table import format_job
+from paddlike.logs.table import format_job, restart_lines
 from paddlike.summary import ProcessStatus, RunStatus
 
 TAIL_LINES = 20  # log lines kept per process for its detail panel
@@ -102,7 +102,13 @@ def _cut(line: str) -> str:
 
 
 def report_text(job: JobView) -> str:
-    """The console's words: the root-cause report (paddlike.logs.report), or its OK line."""
+    """The console's words: the root-cause report (paddlike.logs.report), or its OK line;
+    then why the job restarted, when it did (`paddlike.logs`' line)."""
+    restarted = next((lines for n in job.nodes if (lines := restart_lines(n))), [])
+    return "\n".join([_report_text(job), *(line.strip() for line in restarted)])
+
+
+def _report_text(job: JobView) -> str:
     if job.root_cause is not None:
         return format_root_cause(job.root_cause, log_dir=job.root_cause_log_dir)
     procs = job.processes
