@@ -293,11 +293,18 @@ class JobWatch:
         """Publishing failed: the store did not answer (node 0 lost, or the network). This
         node's failure is then most likely a consequence (its peers went with node 0): the
         cause is the lost contact, once the heartbeats say so (within one timeout); our own
-        cause only if the store answers again."""
-        deadline = self.clock() + self.heartbeat_timeout
-        while self.clock() < deadline:
-            if self._lost_contact is not None:
-                return self._lost_contact
+        cause only if the store answers again. The timeout counts from the failure: one held
+        back as a consequence of a peer's exit (`run.consequence`) has waited already."""
+        waited = max(0.0, time.time() - cause.time) if cause.time is not None else 0.0
+        deadline = self.clock() + max(0.0, self.heartbeat_timeout - waited)
+        first = True
+        while first or self.clock() < deadline:
+            first = False
+            # a cause this watch learned meanwhile (the lost contact, by its heartbeats or its
+            # abort watcher) wins: the supervisor is blocked here and cannot act on its fd
+            known = self._lost_contact or self.root_cause
+            if known is not None:
+                return known
             try:
                 return p.decode_cause(
                     self.kv.compare_set(self.abort_key, None, p.encode_cause(cause))

@@ -26,6 +26,16 @@ from paddlike.contract import ERROR_FILE
 CONSEQUENCE_GRACE = 3.0
 
 
+def consequence_hold(nnodes: int, heartbeat_timeout: float) -> float:
+    """How long a consequence is held back on this job: on many nodes also the time it
+    takes to learn that a node was lost (its heartbeats lapse, plus a beat or two): the
+    peer that exited may have gone with its node (node 0's launcher, whose store goes too,
+    has no guardian to say so), and that node is the cause."""
+    if nnodes <= 1:
+        return CONSEQUENCE_GRACE
+    return max(CONSEQUENCE_GRACE, heartbeat_timeout * 1.4)
+
+
 def peer_exited(env: Mapping[str, str], started: float | None) -> int | None:
     """The peer rank whose exit this worker's failure reports (-1: rank unknown), from the
     error file the launcher gave it (`env`), written since it started; None: a failure of

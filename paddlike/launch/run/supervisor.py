@@ -161,6 +161,7 @@ class _Round:
         # failure it reports (`run.consequence`)
         self.held: RootCause | None = None
         self.held_until = 0.0
+        self.hold = 0.0  # seconds
 
 
 class Supervisor:
@@ -204,6 +205,7 @@ class Supervisor:
         services_stop: ServicesStop | None = None,
         on_started: Callable[[Sequence[ProcessRecord]], None] | None = None,
         hangs: HangWatch | None = None,
+        hold: float = CONSEQUENCE_GRACE,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 
@@ -216,9 +218,12 @@ class Supervisor:
         `on_started`: called once every process was started (the "running" summary).
         `hangs`: the hang rule (its deadline joins the loop's) and SIGUSR1's stack dumps.
         `round_`: an elastic job's round, for the log headers.
+        `hold`: how long a failure that only reports a peer's exit waits for the failure it
+        reports (`run.consequence`).
         """
         start_mono = time.monotonic()
         rnd = _Round(on_failure=on_failure, hangs=hangs)
+        rnd.hold = hold
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
             wake_fd = stack.enter_context(signals_to_pipe())
@@ -412,7 +417,7 @@ class Supervisor:
             held = peer_exited(proc.spec.env, rec.start_time) is not None
             if rnd.phase is Phase.RUNNING and held:
                 if rnd.held is None:  # wait for the failure it reports (the first one held)
-                    rnd.held, rnd.held_until = cause, time.monotonic() + CONSEQUENCE_GRACE
+                    rnd.held, rnd.held_until = cause, time.monotonic() + rnd.hold
                 return
             self._fail(rnd, cause)
 
