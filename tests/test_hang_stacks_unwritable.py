@@ -64,6 +64,8 @@ def test_a_hang_with_an_unwritable_stacks_directory_still_ends_124_with_its_repo
         f"paddlike.launch: warning: cannot write the stacks to {log}/stacks"
     ), done.stderr
     assert any(ln.startswith("FAILED: ") for ln in done.stderr.splitlines()), done.stderr
+    # and it does not claim a dump that is not there
+    assert "(not written to the log directory: see the warning above)" in done.stderr
     summary = json.loads((log / "summary.json").read_text())
     assert (summary["status"], summary["exit_code"]) == ("failed", 124)
     if blocked == "a file in its place":

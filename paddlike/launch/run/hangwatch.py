@@ -308,7 +308,7 @@ class HangWatch:
         path = stacks.write_dump(self.log_dir, taken, [*lines, *extra], prog, None, records)
         for line in lines:
             self.console.say(f"  {line}")
-        self.console.say(f"stacks of {_ranks(len(taken))} in {path} (taken in {took:.1f} s)")
+        self.console.say(f"stacks of {_ranks(len(taken))} {_where(path)} (taken in {took:.1f} s)")
         return lines, path, _odd_rank(taken, flights)
 
     def _collect_job(
@@ -397,7 +397,7 @@ class HangWatch:
             self.console.say(f"  {line}")
         took = self._clock() - began
         self.console.say(
-            f"stacks of {_ranks(len(local))} of this node in {path} "
+            f"stacks of {_ranks(len(local))} of this node {_where(path)} "
             f"(the job's taken in {took:.1f} s)"
         )
         if not k or self.on_hang != "abort":
@@ -427,6 +427,13 @@ def _odd_rank(taken: dict[int, RankStack], flights: dict[int, Any]) -> int | Non
     verdict = hang.name_odd_ranks(locations, hang.flight_findings(flights) if flights else [])
     return verdict.odd[0] if len(verdict.odd) == 1 else None
 
+
+
+def _where(dump: Path) -> str:
+    """Where a dump went: `in DIR`, or that it could not be written (write_dump warned)."""
+    if (dump / "summary.txt").exists():
+        return f"in {dump}"
+    return "(not written to the log directory: see the warning above)"
 
 def _ranks(n: int) -> str:
     """'1 rank', '2 ranks'."""
