@@ -269,7 +269,6 @@ def test_a_job_wide_hang_names_the_odd_ranks_node_and_log_in_its_cause(job, cloc
 
 def test_a_hang_whose_cause_names_its_odd_rank_is_not_restarted():
     from paddlike.launch.plan.policy import RoundEnd, run_rounds
-    from paddlike.launch.run.job import _not_restarted_if_hung
     from paddlike.summary import RootCause
 
     cause = RootCause(
@@ -282,7 +281,7 @@ def test_a_hang_whose_cause_names_its_odd_rank_is_not_restarted():
 
     def one(r: int) -> RoundEnd:
         rounds.append(r)
-        return _not_restarted_if_hung(RoundEnd(124, cause))
+        return RoundEnd(124, cause)
 
     assert run_rounds(2, one, said.append) == 124
     assert rounds == [0] and said == []  # --max_restarts restarts failed processes only

@@ -315,8 +315,10 @@ class RoundEnd(NamedTuple):
 
 
 def restartable(cause: RootCause) -> bool:
-    """A process of the job failed (rather than a launcher, a node or the rendezvous)."""
-    return cause.role is not None
+    """A process of the job failed (rather than a launcher, a node or the rendezvous). A
+    hang's cause names its odd rank but is not that process's failure: a restart would
+    hang the same way."""
+    return cause.role is not None and not cause.hung
 
 
 def run_rounds(

@@ -294,7 +294,7 @@ class JobRun:
             def run_round(r: int) -> RoundEnd:
                 if r and ends and ends[-1].cause is not None:  # a restart: say why in the summary
                     self.record.restarted(r, ends[-1].cause)
-                ends.append(_not_restarted_if_hung(RoundEnd(*self.round(r, r)[:2])))
+                ends.append(RoundEnd(*self.round(r, r)[:2]))
                 return ends[-1]
 
             return run_rounds(self.options.max_restarts, run_round, self.console.say)
@@ -459,17 +459,6 @@ class JobRun:
             self.console, self.elastic, own, cause, survivors, self.leaving, self.logdir.path
         )
         return cause, survivors
-
-
-def _not_restarted_if_hung(end: RoundEnd) -> RoundEnd:
-    """A hang's cause names its odd rank (role, rank) without being that process's failure:
-    `policy.run_rounds` restarts a cause that names a process, and a restart would hang
-    the same way. The rounds loop gets the cause without its process (summary.json, written
-    by then, keeps it whole)."""
-    cause = end.cause
-    if cause is None or not cause.hung or cause.role is None:
-        return end
-    return RoundEnd(end.exit_code, cause.replace(role=None, rank=None))
 
 
 def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
