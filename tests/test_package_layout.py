@@ -55,7 +55,8 @@ LAUNCH_MAY_IMPORT_LAZILY = (
     "paddlike.distributed.progress",
 )
 DISTRIBUTED_DRIVES_LAUNCH = ("paddlike.distributed.spawn", "paddlike.distributed.nodelist")
-LEAVES = ("paddlike.contract", "paddlike.summary", "paddlike.commands")  # shared by all: import nothing of paddlike
+# shared by all: import nothing of paddlike
+LEAVES = ("paddlike.contract", "paddlike.summary", "paddlike.commands")
 
 # a launch stage may import the stages of a lower number (and its own)
 STAGES = {"context": 0, "plan": 1, "peers": 2, "console": 2, "run": 3, "main": 4, "__main__": 5}

@@ -1,0 +1,185 @@
+"""Many nodes, before and after the workers: what a launcher says while it waits, how a
+signal there ends it (and the other nodes), a wrong job token, the job-wide "OK"."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.fixed_ports import fixed_ports
+from tests.support.multinode_common import LAUNCH, start_launcher, write_worker
+from tests.support.netns import netns_cluster
+
+OK_SCRIPT = "print('ran')\n"
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, whatever pytest inherited
+
+
+def _loopback_launcher(tmp_path: Path, ips: str, rank: int, port: int) -> subprocess.Popen[str]:
+    """A launcher for "node `rank`" of nodes on loopback addresses (127.0.0.x)."""
+    script = tmp_path / "ok.py"
+    script.write_text(OK_SCRIPT)
+    cmd = [*LAUNCH, "--ips", ips, "--node_rank", str(rank), "--master", f"127.0.0.1:{port}"]
+    cmd += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / f"log{rank}"), str(script)]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
+
+
+def _await_line(proc: subprocess.Popen[str], text: str) -> str:
+    """Lines up to the first containing `text` (the launcher prints it within seconds)."""
+    assert proc.stdout is not None
+    seen = ""
+    for line in proc.stdout:
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never printed; output: {seen}")
+
+
+def _kill(procs: list[subprocess.Popen[str]]) -> None:
+    """Cleanup, even when a test failed: no launcher outlives its test."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def test_a_node_waiting_for_node_0s_store_says_so_and_ends_130_on_ctrl_c(tmp_path):
+    port = fixed_ports()
+    proc = _loopback_launcher(tmp_path, "127.0.0.1,127.0.0.2", 1, port)
+    try:
+        seen = _await_line(proc, f"waiting for node 0 (127.0.0.1:{port}) to host the launchers'")
+        assert "(1 s of 30 s)" in seen, seen
+        proc.send_signal(signal.SIGINT)
+        out = seen + proc.communicate(timeout=20)[0]
+    finally:
+        _kill([proc])
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out, out
+    assert (
+        f"received SIGINT while waiting for node 0 (127.0.0.1:{port}) to host the launchers' "
+        "store: stopping" in out
+    ), out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_rendezvous_ends_every_node_that_arrived(tmp_path, sig):
+    # Three nodes on loopback: 0 and 1 arrive, 2 never comes; node 1 is stopped meanwhile.
+    port = fixed_ports()
+    ips = "127.0.0.1,127.0.0.2,127.0.0.3"
+    node0 = _loopback_launcher(tmp_path, ips, 0, port)
+    node1 = None
+    try:
+        _await_line(node0, "waiting for node 1 (127.0.0.2), node 2 (127.0.0.3)")
+        node1 = _loopback_launcher(tmp_path, ips, 1, port)
+        _await_line(node0, "waiting for node 2 (127.0.0.3)")
+        started = time.monotonic()
+        node1.send_signal(sig)
+        outs = [p.communicate(timeout=20)[0] for p in (node0, node1)]
+        took = time.monotonic() - started
+    finally:
+        _kill([p for p in (node0, node1) if p is not None])
+    name = sig.name
+    assert [node0.returncode, node1.returncode] == [128 + sig, 128 + sig], outs
+    assert took < 5, outs
+    assert f"received {name} while waiting for " in outs[1], outs[1]
+    assert "at the rendezvous at 127.0.0.1" in outs[1], outs[1]
+    assert "told the other nodes" in outs[1], outs[1]
+    assert (
+        f"the job stopped during the rendezvous: launcher on 127.0.0.2 received {name}" in outs[0]
+    ), outs[0]
+    assert not any("Traceback" in out for out in outs), outs
+
+
+@pytest.mark.netns
+def test_a_wrong_job_token_ends_both_nodes_at_once_with_exit_2_naming_the_node(tmp_path):
+    script = write_worker(tmp_path)
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+        opts = ["--rdzv_timeout", "60"]
+        started = time.monotonic()
+        pa = start_launcher(
+            a, "nodea,nodeb", tmp_path / "la", script, options=[*opts, "--job_token", "right"]
+        )
+        pb = start_launcher(
+            b, "nodea,nodeb", tmp_path / "lb", script, options=[*opts, "--job_token", "wrong"]
+        )
+        outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
+        took = time.monotonic() - started
+    assert (pa.returncode, pb.returncode) == (2, 2), outs
+    assert took < 15, outs
+    assert "the launcher on node 1 (198.18.0.2) was refused by the launchers' store" in outs[0], (
+        outs[0]
+    )
+    assert "wrong or missing job token" in outs[0]
+    assert "never joined" not in outs[0]
+    assert "rejected this client's job token" in outs[1], outs[1]
+    assert "--job_token" in outs[1]
+
+
+@pytest.mark.netns
+def test_a_node_whose_workers_succeeded_says_no_ok_when_the_job_failed_elsewhere(tmp_path):
+    script = write_worker(tmp_path)
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        args = ["--fail", "3", "--after", "1.5", "--code", "3"]  # rank 3 is on node b
+        procs = [
+            start_launcher(n, "nodea,nodeb", tmp_path / f"l{i}", script, script_args=args)
+            for i, n in enumerate(cluster.nodes)
+        ]
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [3, 3], outs
+    assert "OK:" not in outs[0], outs[0]
+    assert "the job failed on another node" in outs[0], outs[0]
+
+
+@pytest.mark.netns
+def test_every_node_says_ok_once_the_whole_job_succeeded(tmp_path):
+    script = write_worker(tmp_path)
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        procs = [
+            start_launcher(n, "nodea,nodeb", tmp_path / f"l{i}", script)
+            for i, n in enumerate(cluster.nodes)
+        ]
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert all("OK: 2 workers finished" in out for out in outs), outs
+
+
+def test_two_torchrun_style_nodes_on_one_machine_meet_on_loopback(tmp_path):
+    # --nnodes 2 --node_rank R --master_addr 127.0.0.1, as torchrun users try it on one host;
+    # --master_port P is the workers' store, and the launchers meet at P+1: both reserved
+    port = fixed_ports(2)
+    script = write_worker(tmp_path)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for rank in (0, 1):
+            argv = [*LAUNCH, "--nnodes", "2", "--node_rank", str(rank), "--master_addr"]
+            argv += ["127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2"]
+            argv += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / f"l{rank}"), str(script)]
+            procs.append(
+                subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            )
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        _kill(procs)
+    assert [p.returncode for p in procs] == [0, 0], outs
+    endpoints = {(tmp_path / f"l{rank}" / "endpoints.log").read_text() for rank in (0, 1)}
+    assert len(endpoints) == 1, endpoints
+    for rank in (0, 1):
+        ranks = []
+        for log in sorted((tmp_path / f"l{rank}").glob("workerlog.*")):
+            ranks += [
+                int(ln.split()[1]) for ln in log.read_text().splitlines() if ln[:5] == "RANK "
+            ]
+        assert sorted(ranks) == [2 * rank, 2 * rank + 1]

@@ -1,0 +1,102 @@
+"""options/console.py: what the console shows for paddlike's --console and torchrun's
+-t/--tee, -r/--redirects and --local_ranks_filter; torchtitan's command line end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options.console import choose, std
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", 0), ("3", 3), (" 1 ", 1), ("all", 3), ("0:3,1:1", {0: 3, 1: 1}), ("2:0", {2: 0})],
+)
+def test_torchruns_std_values_and_per_rank_maps(text, value):
+    assert std(text) == value
+
+
+@pytest.mark.parametrize("text", ["4", "-1", "x", "0:4", "a:3", "0,1", ""])
+def test_other_std_values_are_refused(text):
+    with pytest.raises(ValueError, match=r"expected 0 \(none\), 1 \(stdout\), 2 \(stderr\)"):
+        std(text)
+
+
+@pytest.mark.parametrize(
+    ("console", "tee", "redirects", "nproc", "shown"),
+    [
+        (None, None, None, None, "0"),
+        ("all", None, None, None, "all"),
+        (None, "3", None, None, "all"),
+        (None, "0", None, None, "all"),
+        ("0", "3", None, None, "0"),
+        (None, None, "3", None, "none"),
+        (None, "0:3", "3", None, "0"),
+        (None, "3", "3", None, "all"),
+        (None, "1", "1", None, "all"),
+        (None, "0:3,1:3", "3", None, "0,1"),
+        (None, None, "1:3", 3, "0,2"),
+        ("1,2", None, "1:3", None, "2"),
+        ("2", None, "0:1", None, "2"),  # rank 0 would show one stream, but it is not shown
+        (None, "none", None, None, "none"),
+    ],
+)
+def test_the_console_choice_is_torchruns_rule(console, tee, redirects, nproc, shown):
+    t = (tee, "--tee") if tee is not None else None
+    r = (redirects, "--redirects") if redirects is not None else None
+    assert choose(console, t, r, nproc) == shown
+
+
+def test_a_choice_showing_one_stream_of_a_worker_is_refused_naming_the_option():
+    with pytest.raises(UsageError, match=r"^-r: '2' would show only the stdout of every local "
+                       r"rank on the console") as err:  # fmt: skip
+        choose(None, None, ("2", "-r"), None)
+    assert err.value.option == "--redirects"
+
+
+TRAIN = """
+import os, sys
+rank = os.environ["RANK"]
+print(f"[titan] rank {rank} of {os.environ['WORLD_SIZE']} role {os.environ['ROLE_NAME']} "
+      f"args {' '.join(sys.argv[1:])}", flush=True)
+print(f"[titan] rank {rank} says something on stderr", file=sys.stderr, flush=True)
+"""
+
+
+def _titan(tmp_path: Path, *tee: str) -> subprocess.CompletedProcess[str]:
+    """torchtitan's run_train.sh, with our small module in place of torchtitan.train."""
+    pkg = tmp_path / "titanish"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(TRAIN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    argv = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node=2",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0",
+            "--local-ranks-filter", "0", "--role", "rank", *tee,
+            "-m", "titanish.train", "--job.config_file", "debug_model.toml"]  # fmt: skip
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("tee", [["--tee", "3"], ["-t", "3"]])
+def test_torchtitans_command_line_shows_local_rank_0_and_logs_every_rank(tmp_path, tee):
+    run = _titan(tmp_path, *tee)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # local rank 0 on the console, both of its streams; rank 1 only in its log file
+    assert run.stdout.splitlines() == [
+        "[titan] rank 0 of 2 role rank args --job.config_file debug_model.toml",
+        "[titan] rank 0 says something on stderr",
+    ]
+    assert "error" not in run.stderr and "warning" not in run.stderr
+    log1 = (tmp_path / "log" / "workerlog.1").read_text()
+    assert "[titan] rank 1 of 2 role rank args --job.config_file debug_model.toml" in log1
+    assert "[titan] rank 1 says something on stderr" in log1
