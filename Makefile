@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-*+cpu-*.whl))
 PYTEST_WORKERS ?= 2
 # Real PaddlePaddle (CPU build, ~0.9 GB) in a side virtualenv, so that
-# tests/test_paddle_scripts.py runs real Paddle scripts under the launcher. Best effort:
+# tests/e2e/scripts/test_paddle.py runs real Paddle scripts under the launcher. Best effort:
 # without it those tests skip with a reason. `make test PADDLE=` skips the install.
 PADDLE ?= paddlepaddle>=3,<4
 PADDLE_VENV ?= .venv-paddle
@@ -53,7 +53,7 @@ etcd:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server) >/dev/null 2>&1; } || \
 	  echo "etcd-server not installed: etcd tests will skip"
 
-# Best effort: the job page's browser tests (tests/test_logs_html_browser.py) skip with a
+# Best effort: the job page's browser tests (tests/logs/test_page_browser.py) skip with a
 # reason when there is no chromium. Debian's package, headless; pages load from files only.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
@@ -73,10 +73,10 @@ test: $(STAMP) torch-env etcd paddle-env chromium
 # for CUDA 13) and the test tools are installed into $(GPU_VENV) first. Without a GPU they skip.
 GPU_EXTRA ?= gpu
 GPU_VENV ?= .venv-gpu
-# The probe ignores PYTHONPATH and refuses the tests' CuPy double (tests/doubles, marked
+# The probe ignores PYTHONPATH and refuses the tests' CuPy double (tests/support/doubles, marked
 # __paddlike_double__): only an interpreter with a real CuPy and the test tools will do.
-GPU_TESTS ?= tests/test_nccl_gpu.py tests/test_nccl.py tests/test_global_view_launch.py \
-	tests/test_nccl_double.py
+GPU_TESTS ?= tests/distributed/collective/test_nccl_gpu.py tests/distributed/collective/test_nccl.py tests/distributed/global_view/test_launch.py \
+	tests/distributed/collective/test_nccl_double.py
 GPU_PROBE := import sys, cupy, pytest, pytest_timeout, cupy.cuda.nccl as n; \
 	sys.exit(not n.available or getattr(cupy, '__paddlike_double__', False))
 test-gpu:
@@ -116,7 +116,7 @@ bench: $(STAMP) torch-env
 	$(PY) bench/global_view.py
 	$(PY) bench/spawn.py
 
-# The fault-injection suite (issue 27): every fault x mode of tests/faults.py on 4 namespace
+# The fault-injection suite (issue 27): every fault x mode of tests/support/faults.py on 4 namespace
 # nodes, 3 trials a cell from a fixed seed; minutes long, so not part of `make test`.
 # Needs root (network namespaces); CHAOS_ARGS="--trials 5 --faults 'kill node 0'" narrows it.
 chaos: $(STAMP)

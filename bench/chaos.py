@@ -1,9 +1,9 @@
 """The fault-injection suite (`make chaos`, outside `make test`: it takes minutes).
 
 Every fault of issue 27's table in a fixed job (--max_restarts 1) and an elastic one
-(--nnodes 2:4), on 4 namespace nodes with one CPU worker each (tests/faults.py), each
+(--nnodes 2:4), on 4 namespace nodes with one CPU worker each (tests/support/faults.py), each
 injected at a random moment drawn from a fixed seed. Prints one row per cell: fault,
-mode, trials, how many held (tests/faults.py: `problems`), and fault -> every launcher
+mode, trials, how many held (tests/support/faults.py: `problems`), and fault -> every launcher
 exited (median, max). A trial that did not hold is described below the table.
 
     python bench/chaos.py [--trials 3] [--seed 2027] [--faults "kill node 0,full disk"]
@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.faults, paddlike
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.faults, paddlike
 
-from tests.faults import FAULTS, MODES, problems, run_trial
-from tests.netns import netns_unavailable_reason
+from tests.support.faults import FAULTS, MODES, problems, run_trial
+from tests.support.netns import netns_unavailable_reason
 
 
 def main() -> int:

@@ -475,7 +475,7 @@ def _choice_job(n: int, backend: str, tmp: str) -> dict:
 
 def choice_table(n: int = 2, rounds: int = 3) -> None:
     """4 KiB all_reduce of host arrays: backend="cpu" (one lane) against "auto" on a node
-    whose CuPy (the stand-in of tests/doubles) reports GPUs and NCCL (two lanes, the kind
+    whose CuPy (the stand-in of tests/support/doubles) reports GPUs and NCCL (two lanes, the kind
     chosen per array), alternating jobs, the best block of each kept."""
     best: dict[str, list[float]] = {"cpu": [], "auto": []}
     lanes: dict[str, list[str]] = {}

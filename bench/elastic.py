@@ -4,7 +4,7 @@ to become a new round, beside a fixed job's failure restart measured in the same
     python bench/elastic.py [--runs 3] [--heartbeat_timeout 2] [--rdzv_last_call 1]
 
 Needs root and `ip netns` (skips with the reason otherwise). Four namespace nodes on a
-private bridge (tests/netns.py), one worker per node, `--nnodes 2:4` with node 0's store
+private bridge (tests/support/netns.py), one worker per node, `--nnodes 2:4` with node 0's store
 (`--master NODE0:PORT`). Every worker prints, as its first act, one line per round with
 its `time.time()`, and one line when its launcher stops it (SIGTERM); one machine, one
 clock, so those stamps and the benchmark's own kill and start times compare directly.
@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.netns import Cluster, Node, netns_cluster, netns_unavailable_reason  # noqa: E402
+from tests.support.netns import Cluster, Node, netns_cluster, netns_unavailable_reason  # noqa: E402
 
 PY = sys.executable
 NODES = 4

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/logs_html.py [--nodes 64] [--per-node 8] [--repeat 5]
 
-A hung job of nodes × per-node ranks is written by tests/synthetic_job.py (summaries,
+A hung job of nodes × per-node ranks is written by tests/support/synthetic_job.py (summaries,
 logs, progress files with flight records, a stack dump), then, alternating, in one run:
 
 - baseline: the text reader on the same directory (`python -m paddlike.logs DIR`'s work:
@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 from paddlike.logs.page import build_page, write_atomically  # noqa: E402
 from paddlike.logs.reader import load  # noqa: E402
 from paddlike.logs.table import format_job  # noqa: E402
-from tests import headless  # noqa: E402
-from tests.synthetic_job import write_hung_job  # noqa: E402
+from tests.support import headless  # noqa: E402
+from tests.support.synthetic_job import write_hung_job  # noqa: E402
 
 
 def text_reader(dirs: list[str]) -> float:

@@ -9,7 +9,7 @@ the binary exists): time from a common start until every node has the verdict, a
 key+value bytes and store calls all nodes made, with their growth from one size to the next.
 
 Needs root and `ip netns` (skips with the reason otherwise). Each node is a namespace
-on a private bridge (tests/netns.py); one worker per node. Rows (median of --runs):
+on a private bridge (tests/support/netns.py); one worker per node. Rows (median of --runs):
 
 - rendezvous N nodes: from the moment the last of N launchers was started to the
   moment the last worker started (each worker records CLOCK_MONOTONIC, system-wide,
@@ -45,7 +45,7 @@ from paddlike.distributed.store import StoreClient  # noqa: E402
 from paddlike.launch.peers.etcd import EtcdStore  # noqa: E402
 from paddlike.launch.peers.rendezvous import Rendezvous  # noqa: E402
 from paddlike.launch.plan.world import NodeEntry  # noqa: E402
-from tests.netns import Cluster, netns_cluster, netns_unavailable_reason  # noqa: E402
+from tests.support.netns import Cluster, netns_cluster, netns_unavailable_reason  # noqa: E402
 
 PY = sys.executable
 
@@ -260,7 +260,7 @@ def simulate(n: int, connect, timeout: float) -> tuple[float, int, int, str]:  #
 @contextlib.contextmanager
 def _loopback_etcd() -> Iterator[tuple[str, int]]:
     """An etcd on loopback for the simulation, killed at the end whatever happens."""
-    from tests.test_etcd import _etcd_argv, _free_port
+    from tests.launch.peers.test_etcd import _etcd_argv, _free_port
 
     with tempfile.TemporaryDirectory(prefix="bench-etcd-") as tmp:
         port = _free_port()

@@ -13,7 +13,7 @@ the dense part: per step it takes every trainer's batch of that step, scores it 
 trainer the gradient of its pooled activations, from which the trainer pushes its
 embedding rows' gradients. The arithmetic is ps_ctr.py's, step for step, so in sync
 mode both reach the same held-out loss: within 1e-3 (in practice identical to the
-printed digits; tests/test_ps_heter_runtime.py checks it).
+printed digits; tests/distributed/ps/test_heter.py checks it).
 
 Trainer 0 evaluates at the end, through the heter trainer (it owns w), and the job
 fails (exit 1) unless the loss is below TARGET_LOSS = 0.46 like ps_ctr.py's.

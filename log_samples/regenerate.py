@@ -220,7 +220,7 @@ def torch_flight() -> None:
 
 def two_node() -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.netns import netns_cluster, netns_unavailable_reason
+    from tests.support.netns import netns_cluster, netns_unavailable_reason
 
     reason = netns_unavailable_reason()
     if reason:

@@ -21,7 +21,8 @@ read as the next hang), and nothing else delays the next look. `--on_hang abort`
 ends the job with exit code 124 and the report's first line as its root cause.
 
 The clocks, a process's CPU time and the collection are given in (`clock`, `wall`,
-`cpu_seconds`, `collect`), so the rule is tested on step clocks (tests/test_hangwatch.py).
+`cpu_seconds`, `collect`), so the rule is tested on step clocks
+(tests/launch/run/test_hangwatch.py).
 
 Many nodes: each launcher judges its own workers; one whose workers all stalled asks
 every node for its stacks through the store (`peers.stackreq`: the first node to see
