@@ -9,6 +9,8 @@ Restart rounds (--max_restarts N), decided from the round's job-wide root cause:
 | a failed process (trainer, server, ...)   | a new round, while restarts remain    |
 | a signal to a launcher, a lost node, a    | stop: restarting cannot fix it, and   |
 | rendezvous error                          | the user (or scheduler) wants it over |
+| a hang (--on_hang abort), even one that   | stop: the same job would hang again   |
+| names its odd rank                        |                                       |
 
 Every node of a job sees the same root cause, so every node decides the same way.
 """
