@@ -17,6 +17,7 @@ import pytest
 from paddlike.logs.__main__ import main
 from paddlike.logs.follow import Follower
 from paddlike.summary import ProcessRecord, RootCause, RunSummary, write_summary
+from tests.support.synthetic_job import write_paddle_job
 
 HEADER = (
     "==== paddlike run 2026-01-01 10:00:00 job job-t {role} rank {rank} local {local} "
@@ -103,19 +104,6 @@ def failed_job_dir(path: Path, *, node_index: int = 0, nnodes: int = 1) -> Path:
     return path
 
 
-def paddle_dir(path: Path) -> Path:
-    """What Paddle's own launcher leaves: endpoints.log and workerlog.N, no summary."""
-    path.mkdir(parents=True)
-    (path / "endpoints.log").write_text("PADDLE_TRAINER_ENDPOINTS: \n10.0.0.1:6070\n10.0.0.1:6071")
-    (path / "workerlog.0").write_text("I0101 init\nstep 1\n")
-    (path / "workerlog.1").write_text(
-        "I0101 init\n"
-        "----------------------\nError Message Summary:\n----------------------\n"
-        "ExternalError: NCCL error, unhandled system error (at /paddle/nccl_helper.h:1)\n"
-    )
-    return path
-
-
 def test_default_view_puts_the_root_cause_above_a_table_of_every_process(tmp_path):
     log = failed_job_dir(tmp_path / "log")
     code, out = run([log])
@@ -194,7 +182,7 @@ def test_a_directory_without_logs_is_one_clear_line_and_exit_2(tmp_path, kind):
 
 
 def test_paddle_written_directory_is_inferred_from_file_names_and_contents(tmp_path):
-    log = paddle_dir(tmp_path / "log")
+    log = write_paddle_job(tmp_path / "log")
     code, out = run([log])
     assert code == 1  # failed, its exit code unknown
     assert out.startswith("FAILED: trainer rank 1 (workerlog.1) logged: ExternalError: NCCL")
