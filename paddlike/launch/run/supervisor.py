@@ -2,12 +2,11 @@
 
 One event loop (selectors over pidfds, a signal wake-up pipe, inotify for `--tee`,
 and the caller's extra fds) — no sleep loop, so a failure is noticed the moment the
-kernel reports it. The teardown, in one place (`_fail` and `_check_deadline`):
-
-    first failure (or SIGINT/SIGTERM/SIGHUP, or a remote cause from an extra fd)
-      -> SIGTERM to every process group
-      -> wait up to kill_timeout, then SIGKILL the groups still there (named first)
-      -> reap every child
+kernel reports it. The first failure (or SIGINT/SIGTERM/SIGHUP, or a remote cause
+from an extra fd) starts the teardown (`_fail`); what the teardown does (SIGTERM,
+kill_timeout, SIGKILL, reap every child) is `run.teardown`'s policy, which the loop
+wakes at its deadline. The round's state and outcome are `run.roundstate`'s; `--tee`'s
+files are watched as `run.teewatch` sets them up.
 
 Hangs (`--hang_timeout`) and stack dumps (SIGUSR1, many nodes' stack requests) are
 `run.hangwatch`'s: the loop only wakes it at its deadline, on SIGUSR1 or on a request's
@@ -28,21 +27,17 @@ is told when this node's trainers are done and says when the whole job's are.
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import selectors
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 from paddlike import contract
-from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
-from paddlike.launch.console.tee import TeeEcho, tee_targets
+from paddlike.launch.console.tee import TeeEcho
 from paddlike.launch.peers.services import ServicesStop
-from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.plan.plan import LaunchPlan, Role
 from paddlike.launch.plan.policy import (
     cause_exit_code,
     exit_verdict,
@@ -54,7 +49,10 @@ from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, peer_exited
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
+from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
 from paddlike.launch.run.signals import DUMP_SIGNAL, read_signals, signals_to_pipe
+from paddlike.launch.run.teardown import Teardown
+from paddlike.launch.run.teewatch import start_tee
 from paddlike.summary import ProcessRecord, ProcessStatus, RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -63,105 +61,9 @@ if TYPE_CHECKING:
 
     from paddlike.launch.context.options import TeeSelection
 
+__all__ = ["Phase", "RunOutcome", "Supervisor"]  # Phase, RunOutcome: run.roundstate's
+
 TAIL_LINES = 20
-# After SIGKILL a process can only linger in uninterruptible sleep; don't wait forever.
-_REAP_AFTER_KILL = 10.0
-# Without inotify, how often the console re-reads the --tee files.
-_TEE_POLL = 0.1
-# Roles that serve until the trainers finish (PS mode), then are asked to stop. Heter
-# trainers (ps-heter) are not: they end by themselves once every trainer ended its stream,
-# and are waited for like trainers; the servers stop after both.
-_SERVICE_ROLES = (Role.SERVER,)
-
-
-class Phase(enum.Enum):
-    """The round on this node. RUNNING -> STOPPING_SERVICES -> (all exited), or
-    RUNNING | STOPPING_SERVICES -> TEARDOWN -> (all exited) on a failure, a signal or
-    a remote cause."""
-
-    RUNNING = "running"
-    STOPPING_SERVICES = "stopping services"
-    TEARDOWN = "teardown"
-
-
-class RunOutcome(NamedTuple):
-    """What one round ended with on this node: the exit code, each process's record, the
-    root cause this node knows of (its own failure, a signal, or a remote cause)."""
-
-    exit_code: int
-    records: list[ProcessRecord]
-    root_cause: RootCause | None
-    status: str  # RunStatus: SUCCEEDED | FAILED | INTERRUPTED
-    duration: float
-
-    @property
-    def trainers(self) -> int:
-        return sum(1 for r in self.records if r.role == Role.TRAINER.value)
-
-
-class _Proc:
-    """A running instance of a ProcessSpec."""
-
-    __slots__ = (
-        "guarded",
-        "kill_sent",
-        "log",
-        "lost",
-        "pidfd",
-        "popen",
-        "record",
-        "returncode",
-        "spec",
-        "started",
-        "stop_sent",
-        "stopped",
-    )
-
-    def __init__(self, spec: ProcessSpec, record: ProcessRecord, log: WorkerLog) -> None:
-        self.spec = spec
-        self.record = record
-        self.log = log
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.pidfd = -1
-        self.started = 0.0  # monotonic
-        self.stop_sent = False  # the launcher sent SIGTERM
-        self.kill_sent = False  # the launcher sent SIGKILL
-        self.returncode: int | None = None
-        self.lost = False  # still there long after SIGKILL; given up on
-        self.guarded = False  # its group is registered with the guardian
-        self.stopped = False  # stopped (SIGSTOP, a debugger) when SIGTERM was sent
-
-    @property
-    def alive(self) -> bool:
-        return self.popen is not None and self.returncode is None
-
-    @property
-    def is_service(self) -> bool:
-        return self.spec.role in _SERVICE_ROLES
-
-
-class _Round:
-    """The mutable state of one `run()`."""
-
-    def __init__(
-        self,
-        on_failure: Callable[[RootCause], None] | None = None,
-        hangs: HangWatch | None = None,
-    ) -> None:
-        self.procs: list[_Proc] = []
-        self.phase = Phase.RUNNING
-        self.cause: RootCause | None = None
-        self.exit_code = 0
-        self.status = RunStatus.SUCCEEDED
-        self.kill_deadline: float | None = None
-        self.trainers_reported = False  # ServicesStop.local_trainers_done() was called
-        self.on_failure = on_failure
-        self.hangs = hangs
-        # a failure that only reports a peer's exit, held back until `held_until` for the
-        # failure it reports (`run.consequence`)
-        self.held: RootCause | None = None
-        self.held_until = 0.0
-        self.hold = 0.0  # seconds
 
 
 class Supervisor:
@@ -193,6 +95,7 @@ class Supervisor:
         self.tee = tee
         self.tee_out = tee_out if tee_out is not None else sys.stdout
         self._tee_poll: float | None = None  # set when inotify is unavailable
+        self._teardown = Teardown(console, guardian, kill_timeout)
 
     # ------------------------------------------------------------------ the round
     def run(
@@ -222,7 +125,7 @@ class Supervisor:
         reports (`run.consequence`).
         """
         start_mono = time.monotonic()
-        rnd = _Round(on_failure=on_failure, hangs=hangs)
+        rnd = RoundState(on_failure=on_failure, hangs=hangs)
         rnd.hold = hold
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
@@ -233,10 +136,12 @@ class Supervisor:
                 sel.register(fd, selectors.EVENT_READ, ("extra", callback))
             if services_stop is not None:
                 sel.register(services_stop.fd, selectors.EVENT_READ, ("services", services_stop))
-            stack.callback(self._close_all, rnd)
+            stack.callback(self._teardown.close_all, rnd)
 
             self._spawn_all(rnd, sel, restart_count, round_)
-            tee = self._start_tee(rnd, sel, stack)
+            tee, self._tee_poll = start_tee(
+                rnd.procs, self.tee, self.plan.processes, self.tee_out, sel, stack
+            )
             if on_started is not None:
                 on_started([p.record for p in rnd.procs])
             if hangs is not None:
@@ -260,7 +165,7 @@ class Supervisor:
                     elif kind == "services" and payload.stop_now():
                         sel.unregister(key.fd)
                         if rnd.phase is Phase.RUNNING:
-                            self._stop_services(rnd, "every trainer of the job finished")
+                            self._teardown.stop_services(rnd, "every trainer of the job finished")
                     elif kind == "stacks":
                         self._stack_request(rnd, payload)
                     elif kind == "tee" and tee is not None:
@@ -268,12 +173,12 @@ class Supervisor:
                         tee.pump()
                 if tee is not None and self._tee_poll is not None:
                     tee.pump()
-                self._check_deadline(rnd)
+                self._teardown.check_deadline(rnd)
                 self._check_held(rnd)
                 self._check_hang(rnd)
                 self._maybe_stop_services(rnd, services_stop)
 
-            self._release_groups(rnd)
+            self._teardown.release_groups(rnd)
             if tee is not None:
                 tee.flush()
             for proc in rnd.procs:
@@ -290,7 +195,7 @@ class Supervisor:
     # ------------------------------------------------------------------ spawning
     def _spawn_all(
         self,
-        rnd: _Round,
+        rnd: RoundState,
         sel: selectors.BaseSelector,
         restart_count: int,
         round_: int | None = None,
@@ -317,7 +222,7 @@ class Supervisor:
                 endpoint=spec.endpoint,
                 restarts=restart_count,
             )
-            rnd.procs.append(_Proc(spec, record, log))
+            rnd.procs.append(Proc(spec, record, log))
         preexec = linux.parent_death_preexec()
         restart = str(restart_count)
         for proc in rnd.procs:
@@ -332,8 +237,8 @@ class Supervisor:
 
     def _spawn(
         self,
-        rnd: _Round,
-        proc: _Proc,
+        rnd: RoundState,
+        proc: Proc,
         sel: selectors.BaseSelector,
         env: Mapping[str, str],
         preexec: Callable[[], None],
@@ -360,38 +265,8 @@ class Supervisor:
         proc.pidfd = os.pidfd_open(proc.popen.pid)
         sel.register(proc.pidfd, selectors.EVENT_READ, ("proc", proc))
 
-    def _start_tee(
-        self, rnd: _Round, sel: selectors.BaseSelector, stack: contextlib.ExitStack
-    ) -> TeeEcho | None:
-        self._tee_poll = None
-        targets = {id(s) for s in tee_targets(self.tee, self.plan.processes)}
-        echo = TeeEcho(self.tee_out)
-        for proc in rnd.procs:
-            if id(proc.spec) in targets and proc.popen is not None:
-                echo.follow(proc.spec, proc.log.path, proc.log.start)
-                if proc.log.err_path is not None:
-                    echo.follow(proc.spec, proc.log.err_path, proc.log.err_start)
-        if not echo:
-            return None
-        echo.finish_setup()
-        try:
-            inotify = _shared_inotify()
-        except OSError:
-            self._tee_poll = _TEE_POLL
-            return echo
-        stack.callback(inotify.unwatch_all)
-        try:
-            for path in echo.paths:
-                inotify.watch(path)
-        except OSError:
-            self._tee_poll = _TEE_POLL
-            return echo
-        sel.register(inotify.fd, selectors.EVENT_READ, ("tee", inotify))
-        echo.pump()
-        return echo
-
     # ------------------------------------------------------------------ events
-    def _exited(self, rnd: _Round, proc: _Proc) -> None:
+    def _exited(self, rnd: RoundState, proc: Proc) -> None:
         """A child ended. It stays a zombie (WNOWAIT) until the round ends: a zombie leader
         keeps its process-group id from being reused, so signalling the group later can
         never hit an unrelated process."""
@@ -421,7 +296,7 @@ class Supervisor:
                 return
             self._fail(rnd, cause)
 
-    def _check_held(self, rnd: _Round) -> None:
+    def _check_held(self, rnd: RoundState) -> None:
         """A held-back consequence becomes the cause when nothing else came in time."""
         if rnd.held is None:
             return
@@ -431,7 +306,7 @@ class Supervisor:
             cause, rnd.held = rnd.held, None
             self._fail(rnd, cause)
 
-    def _launcher_signals(self, rnd: _Round, fd: int) -> None:
+    def _launcher_signals(self, rnd: RoundState, fd: int) -> None:
         for signum in read_signals(fd):
             name = signal_name(signum)
             if signum == DUMP_SIGNAL:
@@ -440,7 +315,7 @@ class Supervisor:
             if rnd.phase is Phase.TEARDOWN:
                 # A second interrupt: the user does not want to wait for the grace period.
                 self.console.warn(f"received {name} again: killing the remaining processes now")
-                self._kill_now(rnd)
+                self._teardown.kill_now(rnd)
                 continue
             rnd.status = RunStatus.INTERRUPTED
             cause = launcher_signal_cause(
@@ -448,13 +323,13 @@ class Supervisor:
             )
             self._fail(rnd, cause)
 
-    def _dump_stacks(self, rnd: _Round, name: str) -> None:
+    def _dump_stacks(self, rnd: RoundState, name: str) -> None:
         if rnd.phase is Phase.TEARDOWN or rnd.hangs is None:
             self.console.say(f"received {name}: no stacks to take now (the round is ending)")
             return
         rnd.hangs.dump(self._watched(rnd), f"received {name}")
 
-    def _stack_request(self, rnd: _Round, hangs: HangWatch) -> None:
+    def _stack_request(self, rnd: RoundState, hangs: HangWatch) -> None:
         """Many nodes: another node (or this one) asked for every node's stacks. While
         tearing down the loop must not block on the others: the request is dropped."""
         if rnd.phase is Phase.TEARDOWN:
@@ -464,7 +339,7 @@ class Supervisor:
         if cause is not None:
             self._fail(rnd, cause)
 
-    def _check_hang(self, rnd: _Round) -> None:
+    def _check_hang(self, rnd: RoundState) -> None:
         """The hang rule's deadline passed: let it look; a cause it returns ends the job."""
         if rnd.phase is not Phase.RUNNING or rnd.hangs is None:
             return
@@ -476,7 +351,7 @@ class Supervisor:
             self._fail(rnd, cause)
 
     @staticmethod
-    def _watched(rnd: _Round) -> list[Watched]:
+    def _watched(rnd: RoundState) -> list[Watched]:
         """The running trainers, as the hang rule sees them."""
         return [
             Watched(
@@ -491,14 +366,14 @@ class Supervisor:
             if p.alive and p.spec.role is Role.TRAINER and p.popen is not None
         ]
 
-    def _remote_cause(self, rnd: _Round, cause: RootCause | None) -> None:
+    def _remote_cause(self, rnd: RoundState, cause: RootCause | None) -> None:
         """Another node failed, or a node was lost: tear down for that cause, not publishing
         it again (it came from the job)."""
         if cause is None or rnd.phase is Phase.TEARDOWN:
             return
         self._fail(rnd, cause, publish=False)
 
-    def _maybe_stop_services(self, rnd: _Round, services_stop: ServicesStop | None) -> None:
+    def _maybe_stop_services(self, rnd: RoundState, services_stop: ServicesStop | None) -> None:
         """Once this node's trainers all exited 0: stop the servers, or (many nodes) say so."""
         if rnd.phase is not Phase.RUNNING:
             return
@@ -511,19 +386,10 @@ class Supervisor:
                 services_stop.local_trainers_done()
             return
         if trainers:
-            self._stop_services(rnd, "all trainers finished")
-
-    def _stop_services(self, rnd: _Round, why: str) -> None:
-        services = [p for p in rnd.procs if p.is_service and p.alive]
-        if not services:
-            return
-        rnd.phase = Phase.STOPPING_SERVICES
-        self.console.say(f"{why}: asking the servers to stop")
-        self._stop_groups(services)
-        rnd.kill_deadline = time.monotonic() + self.kill_timeout
+            self._teardown.stop_services(rnd, "all trainers finished")
 
     # ------------------------------------------------------------------ teardown
-    def _fail(self, rnd: _Round, cause: RootCause, *, publish: bool = True) -> None:
+    def _fail(self, rnd: RoundState, cause: RootCause, *, publish: bool = True) -> None:
         """Record the root cause (the first one wins), tell the job, start the teardown."""
         if rnd.phase is Phase.TEARDOWN:
             return
@@ -536,104 +402,9 @@ class Supervisor:
                 rnd.on_failure(cause)
             except Exception as exc:  # the local teardown must happen regardless
                 self.console.warn(f"could not publish the failure to the other nodes: {exc}")
-        rnd.phase = Phase.TEARDOWN
-        others = sum(1 for p in rnd.procs if p.alive)
-        if others:
-            failed = any(p.record.status == ProcessStatus.FAILED for p in rnd.procs)
-            other = "other " if failed else ""
-            self.console.say(
-                f"{cause.reason}: stopping {others} {other}process{'es' if others > 1 else ''} "
-                f"(SIGTERM, SIGKILL after {self.kill_timeout:g} s)"
-            )
-        self._stop_groups(rnd.procs)
-        rnd.kill_deadline = time.monotonic() + self.kill_timeout
+        self._teardown.start(rnd, cause.reason)
 
-    def _stop_groups(self, procs: list[_Proc]) -> None:
-        """SIGTERM; a stopped process (SIGSTOP) cannot act on it until continued, so it
-        gets SIGCONT after it (said once, since it explains the wait that may follow)."""
-        for proc in procs:
-            if proc.alive and proc.popen is not None and linux.is_stopped(proc.popen.pid):
-                proc.stopped = True
-                self.console.say(
-                    f"{proc.spec.label} (pid {proc.record.pid}) is stopped (SIGSTOP, or held by "
-                    "a debugger): sending SIGCONT after SIGTERM so that it can exit"
-                )
-        self._signal_groups(procs, signal.SIGTERM)
-        self._signal_groups([p for p in procs if p.stopped], signal.SIGCONT)
-
-    def _signal_groups(self, procs: list[_Proc], sig: int) -> None:
-        """Signal each process's whole group (its children too); exited leaders' groups
-        may still hold grandchildren, so they are signalled as well."""
-        for proc in procs:
-            if proc.popen is None:
-                continue
-            if proc.alive:
-                if sig == signal.SIGKILL:
-                    proc.kill_sent = True
-                else:
-                    proc.stop_sent = True
-            spawn.signal_group(proc.popen.pid, sig)
-
-    def _check_deadline(self, rnd: _Round) -> None:
-        if rnd.kill_deadline is None or time.monotonic() < rnd.kill_deadline:
-            return
-        stubborn = [p for p in rnd.procs if p.alive and p.stop_sent and not p.kill_sent]
-        if stubborn:
-            for proc in stubborn:
-                if proc.stopped:  # not the script's fault: no advice about SIGTERM
-                    self.console.warn(
-                        f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) was "
-                        f"stopped and did not exit within {self.kill_timeout:g} s of SIGTERM "
-                        "and SIGCONT; sending SIGKILL"
-                    )
-                    continue
-                self.console.warn(
-                    f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) did not "
-                    f"exit within {self.kill_timeout:g} s of SIGTERM; sending SIGKILL "
-                    f"(make it exit on SIGTERM, or raise --kill_timeout)"
-                )
-            self._signal_groups(stubborn, signal.SIGKILL)
-            rnd.kill_deadline = time.monotonic() + _REAP_AFTER_KILL
-            return
-        lost = [p for p in rnd.procs if p.alive]
-        for proc in lost:
-            self.console.warn(
-                f"{proc.spec.label} (pid {proc.record.pid}) is still there "
-                f"{_REAP_AFTER_KILL:g} s after SIGKILL (stuck in the kernel?); giving up on it"
-            )
-            proc.returncode = -signal.SIGKILL
-            proc.lost = True
-            proc.record.status = ProcessStatus.KILLED
-            proc.record.signal = "SIGKILL"
-            proc.record.end_time = time.time()
-        rnd.kill_deadline = None
-
-    def _kill_now(self, rnd: _Round) -> None:
-        alive = [p for p in rnd.procs if p.alive and not p.kill_sent]
-        self._signal_groups(alive, signal.SIGKILL)
-        rnd.kill_deadline = time.monotonic() + _REAP_AFTER_KILL
-
-    def _release_groups(self, rnd: _Round) -> None:
-        """The round is over: whatever the leaders left in their groups goes too, every
-        child is reaped, and the guardian forgets the groups (their ids may be reused)."""
-        self._signal_groups(rnd.procs, signal.SIGKILL)
-        self._reap_all(rnd)
-
-    def _reap_all(self, rnd: _Round) -> None:
-        for proc in rnd.procs:
-            if proc.popen is not None and proc.popen.returncode is None and not proc.lost:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.popen.wait(timeout=_REAP_AFTER_KILL)
-            if proc.pidfd >= 0:
-                os.close(proc.pidfd)
-                proc.pidfd = -1
-            reaped = proc.popen is not None and proc.popen.returncode is not None
-            if reaped and proc.guarded and self.guardian is not None:
-                # its group id may be reused now: the guardian must not kill it later
-                self.guardian.remove(proc.popen.pid)
-                proc.guarded = False
-
-    def _timeout(self, rnd: _Round, tee: TeeEcho | None) -> float | None:
+    def _timeout(self, rnd: RoundState, tee: TeeEcho | None) -> float | None:
         timeout: float | None = None
         if rnd.kill_deadline is not None:
             timeout = max(0.0, rnd.kill_deadline - time.monotonic())
@@ -649,7 +420,7 @@ class Supervisor:
         return timeout
 
     # ------------------------------------------------------------------ results
-    def _cause_for(self, proc: _Proc, code: int, reason: str) -> RootCause:
+    def _cause_for(self, proc: Proc, code: int, reason: str) -> RootCause:
         log_path, start = proc.log.path, proc.log.start
         if proc.log.err_path is not None and _grew(proc.log.err_path, proc.log.err_start):
             log_path, start = proc.log.err_path, proc.log.err_start
@@ -669,28 +440,9 @@ class Supervisor:
             duration=time.monotonic() - proc.started if proc.started else None,
         )
 
-    def _close_all(self, rnd: _Round) -> None:
-        """Last resort (an exception in the loop): never leave a child running or unreaped."""
-        alive = [p for p in rnd.procs if p.alive]
-        self._signal_groups(alive, signal.SIGKILL)
-        self._reap_all(rnd)
-
 
 def _grew(path: os.PathLike[str], start: int) -> bool:
     try:
         return os.stat(path).st_size > start
     except OSError:
         return False
-
-
-_INOTIFY: linux.Inotify | None = None
-
-
-def _shared_inotify() -> linux.Inotify:
-    """One inotify descriptor for every round of this process, never closed: closing one
-    waits for the kernel's RCU grace period (5-15 ms), which a spawn() per test or a
-    restart round would pay each time. The process's exit releases it."""
-    global _INOTIFY
-    if _INOTIFY is None:
-        _INOTIFY = linux.Inotify()
-    return _INOTIFY

@@ -1,0 +1,163 @@
+"""The teardown policy: SIGTERM, a grace period, SIGKILL, reap every child.
+
+    a cause (a failed process, a signal, a remote cause) or the servers' stop
+      -> SIGTERM to every process group (and SIGCONT to a stopped process after it)
+      -> wait up to kill_timeout, then SIGKILL the groups still there (named first)
+      -> reap every child; one still there long after SIGKILL is given up on, named
+
+Apart from the event loop (`run.supervisor`), which decides when a round tears down
+and wakes this policy at its deadline: what the policy does to the processes, what it
+says and how long it waits reads here whole. A round never ends with a child
+unreaped: `close_all` is the loop's last resort.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+from paddlike.launch.run import linux, spawn
+from paddlike.launch.run.roundstate import Phase, Proc, RoundState
+from paddlike.summary import ProcessStatus
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.console.output import Console
+    from paddlike.launch.run.guardian import Guardian
+
+# After SIGKILL a process can only linger in uninterruptible sleep; don't wait forever.
+REAP_AFTER_KILL = 10.0
+
+
+class Teardown:
+    """Stops this node's process groups: SIGTERM, `kill_timeout`, SIGKILL, reap.
+
+    The `guardian` forgets each group once its leader is reaped (the id may be reused).
+    """
+
+    def __init__(self, console: Console, guardian: Guardian | None, kill_timeout: float) -> None:
+        self.console = console
+        self.guardian = guardian
+        self.kill_timeout = kill_timeout
+
+    def start(self, rnd: RoundState, reason: str) -> None:
+        """Tear the round down for a cause's `reason`: say what is stopped, and how."""
+        rnd.phase = Phase.TEARDOWN
+        others = sum(1 for p in rnd.procs if p.alive)
+        if others:
+            failed = any(p.record.status == ProcessStatus.FAILED for p in rnd.procs)
+            other = "other " if failed else ""
+            self.console.say(
+                f"{reason}: stopping {others} {other}process{'es' if others > 1 else ''} "
+                f"(SIGTERM, SIGKILL after {self.kill_timeout:g} s)"
+            )
+        self.stop_groups(rnd.procs)
+        rnd.kill_deadline = time.monotonic() + self.kill_timeout
+
+    def stop_services(self, rnd: RoundState, why: str) -> None:
+        """The servers' stop (PS mode): the same SIGTERM and grace; the round goes on."""
+        services = [p for p in rnd.procs if p.is_service and p.alive]
+        if not services:
+            return
+        rnd.phase = Phase.STOPPING_SERVICES
+        self.console.say(f"{why}: asking the servers to stop")
+        self.stop_groups(services)
+        rnd.kill_deadline = time.monotonic() + self.kill_timeout
+
+    def stop_groups(self, procs: list[Proc]) -> None:
+        """SIGTERM; a stopped process (SIGSTOP) cannot act on it until continued, so it
+        gets SIGCONT after it (said once, since it explains the wait that may follow)."""
+        for proc in procs:
+            if proc.alive and proc.popen is not None and linux.is_stopped(proc.popen.pid):
+                proc.stopped = True
+                self.console.say(
+                    f"{proc.spec.label} (pid {proc.record.pid}) is stopped (SIGSTOP, or held by "
+                    "a debugger): sending SIGCONT after SIGTERM so that it can exit"
+                )
+        self.signal_groups(procs, signal.SIGTERM)
+        self.signal_groups([p for p in procs if p.stopped], signal.SIGCONT)
+
+    def signal_groups(self, procs: list[Proc], sig: int) -> None:
+        """Signal each process's whole group (its children too); exited leaders' groups
+        may still hold grandchildren, so they are signalled as well."""
+        for proc in procs:
+            if proc.popen is None:
+                continue
+            if proc.alive:
+                if sig == signal.SIGKILL:
+                    proc.kill_sent = True
+                else:
+                    proc.stop_sent = True
+            spawn.signal_group(proc.popen.pid, sig)
+
+    def check_deadline(self, rnd: RoundState) -> None:
+        """At the deadline: SIGKILL whoever outlived the grace after SIGTERM (named, with
+        the fix), or, once SIGKILL had its time too, give up on what is still there."""
+        if rnd.kill_deadline is None or time.monotonic() < rnd.kill_deadline:
+            return
+        stubborn = [p for p in rnd.procs if p.alive and p.stop_sent and not p.kill_sent]
+        if stubborn:
+            for proc in stubborn:
+                if proc.stopped:  # not the script's fault: no advice about SIGTERM
+                    self.console.warn(
+                        f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) was "
+                        f"stopped and did not exit within {self.kill_timeout:g} s of SIGTERM "
+                        "and SIGCONT; sending SIGKILL"
+                    )
+                    continue
+                self.console.warn(
+                    f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) did not "
+                    f"exit within {self.kill_timeout:g} s of SIGTERM; sending SIGKILL "
+                    f"(make it exit on SIGTERM, or raise --kill_timeout)"
+                )
+            self.signal_groups(stubborn, signal.SIGKILL)
+            rnd.kill_deadline = time.monotonic() + REAP_AFTER_KILL
+            return
+        lost = [p for p in rnd.procs if p.alive]
+        for proc in lost:
+            self.console.warn(
+                f"{proc.spec.label} (pid {proc.record.pid}) is still there "
+                f"{REAP_AFTER_KILL:g} s after SIGKILL (stuck in the kernel?); giving up on it"
+            )
+            proc.returncode = -signal.SIGKILL
+            proc.lost = True
+            proc.record.status = ProcessStatus.KILLED
+            proc.record.signal = "SIGKILL"
+            proc.record.end_time = time.time()
+        rnd.kill_deadline = None
+
+    def kill_now(self, rnd: RoundState) -> None:
+        """A second interrupt: the user does not want to wait for the grace period."""
+        alive = [p for p in rnd.procs if p.alive and not p.kill_sent]
+        self.signal_groups(alive, signal.SIGKILL)
+        rnd.kill_deadline = time.monotonic() + REAP_AFTER_KILL
+
+    def release_groups(self, rnd: RoundState) -> None:
+        """The round is over: whatever the leaders left in their groups goes too, every
+        child is reaped, and the guardian forgets the groups (their ids may be reused)."""
+        self.signal_groups(rnd.procs, signal.SIGKILL)
+        self._reap_all(rnd)
+
+    def _reap_all(self, rnd: RoundState) -> None:
+        """Wait for every child (a lost one aside) and close its pidfd."""
+        for proc in rnd.procs:
+            if proc.popen is not None and proc.popen.returncode is None and not proc.lost:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(timeout=REAP_AFTER_KILL)
+            if proc.pidfd >= 0:
+                os.close(proc.pidfd)
+                proc.pidfd = -1
+            reaped = proc.popen is not None and proc.popen.returncode is not None
+            if reaped and proc.guarded and self.guardian is not None:
+                # its group id may be reused now: the guardian must not kill it later
+                self.guardian.remove(proc.popen.pid)
+                proc.guarded = False
+
+    def close_all(self, rnd: RoundState) -> None:
+        """Last resort (an exception in the loop): never leave a child running or unreaped."""
+        alive = [p for p in rnd.procs if p.alive]
+        self.signal_groups(alive, signal.SIGKILL)
+        self._reap_all(rnd)
