@@ -91,6 +91,9 @@ def test_ranks_mixing_array_kinds_in_one_operation_are_told_so(tmp_path):
 @pytest.mark.timeout(120)
 def test_device_collectives_issued_in_different_orders_say_so_at_the_deadline(tmp_path):
     got = run(tmp_path, "opposite_orders", timeout="3")
-    for k in (0, 1):
-        assert "CollectiveTimeoutError" in got[k]["error"], got[k]
+    # the first rank past its deadline says why and aborts; once its communicator is gone
+    # the other rank's queue may drain (as on a GPU), or fail on the abort, or time out too
+    timed_out = [k for k in (0, 1) if "CollectiveTimeoutError" in (got[k]["error"] or "")]
+    assert timed_out, got
+    for k in timed_out:
         assert "issued device collectives in different orders" in got[k]["error"], got[k]
