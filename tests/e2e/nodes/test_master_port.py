@@ -156,8 +156,9 @@ def test_a_one_node_launch_whose_master_port_is_taken_exits_2_naming_it(tmp_path
 
 
 # Namespace nodes have ports of their own, but the launchers' port registry is shared by
-# the machine: a port no other test uses.
-NETNS_PORT = 47611
+# the machine: a run of ports no other test and no launcher's reservation uses (below the
+# ephemeral range, where launchers' workers get theirs), P..P+5 for the tests here.
+NETNS_PORT = fixed_ports(6)
 
 
 def _start(  # type: ignore[no-untyped-def]
