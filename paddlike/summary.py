@@ -357,11 +357,16 @@ class RunSummary(_Record):
         return cls.from_dict(data)
 
 
+def summary_text(summary: RunSummary) -> str:
+    """summary.json's bytes as text: one format for every writer."""
+    return json.dumps(summary.to_json(), indent=2) + "\n"
+
+
 def write_summary(log_dir: str | os.PathLike[str], summary: RunSummary) -> Path:
     """Replace `summary.json` atomically: readers see the old or the new file."""
     path = Path(log_dir) / SUMMARY_FILE
     tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    tmp.write_text(summary_text(summary))
     os.replace(tmp, path)
     return path
 

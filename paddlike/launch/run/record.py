@@ -8,7 +8,6 @@ disk nothing half-written is left, and the last word still lands where it fits
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +15,14 @@ from pathlib import Path
 
 from paddlike.launch.plan.plan import LaunchPlan
 from paddlike.launch.run.logdir import write_atomically
-from paddlike.summary import SUMMARY_FILE, ProcessRecord, RootCause, RunStatus, RunSummary
+from paddlike.summary import (
+    SUMMARY_FILE,
+    ProcessRecord,
+    RootCause,
+    RunStatus,
+    RunSummary,
+    summary_text,
+)
 
 
 class RunRecord:
@@ -106,7 +112,7 @@ class RunRecord:
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write
-            text = json.dumps(summary.to_json(), indent=2) + "\n"
+            text = summary_text(summary)
             write_atomically(path, text.encode(), in_place_when_full=True)
         except OSError as exc:
             self.warn(f"could not write the run summary in {self.log_dir}: {exc}")
