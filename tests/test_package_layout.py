@@ -43,6 +43,7 @@ LAUNCH_MAY_IMPORT = (
     "paddlike.summary",
     "paddlike.logformat",  # the log directory's files, written by launch, read by logs
     "paddlike.commands",  # both commands' manners: the name typed, a closed stdout
+    "paddlike.netaddr",  # host:port texts, IPv6 bracketed (stdlib only)
     "paddlike.distributed.store",
     "paddlike.logs.report",
     "paddlike.logs.errors",  # the first error line of a failure (stdlib only, like report)
