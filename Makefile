@@ -18,7 +18,7 @@ PADDLE ?= paddlepaddle>=3,<4
 PADDLE_VENV ?= .venv-paddle
 PADDLE_STAMP := $(PADDLE_VENV)/.installed
 
-.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env test-gpu chaos chromium
+.PHONY: env torch-env test lint demo bench log-samples clean etcd paddle-env test-gpu chaos chromium cluster-tools
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,10 +60,21 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
 	  echo "chromium not installed: the job page's browser tests will skip"
 
+# Best effort: the one-command cluster tests (issue 24) start real sshd, pdsh, a real Slurm
+# (slurmctld, slurmd, munge) in namespace nodes, and the NUMA tests read numactl; each skips
+# with a reason when its tool is missing.
+CLUSTER_TOOLS := sshd:openssh-server pdsh:pdsh slurmctld:slurm-wlm munged:munge numactl:numactl
+cluster-tools:
+	@missing=""; for t in $(CLUSTER_TOOLS); do \
+	  PATH="$$PATH:/usr/sbin" command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
+	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null 2>&1; } || \
+	  echo "not installed:$$missing: the tests that need them will skip"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 
-test: $(STAMP) torch-env etcd paddle-env chromium
+test: $(STAMP) torch-env etcd paddle-env chromium cluster-tools
 	$(VENV)/bin/ruff check paddlike tests bench examples log_samples/regenerate.py
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
