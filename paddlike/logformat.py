@@ -12,10 +12,15 @@ Standard library only: the launcher imports it at start-up.
     .paddlike.lock    the flock a launcher holds on the directory for its life
     .paddlike.owner   who holds it (JSON): pid, host, hostname, since, and for a job of
                       several nodes the job's key and name
+
+Every file that is replaced whole (endpoints.log, summary.json, the job page) goes
+through `write_atomically`: a reader sees the old file or the new one, never half.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -244,3 +249,46 @@ def parse_endpoints(text: str) -> dict[str, list[str]]:
         elif current is not None:
             current.extend(v.strip() for v in line.split(",") if v.strip())
     return lists
+
+
+def write_atomically(
+    path: Path, data: bytes | str, *, in_place_when_full: bool = False
+) -> None:
+    """Replace `path` with `data` so that readers see the old file or the new one (a
+    temporary file, then a rename). Nothing is left behind when it fails: the temporary
+    file goes, and OSError is raised naming `path`. `in_place_when_full`: on a full disk
+    (ENOSPC) an existing file is overwritten in place when the blocks it holds fit
+    `data`, so that a disk that filled up during the job still gets summary.json's last
+    word (endpoints.log must fail instead: no round starts on a full disk)."""
+    if isinstance(data, str):
+        data = data.encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        full = exc.errno == errno.ENOSPC and in_place_when_full
+        if not full or not _overwrite_in_place(path, data):
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc  # the file it was for
+
+
+def _overwrite_in_place(path: Path, data: bytes) -> bool:
+    """Write `data` over `path` when the blocks the file holds already fit it (a full disk
+    gives no new ones); False, the file untouched, when they do not."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_blocks * 512 < len(data):
+            return False
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -53,6 +53,8 @@ import os
 from enum import Enum
 from pathlib import Path
 
+from paddlike.logformat import write_atomically
+
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import Any, ClassVar
@@ -365,9 +367,7 @@ def summary_text(summary: RunSummary) -> str:
 def write_summary(log_dir: str | os.PathLike[str], summary: RunSummary) -> Path:
     """Replace `summary.json` atomically: readers see the old or the new file."""
     path = Path(log_dir) / SUMMARY_FILE
-    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(summary_text(summary))
-    os.replace(tmp, path)
+    write_atomically(path, summary_text(summary))
     return path
 
 

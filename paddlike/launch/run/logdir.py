@@ -255,7 +255,7 @@ class LogDir:
         if header:
             text = f"{header}\n{text}"
         target = self.path / ENDPOINTS_FILE
-        write_atomically(target, text.encode())
+        logformat.write_atomically(target, text)
         return target
 
     def open_log(self, spec: ProcessSpec, header: str) -> WorkerLog:
@@ -458,42 +458,3 @@ def _busy_message(root: Path, owner: dict[str, Any] | None, job: JobClaim | None
         f"{owner.get('host')} ({owner.get('hostname')}), running since {since}{other}; "
         f"wait for it to finish or pass another --log_dir"
     )
-
-
-def write_atomically(path: Path, data: bytes, *, in_place_when_full: bool = False) -> None:
-    """Replace `path` with `data` so that readers see the old file or the new one (a
-    temporary file, then a rename). Nothing is left behind when it fails: the temporary
-    file goes, and OSError is raised naming `path`. `in_place_when_full`: on a full disk
-    (ENOSPC) an existing file is overwritten in place when the blocks it holds fit
-    `data`, so that a disk that filled up during the job still gets summary.json's last
-    word (endpoints.log must fail instead: no round starts on a full disk)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        full = exc.errno == errno.ENOSPC and in_place_when_full
-        if not full or not _overwrite_in_place(path, data):
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc  # the file it was for
-
-
-def _overwrite_in_place(path: Path, data: bytes) -> bool:
-    """Write `data` over `path` when the blocks the file holds already fit it (a full disk
-    gives no new ones); False, the file untouched, when they do not."""
-    try:
-        fd = os.open(path, os.O_WRONLY)
-    except OSError:
-        return False
-    try:
-        if os.fstat(fd).st_blocks * 512 < len(data):
-            return False
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)

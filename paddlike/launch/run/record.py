@@ -3,7 +3,7 @@ and once when the round's job-wide outcome is known — never rewritten by anyon
 
 The schema lives in `paddlike.summary`; this is the one writer in the launcher. On a full
 disk nothing half-written is left, and the last word still lands where it fits
-(`logdir.write_atomically`).
+(`logformat.write_atomically`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from paddlike.launch.plan.plan import LaunchPlan
-from paddlike.launch.run.logdir import write_atomically
+from paddlike.logformat import write_atomically
 from paddlike.summary import (
     SUMMARY_FILE,
     ProcessRecord,

@@ -3,10 +3,9 @@ of it; apart from the command (page/__init__.py) so that follow.py can use both.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 
+from paddlike.logformat import write_atomically
 from paddlike.logs.page.facts import job_facts
 from paddlike.logs.page.render import render_page
 from paddlike.logs.reader import JobView
@@ -23,11 +22,3 @@ def build_page(
 ) -> str:
     """The page of a loaded job (see facts.job_facts for `follow` and `history`)."""
     return render_page(job_facts(job, follow=follow, history=history), dirs)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` whole (temporary name, then rename): a browser reloading it never
-    reads half a page."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -1,4 +1,4 @@
-"""`run.logdir.write_atomically` on a full disk: a 64 KiB tmpfs in a private mount namespace
+"""`logformat.write_atomically` on a full disk: a 64 KiB tmpfs in a private mount namespace
 (`unshare -m`), filled up, then written to. Nothing half-written is left; endpoints.log
 fails naming its path; summary.json's last word lands in place where its blocks fit."""
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(60)
 SCRIPT = r"""
 import errno, json, sys
 from pathlib import Path
-from paddlike.launch.run.logdir import write_atomically
+from paddlike.logformat import write_atomically
 
 d = Path(sys.argv[1])
 target = d / "summary.json"
