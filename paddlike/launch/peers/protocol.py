@@ -225,6 +225,7 @@ def encode_entry(entry: NodeEntry) -> bytes:
         "ports": list(entry.ports),
         "fingerprint": dict(entry.fingerprint),
         "job_id": entry.job_id,
+        "devices": entry.devices,
     }
     # not sorted: the fingerprint's field order is the order mismatches are reported in
     return json.dumps(d).encode()
@@ -240,6 +241,7 @@ def decode_entry(raw: bytes) -> NodeEntry:
         ports=tuple(int(p) for p in d["ports"]),
         fingerprint={str(k): str(v) for k, v in d["fingerprint"].items()},
         job_id=str(d.get("job_id", "")),
+        devices=str(d.get("devices", "")),
     )
 
 
@@ -251,7 +253,7 @@ def encode_world(entries: Sequence[NodeEntry]) -> bytes:
     for e in entries:
         # the fingerprint's field order is kept: it is the order mismatches are reported in
         fp = fingerprints.setdefault(tuple(e.fingerprint.items()), len(fingerprints))
-        nodes.append([e.index, e.host, e.hostname, e.pid, list(e.ports), fp, e.job_id])
+        nodes.append([e.index, e.host, e.hostname, e.pid, list(e.ports), fp, e.job_id, e.devices])
     return json.dumps({"fingerprints": [dict(f) for f in fingerprints], "nodes": nodes}).encode()
 
 
@@ -270,6 +272,7 @@ def decode_world(raw: bytes) -> tuple[NodeEntry, ...]:
             ports=tuple(int(p) for p in n[4]),
             fingerprint=fps[int(n[5])],
             job_id=str(n[6]),
+            devices=str(n[7]) if len(n) > 7 else "",
         )
         for n in d["nodes"]
     )

@@ -21,6 +21,10 @@ class NodeEntry(NamedTuple):
     ports: tuple[int, ...]
     fingerprint: Mapping[str, str]
     job_id: str = ""
+    # collective on GPUs: this node's workers' devices as PADDLE_WORLD_DEVICE_IDS spells
+    # them ("0,1"; "0:1,2:3" with two GPUs a worker), "" on CPUs. Nodes may differ in their
+    # worker counts and devices, so every node learns each node's from its entry.
+    devices: str = ""
 
     @property
     def label(self) -> str:
@@ -49,6 +53,10 @@ class RendezvousResult(NamedTuple):
     @property
     def ports(self) -> tuple[tuple[int, ...], ...]:
         return tuple(n.ports for n in self.nodes)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(n.devices for n in self.nodes)
 
 
 def node_label(index: int, hosts: Sequence[str]) -> str:
