@@ -18,6 +18,10 @@ from paddlike.launch.context.options import PROG, LaunchOptions, UsageError, par
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.plan import LaunchPlan
 
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.context.names import NameWait
+
 
 class Described(NamedTuple):
     """What `describe` decided: the options, this node's share of the job, and a preview of
@@ -61,7 +65,12 @@ def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
     from paddlike.launch.plan import layout, nodejob
 
     if options.is_ps:
-        ps_node = cluster.match_ps_node(options, environ)
+        counted = None
+        if options.servers is None and options.workers is None:  # counts: every node's roles
+            counted = cluster.match_node(options, environ, wait=_name_wait(options))
+            if counted.nnodes > 1:
+                return nodejob.ps_counts_node_job(options, counted)
+        ps_node = cluster.match_ps_node(options, environ, node=counted)
         if ps_node.servers is None or ps_node.trainers is None:
             from paddlike.launch.run.ports import free_ports, reserve_ports
 
@@ -82,9 +91,22 @@ def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
         return nodejob.ps_node_job(options, ps_layout, ps_node.interface, ps_node.reason)
     from paddlike.launch.context.devices import node_devices
 
-    node = cluster.match_node(options, environ)
+    node = cluster.match_node(options, environ, wait=_name_wait(options))
     devices = node_devices(options, environ)
     return nodejob.collective_node_job(options, node, devices)
+
+
+def _name_wait(options: LaunchOptions) -> NameWait | None:
+    """Names of the node list or the master that do not resolve yet are waited for up to
+    --rdzv_timeout, on the progress line (Kubernetes gives pods their names as they come
+    up); a dry run does not wait."""
+    if options.dry_run:
+        return None
+    from paddlike.launch.console.progress import ProgressLine
+    from paddlike.launch.context.names import NameWait
+
+    line = ProgressLine()
+    return NameWait(options.rdzv_timeout, progress=line.show, done=line.clear)
 
 
 def _preview_ports(options: LaunchOptions, job: NodeJob) -> Callable[[int], Sequence[int]]:
@@ -155,11 +177,11 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def _fail_before_the_rendezvous(
-    options: LaunchOptions, environ: Mapping[str, str], message: str
+    options: LaunchOptions, environ: Mapping[str, str], message: str, code: int = 2
 ) -> int:
     """This node's one line first; then, on many nodes, the others are told why this node
     will not join (`peers.startfail`: a few seconds at most), so that they stop too."""
-    code = _fail(message)
+    code = _fail(message, code)
     if not options.dry_run and ((options.nnodes or 1) > 1 or len(options.ips) > 1):
         from paddlike.launch.peers.startfail import tell_start_failure
 
@@ -180,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         described = describe_options(options, environ)
     except UsageError as exc:
-        return _fail_before_the_rendezvous(options, environ, str(exc))
+        return _fail_before_the_rendezvous(options, environ, str(exc), exc.exit_code)
     except PortError as exc:
         return _fail(str(exc), 1)
     if described.options.dry_run:

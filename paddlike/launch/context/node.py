@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from paddlike.launch.context.addresses import LocalAddresses, resolve_ipv4, route_source
+from paddlike.launch.context.names import NameWait
 from paddlike.launch.context.node_by_list import match_node_in_list
 from paddlike.launch.context.node_by_rank import match_node_by_rank
 from paddlike.launch.context.node_by_roles import match_local_entries, match_role_lists
@@ -48,18 +49,20 @@ def match_node(
     *,
     local: LocalAddresses | None = None,
     resolve: Callable[[str], str] = resolve_ipv4,
+    wait: NameWait | None = None,
 ) -> NodeMatch:
     """Find this node in the node list; raise `UsageError` (one line) when it cannot.
+    `wait`: how long names that do not resolve yet are waited for (`names`); None: not.
 
     An elastic job (--nnodes MIN:MAX, --elastic_level 0|1) has no node list: it is
     matched like the identical command on every node, ranks from each round's
     rendezvous, whatever a scheduler lists (its allocation is not the job's range)."""
     if options.min_nnodes is not None:
-        return match_node_by_rank(options, environ, local=local, resolve=resolve)
+        return match_node_by_rank(options, environ, local=local, resolve=resolve, wait=wait)
     sched = detect_scheduler(environ)
     if sched is None and not options.ips_given and (options.nnodes or 1) > 1:
-        return match_node_by_rank(options, environ, local=local, resolve=resolve)
-    return match_node_in_list(options, environ, sched, local=local, resolve=resolve)
+        return match_node_by_rank(options, environ, local=local, resolve=resolve, wait=wait)
+    return match_node_in_list(options, environ, sched, local=local, resolve=resolve, wait=wait)
 
 
 def match_ps_node(
@@ -68,13 +71,16 @@ def match_ps_node(
     *,
     local: LocalAddresses | None = None,
     resolve: Callable[[str], str] = resolve_ipv4,
+    node: NodeMatch | None = None,
 ) -> PsNode:
     """Find this node among the PS role lists (same local matching as --ips).
 
-    A node that appears in neither list has nothing to run: an error.
+    A node that appears in neither list has nothing to run: an error. Counts mode (no
+    lists) is `match_node`'s answer (`node`, when the caller has it already); on several
+    nodes the caller plans it as one job (`plan.nodejob.ps_counts_node_job`).
     """
     if options.servers is None or options.workers is None:
-        node = match_node(options, environ, local=local, resolve=resolve)
+        node = node or match_node(options, environ, local=local, resolve=resolve)
         if not node.rank_known:  # ranks at the rendezvous are for collective jobs only
             raise UsageError(
                 f"--node_rank: needed with --nnodes {node.nnodes} in parameter-server mode "

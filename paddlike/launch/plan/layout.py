@@ -28,18 +28,25 @@ def collective_ports_needed(nproc: int) -> int:
 def collective_layout(
     world: RendezvousResult, node_index: int, nproc: int, master_port: int | None = None
 ) -> EndpointLayout:
-    """Endpoints from every node's published ports: trainers first, then the store port.
+    """Endpoints from every node's published ports: each node's trainers first (one port
+    each: nodes may differ in their worker counts), then its store port (used on node 0).
+    `nproc` is this node's own count (its entry must carry that many trainer ports).
     `master_port`: the workers' store port the user gave (--master_port, which node 0
     claims and publishes as its last port); None: node 0's last published port.
 
-    node 0 ports (40001, 40002, 40003), node 1 (50001, 50002, 50003), nproc 2
-      -> trainers 0:40001 0:40002 1:50001 1:50002, workers' store on node 0 at 40003
+    node 0 ports (40001, 40002, 40003), node 1 (50001, 50002, 50003, 50004)
+      -> trainers 0:40001 0:40002 1:50001 1:50002 1:50003, workers' store on node 0 at 40003
     """
+    own = len(world.nodes[node_index].ports) - 1
+    if own != nproc:
+        label = world.nodes[node_index].label
+        raise ValueError(f"{label} published {own} trainer ports, not {nproc}")
     return EndpointLayout(
         world.hosts,
         node_index,
-        tuple(n.ports[:nproc] for n in world.nodes),
-        master_port=master_port if master_port is not None else world.nodes[0].ports[nproc],
+        tuple(n.ports[:-1] for n in world.nodes),
+        master_port=master_port if master_port is not None else world.nodes[0].ports[-1],
+        devices=world.devices,
     )
 
 
@@ -80,6 +87,36 @@ def ps_counts_layout(
         gloo_endpoint=eps[n],
         heter_stages=tuple(stages),
         heter_devices=tuple(heter_devices),
+    )
+
+
+def ps_counts_world_layout(
+    world: RendezvousResult, node_index: int, n_servers: int, n_trainers: int
+) -> PsLayout:
+    """--server_num/--worker_num on several nodes (Paddle's `--nnodes N --server_num S
+    --trainer_num T` with --master or --ips): every node runs S servers and T trainers on
+    ports it reserved and published, S + T + 1 of them (the last is Paddle fleet's gloo
+    endpoint, used on node 0's, where server 0 is). The job's lists are every node's,
+    node-major: a trainer's id is its place in them, the same on every node.
+
+    node 0 a (40001, 40002, 40003), node 1 b (50001, 50002, 50003), S 1, T 1
+      -> servers a:40001,b:50001  trainers a:40002,b:50002  gloo a:40003
+    """
+    used = n_servers + n_trainers
+    for n in world.nodes:
+        if len(n.ports) != used + 1:
+            raise ValueError(f"{n.label} published {len(n.ports)} ports, not {used + 1}")
+    servers = tuple(f"{n.host}:{p}" for n in world.nodes for p in n.ports[:n_servers])
+    trainers = tuple(f"{n.host}:{p}" for n in world.nodes for p in n.ports[n_servers:used])
+    first = world.nodes[0]
+    return PsLayout(
+        servers,
+        trainers,
+        world.hosts[node_index],
+        node_index,
+        len(world.nodes),
+        world.hosts,
+        gloo_endpoint=f"{first.host}:{first.ports[used]}",
     )
 
 

@@ -26,8 +26,18 @@ from paddlike.launch.context.master import (
 from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.plan.elastic import ElasticSpec, elastic_spec
 from paddlike.launch.plan.heter import plan_ps_heter
-from paddlike.launch.plan.layout import collective_layout, collective_ports_needed
-from paddlike.launch.plan.plan import JobFacts, LaunchPlan, PsLayout, plan_collective
+from paddlike.launch.plan.layout import (
+    collective_layout,
+    collective_ports_needed,
+    ps_counts_world_layout,
+)
+from paddlike.launch.plan.plan import (
+    JobFacts,
+    LaunchPlan,
+    PsLayout,
+    plan_collective,
+    world_devices_text,
+)
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -72,6 +82,9 @@ class NodeJob(NamedTuple):
     # an elastic job (--nnodes MIN:MAX): `hosts` has MAX entries, found at each round's
     # rendezvous (`peers.elastic`); None for a fixed set of nodes
     elastic: ElasticSpec | None = None
+    # collective on GPUs: this node's workers' devices, published in its entry (nodes may
+    # differ); "" on CPUs and in PS mode
+    devices: str = ""
 
     @property
     def nnodes(self) -> int:
@@ -85,7 +98,14 @@ class NodeJob(NamedTuple):
         """What this node publishes at a rendezvous (index -1: a rank to be assigned)."""
         index = self.index if self.rank_known else -1
         return NodeEntry(
-            index, self.host, hostname, pid, tuple(ports), self.fingerprint, job_id=job_id
+            index,
+            self.host,
+            hostname,
+            pid,
+            tuple(ports),
+            self.fingerprint,
+            job_id=job_id,
+            devices=self.devices,
         )
 
     def placed(self, result: RendezvousResult) -> NodeJob:
@@ -103,7 +123,16 @@ class NodeJob(NamedTuple):
         anything starts: `ports_of(node)` gives each node's ports; unknown addresses
         (torchrun style) show as "<node i>"."""
         nodes = tuple(
-            NodeEntry(i, h or f"<node {i}>", "", 0, tuple(ports_of(i)), self.fingerprint, job_id)
+            NodeEntry(
+                i,
+                h or f"<node {i}>",
+                "",
+                0,
+                tuple(ports_of(i)),
+                self.fingerprint,
+                job_id,
+                devices=self.devices if i == self.index else "",
+            )
             for i, h in enumerate(self.hosts)
         )
         return RendezvousResult(0, nodes, job_id, 0.0)
@@ -113,7 +142,7 @@ def fingerprint(
     *,
     ips: Sequence[str],
     devices_per_node: str,
-    nproc_per_node: int,
+    nproc_per_node: int | None = None,
     run_mode: str,
     job_id: str | None,
     script: str,
@@ -123,12 +152,12 @@ def fingerprint(
     """The configuration every node must share. Field order is the order of the report.
 
     An unset job id is left out: each node would generate its own; node 0's is adopted.
+    `nproc_per_node` None (collective jobs): nodes may differ in their worker counts, each
+    publishes its own (its ports); a count given here must be the same on every node.
     """
-    fp = {
-        "ips": ",".join(ips),
-        "devices per node": devices_per_node,
-        "nproc_per_node": str(nproc_per_node),
-    }
+    fp = {"ips": ",".join(ips), "devices per node": devices_per_node}
+    if nproc_per_node is not None:
+        fp["nproc_per_node"] = str(nproc_per_node)
     return fp | _job_fields(run_mode, job_id, script, script_args, version)
 
 
@@ -198,10 +227,9 @@ def collective_node_job(
         ips = (f"{len(hosts)} nodes, found at the rendezvous",)
     else:
         ips = hosts
-    shared = fingerprint(
+    shared = fingerprint(  # the kind of devices only: counts may differ between nodes
         ips=ips,
-        devices_per_node=devices.per_node,
-        nproc_per_node=nproc,
+        devices_per_node=devices.kind,
         run_mode=options.run_mode,
         job_id=options.job_id,
         script=options.training_script,
@@ -227,6 +255,48 @@ def collective_node_job(
         rank_known=node.rank_known,
         workers_port=port,
         elastic=elastic,
+        devices=world_devices_text(devices),
+    )
+
+
+def ps_counts_node_job(options: LaunchOptions, node: NodeMatch) -> NodeJob:
+    """Parameter-server counts on several nodes (--server_num/--worker_num with --ips or
+    --nnodes and --master, as Paddle's launch takes them): every node runs the same counts
+    on ports it reserves each round and trades at the rendezvous, like a collective job;
+    the lists are every node's, node-major (`layout.ps_counts_world_layout`). The servers
+    stop once every trainer of the job is done."""
+    n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
+    hosts = tuple(node.hosts)
+
+    def plan(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        index = result.own_index(node.node_index)  # assigned at the rendezvous, or ours
+        layout = ps_counts_world_layout(result, index, n_servers, n_trainers)
+        return plan_ps_heter(options, layout, facts)  # plain plan_ps without heter stages
+
+    ips = (f"{len(hosts)} nodes, found at the rendezvous",) if node.discovered else hosts
+    shared = {
+        "ips": ",".join(ips),
+        "servers per node": str(n_servers),
+        "trainers per node": str(n_trainers),
+    } | _job_fields(
+        options.run_mode,
+        options.job_id,
+        options.training_script,
+        options.training_script_args,
+        __version__,
+    )
+    return NodeJob(
+        hosts=hosts,
+        index=node.node_index,
+        interface=node.interface,
+        reason=node.reason,
+        master=launchers_master(options, hosts, node.scheduler_master),
+        fingerprint=shared,
+        reserve=n_servers + n_trainers + 1,
+        plan=plan,
+        servers_wait_for_job=True,
+        assign_ranks=node.discovered,
+        rank_known=node.rank_known,
     )
 
 

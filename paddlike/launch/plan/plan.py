@@ -65,6 +65,7 @@ class LaunchPlan(NamedTuple):
     master: str = ""  # host:port of the workers' runtime store (PADDLE_MASTER)
     devices_why: str = ""  # which devices this node's workers got and why (.describe())
     heter_endpoints: tuple[str, ...] = ()  # ps-heter: every heter trainer, stage 2 first
+    node_sizes: tuple[int, ...] = ()  # trainers on each node, in node order (when known)
 
 
 class EndpointLayout(NamedTuple):
@@ -78,6 +79,9 @@ class EndpointLayout(NamedTuple):
     node_index: int
     ports: tuple[tuple[int, ...], ...]  # per node: one port per local trainer
     master_port: int  # the workers' runtime store, on hosts[0]; not a trainer port
+    # per node: its workers' devices as PADDLE_WORLD_DEVICE_IDS spells them ("0,1"), from
+    # its rendezvous entry; () or "" where unknown (a preview): this node's layout is assumed
+    devices: tuple[str, ...] = ()
 
     def trainer_endpoints(self) -> tuple[str, ...]:
         return tuple(f"{h}:{p}" for h, ps in zip(self.hosts, self.ports, strict=True) for p in ps)
@@ -228,8 +232,9 @@ def plan_collective(
 ) -> LaunchPlan:
     """One trainer per device group on this node; ranks node-major in --ips order.
 
-    Other nodes are assumed to have the same device layout (every node runs the same
-    command; the rendezvous checks that) for PADDLE_WORLD_DEVICE_IDS.
+    Nodes may differ in their worker counts (`layout.ports`, from each node's entry) and
+    devices (`layout.devices`); a node whose devices are unknown (a preview) is assumed to
+    have this node's, for PADDLE_WORLD_DEVICE_IDS.
 
     On GPUs every worker's device variables agree: FLAGS_selected_gpus ==
     PADDLE_LOCAL_DEVICE_IDS == its entry of PADDLE_WORLD_DEVICE_IDS (":"-joined), numbered
@@ -246,7 +251,7 @@ def plan_collective(
     world = len(endpoints)
     gpu = devices.kind == "gpu"
     local_ids = [",".join(d) for d in devices.per_worker]
-    world_ids = [":".join(devices.per_worker[i % nproc]) for i in range(world)] if gpu else []
+    world_ids = _world_device_ids(layout, devices) if gpu else []
     master_host, master_port = layout.hosts[0], layout.master_port
     common = {
         contract.TRAINERS_NUM: str(world),
@@ -321,7 +326,37 @@ def plan_collective(
         trainer_endpoints=endpoints,
         master=f"{master_host}:{master_port}",
         devices_why=devices.describe(),
+        node_sizes=tuple(len(p) for p in layout.ports),
     )
+
+
+def node_sizes_text(sizes: Sequence[int]) -> str:
+    """How --dry_run and the banner name each node's trainer count: "" when all are equal
+    (nothing to say), else "node 0: 1, node 1: 2, node 2: 3"."""
+    if len(set(sizes)) <= 1:
+        return ""
+    return ", ".join(f"node {i}: {n}" for i, n in enumerate(sizes))
+
+
+def world_devices_text(devices: DeviceAssignment) -> str:
+    """This node's entry of PADDLE_WORLD_DEVICE_IDS: each worker's devices ':'-joined,
+    workers ','-joined ("0,1"; "0:1,2:3"); "" on CPUs. Published at the rendezvous."""
+    if devices.kind != "gpu":
+        return ""
+    return ",".join(":".join(d) for d in devices.per_worker)
+
+
+def _world_device_ids(layout: EndpointLayout, devices: DeviceAssignment) -> list[str]:
+    """Every trainer's devices in rank order, from each node's published devices; a node
+    that published none (a preview, an older launcher) is taken to be laid out like this one."""
+    ids: list[str] = []
+    for node, ports in enumerate(layout.ports):
+        text = layout.devices[node] if node < len(layout.devices) else ""
+        if text and len(text.split(",")) == len(ports):
+            ids += text.split(",")
+        else:
+            ids += [":".join(devices.per_worker[i % devices.nproc]) for i in range(len(ports))]
+    return ids
 
 
 def ps_common_env(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> dict[str, str]:
@@ -448,6 +483,8 @@ def format_plan(plan: LaunchPlan, log_dir: str) -> str:
         lines.append(f"master (PADDLE_MASTER): {plan.master}")
     if plan.devices_why:
         lines.append(f"devices: {plan.devices_why}")
+    if node_sizes_text(plan.node_sizes):
+        lines.append(f"trainers per node: {node_sizes_text(plan.node_sizes)}")
     for p in plan.processes:
         logs = f"{log_dir}/{p.log_name}" + (
             f", {log_dir}/{p.err_log_name}" if p.err_log_name else ""

@@ -222,16 +222,12 @@ def _check_elastic(o: LaunchOptions) -> None:
 
 
 def _check_ps_counts(o: LaunchOptions) -> None:
-    """Counts (--server_num/--worker_num/--heter_worker_num) describe one node's job.
-
-    On several nodes each launcher would start its own one-node job — every trainer
-    id 0, every world size 1 — so the combination is refused: the lists name every
-    process of a many-node job, in the order of their ids.
+    """Counts (--server_num/--worker_num) on several nodes are Paddle's multi-node PS: each
+    node runs that many servers and trainers, and the lists are every node's, node-major
+    (`plan.nodejob.ps_counts_node_job`). ps-heter's --heter_worker_num is one node's only:
+    its stages' order across nodes is not defined by counts, so it is refused there.
     """
-    if o.servers is not None or o.workers is not None:
-        return
-    counts = [d for d in ("server_num", "worker_num", "heter_worker_num") if getattr(o, d)]
-    if not counts:
+    if o.servers is not None or o.workers is not None or not o.heter_worker_num:
         return
     many = (
         f"--ips lists {len(o.ips)} nodes"
@@ -242,10 +238,10 @@ def _check_ps_counts(o: LaunchOptions) -> None:
     )
     if many:
         raise UsageError(
-            f"--{counts[0]}: counts describe a one-node parameter-server job, but {many}; "
-            "on several nodes list every server and trainer with --servers ip:port,... and "
-            "--workers ip,... (the same lists on every node; see docs/ps.md)",
-            f"--{counts[0]}",
+            f"--heter_worker_num: counts describe a one-node ps-heter job, but {many}; "
+            "on several nodes list every process with --servers ip:port,..., --workers "
+            "ip,... and --heter_workers (the same lists on every node; see docs/ps.md)",
+            "--heter_worker_num",
         )
 
 

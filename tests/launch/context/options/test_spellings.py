@@ -344,26 +344,30 @@ def test_pet_standalone_is_named_in_what_it_contradicts():
 
 
 @pytest.mark.parametrize(
-    ("argv", "why"),
+    "argv",
     [
-        (["--server_num", "1", "--worker_num", "1", "--ips", "127.0.0.1,127.0.0.2"],
-         "--ips lists 2 nodes"),
-        (["--server_num", "1", "--worker_num", "1", "--nnodes", "2", "--node_rank", "1",
-          "--master", "127.0.0.1:6170"], "--nnodes is 2"),
-        (["--worker_num", "2", "--nnodes", "2", "--node_rank", "0"], "--nnodes is 2"),
-        (["--trainer_num", "1", "--server_num", "1", "--rdzv-endpoint", "127.0.0.1:6170",
-          "--nnodes", "2"], "--nnodes is 2"),
+        ["--server_num", "1", "--worker_num", "1", "--ips", "127.0.0.1,127.0.0.2"],
+        ["--server_num", "1", "--worker_num", "1", "--nnodes", "2", "--node_rank", "1",
+         "--master", "127.0.0.1:6170"],
+        ["--worker_num", "2", "--nnodes", "2", "--node_rank", "0"],
+        ["--trainer_num", "1", "--server_num", "1", "--rdzv-endpoint", "127.0.0.1:6170",
+         "--nnodes", "2"],
     ],
 )  # fmt: skip
-def test_ps_counts_on_several_nodes_are_refused_pointing_to_the_lists(argv, why):
-    with pytest.raises(UsageError, match=rf"counts describe a one-node .* but {why}; on several "
-                       r"nodes list every server and trainer with --servers"):  # fmt: skip
-        parse(*argv, "t.py")
+def test_ps_counts_on_several_nodes_are_one_job_of_every_nodes_roles(argv):
+    assert parse(*argv, "t.py").run_mode == "ps"  # Paddle's multi-node PS by counts
 
 
-def test_ps_counts_on_several_nodes_from_the_environment_are_refused_too():
-    with pytest.raises(UsageError, match="counts describe a one-node"):
-        parse("--server_num", "1", "--worker_num", "1", "t.py", PET_NNODES="2", PET_NODE_RANK="1")
+def test_ps_counts_on_several_nodes_from_the_environment_are_accepted_too():
+    o = parse("--server_num", "1", "--worker_num", "1", "t.py", PET_NNODES="2", PET_NODE_RANK="1")
+    assert o.run_mode == "ps" and o.nnodes == 2
+
+
+def test_heter_counts_on_several_nodes_are_refused_pointing_to_the_lists():
+    message = r"--heter_worker_num: counts describe a one-node ps-heter job, but --ips lists 2"
+    with pytest.raises(UsageError, match=message):
+        parse("--server_num", "1", "--worker_num", "1", "--heter_worker_num", "1",
+              "--heter_devices", "cpu", "--ips", "127.0.0.1,127.0.0.2", "t.py")  # fmt: skip
 
 
 def test_ps_counts_on_one_node_and_lists_on_several_still_run():
@@ -387,24 +391,24 @@ def _launch(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_the_launcher_exits_2_with_one_line_for_a_refused_option(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("print('ran')\n")
-    run = _launch("--start-method", "fork", "--log_dir", str(tmp_path / "log"), str(script))
+    run = _launch("--numa-binding", "sockets", "--log_dir", str(tmp_path / "log"), str(script))
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "paddlike.launch: error: --start_method: workers are always fresh processes (spawn); "
-        "fork and forkserver are not available (accepted: spawn), got 'fork'"
+        "paddlike.launch: error: --numa_binding: expected node, socket, exclusive, core-complex "
+        "(as in torchrun) or none, got 'sockets'"
     ]
     assert not (tmp_path / "log").exists()
 
 
-def test_the_launcher_exits_2_for_ps_counts_on_two_nodes_before_starting_anything(tmp_path):
+def test_the_launcher_shows_ps_counts_on_two_nodes_as_one_job_in_a_dry_run(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("print('ran')\n")
     run = _launch("--server_num", "1", "--worker_num", "1", "--nnodes", "2", "--node_rank", "1",
-                  "--master", "127.0.0.1:6170", "--log_dir", str(tmp_path / "log"),
+                  "--master", "127.0.0.1:6170", "--log_dir", str(tmp_path / "log"), "--dry_run",
                   str(script))  # fmt: skip
-    assert run.returncode == 2, run.stderr
-    assert "counts describe a one-node parameter-server job" in run.stderr
-    assert "ran" not in run.stdout
+    assert run.returncode == 0, run.stderr
+    assert "mode ps, node 1 of 2" in run.stdout and "PADDLE_TRAINERS_NUM=2" in run.stdout
+    assert not (tmp_path / "log").exists()  # nothing started
 
 
 def test_torchruns_command_line_runs_a_one_node_job(tmp_path):
