@@ -8,6 +8,16 @@ and reports contradictions (never a silent rank 0).
     variables                                           -> hosts, node index
     SLURM_JOB_NODELIST=gpu[01-02],cpu7 SLURM_NODEID=1   -> gpu01,gpu02,cpu7 ; 1
       (SLURM_NNODES, when set, must equal the list's length)
+    inside an srun step: SLURM_STEP_NODELIST=gpu[01-02] SLURM_NODEID=1
+      SLURM_JOB_NODELIST=gpu[01-04] SLURM_NNODES=2      -> gpu01,gpu02 ; 1
+      (the step's nodes, not the allocation's: `srun -N2` inside `sbatch -N4`)
+    SLURM_JOB_ID without SLURM_STEP_ID (an sbatch script's own shell, on the
+      allocation's first node only)                     -> no scheduler: the flags say
+    SLURM_STEP_NUM_TASKS > the step's nodes (srun -n4 on 2 nodes: two launchers on one
+      node)                                             -> an error naming the variable
+
+What a real Slurm sets was read from Slurm 22.05's slurmd in the tests
+(tests/e2e/slurm/), not from its manual.
     PADDLE_TRAINERS=10.0.0.1,10.0.0.2 PADDLE_TRAINER_ID=1 (PaddleCloud / Kubeflow)
       POD_IP=10.0.0.2 PADDLE_NNODES=2 PADDLE_MASTER=10.0.0.1:6170
                                                         -> 10.0.0.1,10.0.0.2 ; 1
@@ -112,7 +122,16 @@ def _int(environ: Mapping[str, str], name: str) -> int | None:
 
 
 def _slurm(environ: Mapping[str, str]) -> SchedulerInfo | None:
-    var = next((v for v in ("SLURM_JOB_NODELIST", "SLURM_NODELIST") if environ.get(v)), None)
+    if environ.get("SLURM_JOB_ID") and not (
+        environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID")
+    ):
+        # The batch script's shell: it runs once, on the first node of the allocation, so
+        # the allocation's node list is not where this job's launchers run (srun starts one
+        # on each node, inside a step).
+        return None
+    step = bool(environ.get("SLURM_STEP_NODELIST"))
+    names = ("SLURM_STEP_NODELIST",) if step else ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    var = next((v for v in names if environ.get(v)), None)
     if var is None or environ.get("SLURM_NODEID") is None:
         return None
     try:
@@ -120,16 +139,28 @@ def _slurm(environ: Mapping[str, str]) -> SchedulerInfo | None:
     except ValueError as e:
         raise UsageError(f"{var}: not a Slurm node list ({e}), got {environ[var]!r}", var) from None
     node_index = _int(environ, "SLURM_NODEID")
-    nnodes = _int(environ, "SLURM_NNODES")
+    count_var = (
+        "SLURM_STEP_NUM_NODES" if step and environ.get("SLURM_STEP_NUM_NODES") else "SLURM_NNODES"
+    )
+    nnodes = _int(environ, count_var)
     if nnodes is not None and nnodes != len(hosts):
         raise UsageError(
-            f"SLURM_NNODES: {nnodes} contradicts {var}={environ[var]!r}, which lists {len(hosts)}",
-            "SLURM_NNODES",
+            f"{count_var}: {nnodes} contradicts {var}={environ[var]!r}, which lists {len(hosts)}",
+            count_var,
         )
     if node_index is not None and node_index >= len(hosts):
         raise UsageError(
             f"SLURM_NODEID: {node_index} is out of range for the {len(hosts)} nodes of {var}",
             "SLURM_NODEID",
+        )
+    tasks_var = "SLURM_STEP_NUM_TASKS" if step else "SLURM_NTASKS"
+    tasks = _int(environ, tasks_var) if step else None
+    if tasks is not None and tasks > len(hosts):
+        raise UsageError(
+            f"{tasks_var}: {tasks} tasks on the {len(hosts)} nodes of {var}; the launcher "
+            "runs once per node and starts that node's workers itself: srun "
+            "--ntasks-per-node=1 (the workers per node: --nproc_per_node)",
+            tasks_var,
         )
     return SchedulerInfo("slurm", hosts, node_index, source=var)
 

@@ -87,3 +87,52 @@ def test_paddlecloud_bad_trainer_id_is_an_error():
 
 def test_no_scheduler():
     assert detect_scheduler({"PATH": "/bin"}) is None
+
+
+# What Slurm 22.05's slurmd set in the tests' real cluster (tests/e2e/slurm/): a step of
+# `srun -N2 -n2` inside `sbatch -N3`, and the batch script's own shell.
+_STEP_OF_TWO_IN_THREE = {
+    "SLURM_JOB_ID": "1",
+    "SLURM_JOB_NODELIST": "sn[0-2]",
+    "SLURM_JOB_NUM_NODES": "3",
+    "SLURM_NODELIST": "sn[0-2]",
+    "SLURM_NNODES": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEPID": "0",
+    "SLURM_STEP_NODELIST": "sn[0-1]",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_NTASKS": "2",
+}
+_BATCH_SHELL = {
+    "SLURM_JOB_ID": "1",
+    "SLURM_JOB_NODELIST": "sn[0-2]",
+    "SLURM_NODELIST": "sn[0-2]",
+    "SLURM_NNODES": "3",
+    "SLURM_NODEID": "0",
+}
+
+
+def test_an_srun_step_on_part_of_the_allocation_is_the_step_s_nodes():
+    info = detect_scheduler(_STEP_OF_TWO_IN_THREE)
+    assert info is not None
+    assert (info.hosts, info.node_index, info.source) == (("sn0", "sn1"), 1, "SLURM_STEP_NODELIST")
+
+
+def test_the_batch_script_s_own_shell_is_not_a_multi_node_launch():
+    assert detect_scheduler(_BATCH_SHELL) is None
+
+
+def test_two_tasks_on_one_node_is_an_error_naming_the_variable():
+    env = {**_STEP_OF_TWO_IN_THREE, "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4"}
+    with pytest.raises(
+        UsageError, match=r"^SLURM_STEP_NUM_TASKS: 4 tasks on the 2 nodes of SLURM_STEP_NODELIST"
+    ):
+        detect_scheduler(env)
+
+
+def test_step_node_count_that_contradicts_the_step_list_is_an_error():
+    env = {**_STEP_OF_TWO_IN_THREE, "SLURM_STEP_NUM_NODES": "3"}
+    with pytest.raises(UsageError, match=r"^SLURM_STEP_NUM_NODES: 3 contradicts"):
+        detect_scheduler(env)
