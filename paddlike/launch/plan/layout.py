@@ -182,6 +182,16 @@ def _check_heter_endpoints(
                 )
 
 
+# PaddleCloud's PADDLE_PORT (`options.others.paddlecloud_ports`): the platform opened those
+# ports on every node, so every node uses them, not only a one-node job
+GIVEN_PORTS_SOURCE = "PADDLE_PORT"
+
+
+def ports_given_everywhere(start_port_from: str | None) -> bool:
+    """Whether every node of the job takes its ports from a given start (PaddleCloud)."""
+    return start_port_from == GIVEN_PORTS_SOURCE
+
+
 class PortRequest(NamedTuple):
     """The ports one round needs on this node, before any is reserved (`port_request`)."""
 
@@ -204,8 +214,9 @@ def port_request(
 ) -> PortRequest:
     """What to reserve: `reserve` ports in all, of which a given --master_port (the workers'
     store, on the node that hosts it: `hosts_workers_store`) is claimed rather than free;
-    one node with a start port takes consecutive ones from it. Many nodes always reserve
-    free ones (they trade them at the rendezvous).
+    one node with a start port takes consecutive ones from it. Many nodes reserve free ones
+    (they trade them at the rendezvous), except PaddleCloud's given ports (PADDLE_PORT with
+    TRAINER_PORTS_NUM: only those are open), which every node takes from PADDLE_PORT.
 
     | reserve | nnodes | workers_port | hosts it | start_port_from | -> count, start, workers |
     | ------- | ------ | ------------ | -------- | --------------- | ------------------------ |
@@ -214,12 +225,15 @@ def port_request(
     | 3       | 2      | 6170         | yes      | -               | 2 free + 6170            |
     | 3       | 2      | 6170         | no       | -               | 3 free                   |
     | 3       | 1      | 6170         | (always) | --start_port    | 2 from start + 6170      |
+    | 3       | 2      | None         | any      | --start_port    | 3 free                   |
+    | 3       | 2      | None         | any      | PADDLE_PORT     | 3 from start             |
     """
     if not reserve:
         return PortRequest(0)
     claim = workers_port is not None and (nnodes == 1 or hosts_workers_store)
     count = reserve - 1 if claim else reserve
-    given = start_port_from and nnodes == 1 and start_port is not None
+    everywhere = ports_given_everywhere(start_port_from)
+    given = start_port_from and (nnodes == 1 or everywhere) and start_port is not None
     return PortRequest(
         count,
         start=start_port if given else None,

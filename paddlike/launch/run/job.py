@@ -42,6 +42,7 @@ from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.protocol import decode_cause
 from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
+from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 from paddlike.launch.plan.policy import (
@@ -129,8 +130,10 @@ def _run(
             f"{holder.get('host')} of this job: this node writes to {logdir.path}"
         )
     with logdir:
-        if job.workers_port is not None and job.nnodes > 1:
-            try:  # node 0 claims --master_port before the others wait for it
+        if (job.workers_port is not None or ports_given_everywhere(options.start_port_from)) and (
+            job.nnodes > 1
+        ):
+            try:  # node 0 claims --master_port (each node PaddleCloud's) before the rendezvous
                 round_ports(options, job)
             except PortError as exc:
                 return _cannot_start(str(exc), options, job, environ, console, where)
