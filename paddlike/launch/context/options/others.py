@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from paddlike.contract import JOB_ID
 from paddlike.launch.context.options.record import (
     THEIR_FLAG,
     THEIR_OPTION_VARIABLE,
@@ -41,16 +42,17 @@ _SCALE_BY_NODES = (
     "(docs/migrating.md#elastic-jobs)"
 )
 _AUTO_PARALLEL = "Paddle's auto-parallel rank mapping and tuner are not part of paddlike"
+_NO_STREAM_COPY = (
+    "no filtered copy of a stream: stdout and stderr share workerlog.N (with "
+    "--redirect_stdout_and_stderr stderr is workerlog.N.err), so a copy of one stream's "
+    "matching lines cannot be told apart from the other's; grep workerlog.N instead"
+)
 
 # Options refused whatever their value: name -> why (the user reads "--name: why").
 REFUSED_OPTIONS = {
     # torchrun
-    "logs_specs": "paddlike's log layout is fixed (workerlog.N in --log_dir, see docs/logdir.md)",
-    "numa_binding": "no NUMA binding; wrap the script (numactl ... with --no_python) instead",
-    "signals_to_handle": "the launcher always handles SIGINT, SIGTERM and SIGHUP (docs/cli.md)",
-    "duplicate_stdout_filters": "every worker's output is in workerlog.N; filter that file",
-    "duplicate_stderr_filters": "every worker's output is in workerlog.N; filter that file",
-    "virtual_local_rank": "each worker sees its own LOCAL_RANK and FLAGS_selected_gpus",
+    "duplicate_stdout_filters": _NO_STREAM_COPY,
+    "duplicate_stderr_filters": _NO_STREAM_COPY,
     # Paddle's paddle.distributed.launch
     "auto_parallel_config": _AUTO_PARALLEL,
     "auto_tuner_json": _AUTO_PARALLEL,
@@ -82,9 +84,24 @@ BOOL_FALSE = {"0", "false", "f", "no", "n", "off"}
 # Options accepted only with the values that describe what paddlike does anyway:
 # name -> (accepted values, lower case; why others are refused).
 ONLY_VALUES = {
+    # A training script is always started as a fresh process (an exec), whatever the
+    # method, as torchrun starts a script: the method only matters to torchrun's function
+    # entry points, which a command line never names.
     "start_method": (
-        {"spawn"},
-        "workers are always fresh processes (spawn); fork and forkserver are not available",
+        {"spawn", "fork", "forkserver"},
+        "expected spawn, fork or forkserver",
+    ),
+    # torchrun's LogsSpecs entry point: its default writes each worker's output to files
+    # in the log directory, as paddlike's fixed layout does; another class would decide
+    # other paths, which paddlike's log readers (paddlike.logs, the report) could not find.
+    "logs_specs": (
+        {
+            "default",
+            "defaultlogsspecs",
+            "torch.distributed.elastic.multiprocessing:defaultlogsspecs",
+        },
+        "paddlike's log layout is fixed (workerlog.N in --log_dir, docs/logdir.md), which is "
+        "what torchrun's DefaultLogsSpecs does; a custom LogsSpecs cannot apply",
     ),
     "event_log_handler": (
         {"null"},
@@ -93,10 +110,6 @@ ONLY_VALUES = {
     "sort_ip": (
         BOOL_FALSE,
         "node order is the --ips order (or --node_rank); sort --ips yourself",
-    ),
-    "enable_gpu_log": (
-        BOOL_FALSE,
-        "paddlike does not record GPU logs; use nvidia-smi or DCGM",
     ),
     "auto_cluster_config": (BOOL_FALSE, _AUTO_PARALLEL),
     "with_gloo": (
@@ -117,17 +130,26 @@ ONLY_VALUES = {
 # Options whose values become ours (see `translate_compat`); the rest of the table.
 COMPAT_TRANSLATED = (
     "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
-    "tee", "backend", "elastic_server",
+    "tee", "backend", "elastic_server", "enable_gpu_log",
 )  # fmt: skip
-COMPAT_SWITCHES = ("standalone", "run_path", "use_env")  # no value
+COMPAT_SWITCHES = ("standalone", "run_path", "use_env", "bind_cores_to_rank")  # no value
 
 # torchrun's options among the above: read from PET_<NAME> as torchrun does.
 TORCHRUN_OPTIONS = {
     "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects", "tee",
     "start_method", "event_log_handler", "standalone", "run_path", "logs_specs",
-    "numa_binding", "signals_to_handle", "duplicate_stdout_filters",
-    "duplicate_stderr_filters", "virtual_local_rank",
+    "duplicate_stdout_filters", "duplicate_stderr_filters",
 }  # fmt: skip
+# Paddle's launcher reads these options of the table from its variables (args_envs.py's
+# env_args_mapping); the rest of that mapping are options of ours (`THEIR_VARIABLES`).
+PADDLE_OPTION_VARIABLES = {
+    "log_level": "PADDLE_LOG_LEVEL",
+    "sort_ip": "PADDLE_SORT_IP",
+    "gloo_port": "PADDLE_GLOO_PORT",
+    "with_gloo": "PADDLE_WITH_GLOO",
+    "auto_parallel_config": "PADDLE_AUTO_PARALLEL_CONFIG",
+    "auto_cluster_config": "PADDLE_AUTO_CLUSTER",
+}
 _SHORT = {"-r": "redirects", "-t": "tee"}
 
 COMPAT_VALUED = frozenset(REFUSED_OPTIONS) | frozenset(ONLY_VALUES) | frozenset(COMPAT_TRANSLATED)
@@ -184,7 +206,31 @@ def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[
                     continue
                 value = None
             found[name] = (value, var)
+    for name, var in PADDLE_OPTION_VARIABLES.items():
+        if name not in given and name not in found and var in environ:
+            if var in LAUNCHER_SET and _in_a_worker(environ):
+                continue
+            found[name] = (environ[var], var)
     return found
+
+
+def _in_a_worker(environ: Mapping[str, str]) -> bool:
+    """Inside a worker of a paddlike launch (a nested launch, `distributed.spawn`): the
+    launcher's own PADDLE_* variables there describe the outer job, not options."""
+    return JOB_ID in environ
+
+
+def variable_option(var: str) -> str:
+    """The option a variable stands for, as messages name it: PET_TEE -> --tee,
+    PADDLE_SORT_IP -> --sort_ip, PADDLE_ELASTIC_SERVER -> --elastic_server."""
+    for name, paddle in PADDLE_OPTION_VARIABLES.items():
+        if var == paddle:
+            return "--" + name
+    if var.startswith(PET_PREFIX):
+        return "--" + var[len(PET_PREFIX) :].lower()
+    if var in _ENV_ORIGINS:
+        return "--elastic_server"
+    return var
 
 
 def _endpoint(text: str, default_port: int) -> str:
@@ -288,7 +334,12 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
     if name in ONLY_VALUES:
         allowed, why = ONLY_VALUES[name]
         if (value or "").strip().lower() not in allowed:
-            shown = "/".join(sorted(allowed)) if len(allowed) < 4 else "a boolean"
+            if allowed == BOOL_FALSE:
+                shown = "false, 0 or no"
+            elif allowed == BOOL_TRUE | BOOL_FALSE:
+                shown = "a boolean"
+            else:
+                shown = "/".join(sorted(allowed))
             raise CompatError(f"{why} (accepted: {shown}), got {value!r}")
         return
     if name == "rdzv_backend":
@@ -323,11 +374,23 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
         except BadValue:
             raise CompatError(f"expected the etcd server as host:port, got {value!r}") from None
         ours["master"] = "etcd://" + (value or "").strip()
+    elif name == "enable_gpu_log":
+        word = (value or "").strip().lower()
+        if word not in PADDLE_BOOL:
+            raise CompatError(f"expected a boolean (true/false), got {value!r}")
+        if word in BOOL_TRUE:  # Paddle's watcher writes a row every 30 s
+            ours["gpu_log_interval"] = PADDLE_GPU_LOG_INTERVAL
+    elif name == "bind_cores_to_rank":
+        ours["numa_binding"] = "exclusive"
     elif name == "standalone":
         extra["standalone"] = True
     elif name == "run_path":
         extra["run_path"] = True
     # use_env: LOCAL_RANK is always in the environment, no --local-rank argument.
+
+
+# Paddle's GPU log: one row per GPU every 30 seconds (its Watcher's fixed interval)
+PADDLE_GPU_LOG_INTERVAL = "30"
 
 
 def split_compat(
@@ -387,7 +450,7 @@ _ENV_ORIGINS = ("PADDLE_ELASTIC_SERVER", "PADDLE_ELASTIC_ETCD_SERVICE_HOST")
 
 def _source(origin: str) -> Source:
     """A translated option's origin as a `Source`: a flag, or a variable."""
-    from_env = origin.startswith(PET_PREFIX) or origin in _ENV_ORIGINS
+    from_env = not origin.startswith("-")  # PET_*, PADDLE_*: a variable
     return Source(THEIR_OPTION_VARIABLE if from_env else THEIR_FLAG, origin)
 
 
@@ -408,7 +471,7 @@ def their_options(
         texts, extra = translate_compat(found)
     except CompatError as bad:
         source, why = bad.args
-        option = source if source.startswith("-") else "--" + source[4:].lower()
+        option = source if source.startswith("-") else variable_option(source)
         shown = source if source.startswith("-") else f"{option} (from {source})"
         raise UsageError(f"{shown}: {why}", option) from None
     theirs = {dest: (text, _source(origin)) for dest, (text, origin) in texts.items()}
@@ -417,26 +480,56 @@ def their_options(
 
 # our dest -> the other launchers' variables for the same option, in the order they
 # are read (below the flag and PADDLIKE_<OPTION>): torchrun's PET_ first, then Paddle's.
+# Paddle's launcher (args_envs.py's env_args_mapping) reads PADDLE_<OPTION> for its options;
+# PADDLE_NNODES, PADDLE_MASTER and POD_IP are read as PaddleCloud's (context/schedulers.py,
+# context/master.py), whose meaning is the same.
 THEIR_VARIABLES = {
     "nnodes": ("PET_NNODES", "PADDLE_ELASTIC_NP"),  # fleet's legacy elastic: MIN[:MAX]
-    "nproc_per_node": ("PET_NPROC_PER_NODE",),
-    "node_rank": ("PET_NODE_RANK",),
+    "nproc_per_node": ("PET_NPROC_PER_NODE", "PADDLE_NPROC_PER_NODE"),
+    "node_rank": ("PET_NODE_RANK", "PADDLE_RANK"),
     "master_addr": ("PET_MASTER_ADDR",),
     "master_port": ("PET_MASTER_PORT",),
-    "max_restarts": ("PET_MAX_RESTARTS",),
+    "max_restarts": ("PET_MAX_RESTARTS", "PADDLE_MAX_RESTART"),
     "job_id": (
         "PET_RDZV_ID",
-        "PADDLE_ELASTIC_JOB_ID",
-    ),  # fleet's legacy elastic launcher
-    "log_dir": ("PET_LOG_DIR",),
+        "PADDLE_ELASTIC_JOB_ID",  # fleet's legacy elastic launcher
+        "PADDLE_JOB_ID",
+    ),
+    "log_dir": ("PET_LOG_DIR", "PADDLE_LOG_DIR"),
+    "gpus": ("PADDLE_DEVICES",),
+    "run_mode": ("PADDLE_RUN_MODE",),
+    "ips": ("PADDLE_IPS",),
+    "log_overwrite": ("PADDLE_LOG_OVERWRITE",),
+    "elastic_level": ("PADDLE_ELASTIC_LEVEL",),
+    "server_num": ("PADDLE_SERVER_NUM",),
+    "worker_num": ("PADDLE_TRAINER_NUM",),
+    "servers": ("PADDLE_SERVERS_ENDPOINTS",),
+    "workers": ("PADDLE_TRAINERS_ENDPOINTS",),
+    "numa_binding": ("PET_NUMA_BINDING",),
+    "virtual_local_rank": ("PET_VIRTUAL_LOCAL_RANK",),
     "host": ("PET_LOCAL_ADDR",),
     "console": ("PET_LOCAL_RANKS_FILTER",),
+    "signals_to_handle": ("PET_SIGNALS_TO_HANDLE",),  # ours: options/values.signal_list
     "kill_timeout": ("PET_SHUTDOWN_TIMEOUT",),
     "module": ("PET_MODULE",),
     "no_python": ("PET_NO_PYTHON",),
     "start_port": ("PADDLE_START_PORT",),
     "elastic_timeout": ("PADDLE_ELASTIC_TIMEOUT",),  # fleet's: the wait for more nodes
 }
+
+
+# Variables above that paddlike's launcher itself gives its workers (plan.py): inside a
+# worker they describe the outer job, so they are not read as options there (`_in_a_worker`).
+LAUNCHER_SET = frozenset({"PADDLE_JOB_ID", "PADDLE_LOG_DIR", "PADDLE_WITH_GLOO"})
+
+
+def their_variables(dest: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """`THEIR_VARIABLES[dest]` that count in `environ`: in a launched worker, not those the
+    launcher set (`LAUNCHER_SET`)."""
+    names = THEIR_VARIABLES.get(dest, ())
+    if _in_a_worker(environ):
+        return tuple(v for v in names if v not in LAUNCHER_SET)
+    return names
 
 
 def paddlecloud_ports(raw: dict[str, object], environ: Mapping[str, str]) -> None:

@@ -222,6 +222,31 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
         ),
     ),
+    (
+        "placement and GPU log",
+        (
+            (
+                ("--numa_binding", "--numa-binding"),
+                "bind each worker to the CPUs of its GPU's NUMA node (CPU workers: spread over "
+                "the nodes), as torchrun: node, socket, exclusive, core-complex; none (default)",
+            ),
+            (
+                ("--bind_core_list",),
+                "DeepSpeed's: the CPUs --numa_binding may use, e.g. 0-15,32-47 (default: "
+                "the launcher's own affinity)",
+            ),
+            (
+                ("--virtual_local_rank", "--virtual-local-rank"),
+                "as torchrun: every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to "
+                "its own GPUs",
+            ),
+            (
+                ("--gpu_log_interval",),
+                "write <log_dir>/<job id>.gpu.log (nvidia-smi's GPU use) every this many "
+                "seconds; Paddle's --enable_gpu_log true is 30 (default: no GPU log)",
+            ),
+        ),
+    ),
 )
 
 # --help only: torchrun's options that are not ours by another name, in torchrun's

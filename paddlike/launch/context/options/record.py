@@ -99,6 +99,16 @@ class LaunchOptions(NamedTuple):
     role: str = "default"  # torchrun's --role: the workers' ROLE_NAME
     standalone: bool = False  # torchrun's --standalone: one node, its own rendezvous
     standalone_from: str = "--standalone"  # how errors name it (the flag or PET_STANDALONE)
+    # --numa_binding (torchrun's --numa-binding; DeepSpeed's --bind_cores_to_rank is
+    # "exclusive"): None (off) | "node" | "socket" | "exclusive" | "core-complex"; each
+    # worker's CPUs and preferred memory node from its GPU's NUMA node (plan/binding.py)
+    numa_binding: str | None = None
+    bind_core_list: tuple[int, ...] | None = None  # DeepSpeed's: the only CPUs binding may use
+    # torchrun's --virtual-local-rank: every worker sees LOCAL_RANK=0 and only its own GPUs
+    virtual_local_rank: bool = False
+    # Paddle's --enable_gpu_log / --gpu_log_interval: seconds between the GPU-usage rows of
+    # <log_dir>/<job id>.gpu.log (run/gpulog.py); None: no GPU log
+    gpu_log_interval: float | None = None
 
     @property
     def is_ps(self) -> bool:

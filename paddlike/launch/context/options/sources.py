@@ -6,8 +6,10 @@
     3  our variable                PADDLIKE_MASTER=10.0.0.1:6170          OUR_VARIABLE
     4  another launcher's option   PET_RDZV_ENDPOINT=10.0.0.1:6170,       THEIR_OPTION_VARIABLE
        from its variable           fleet's PADDLE_ELASTIC_SERVER
-    5  another launcher's variable PET_NNODES, PADDLE_START_PORT          THEIR_VARIABLE
-       for the same option         (`others.THEIR_VARIABLES`, in order)
+    5  another launcher's variable PET_NNODES, PADDLE_START_PORT,         THEIR_VARIABLE
+       for the same option         Paddle's PADDLE_NPROC_PER_NODE
+                                   (`others.THEIR_VARIABLES`, in order; in a launched
+                                   worker not those the launcher set: PADDLE_LOG_DIR ...)
 
 Sources 1 and 2 are both on the command line: they must agree (``--master a:1
 --rdzv_endpoint b:2`` is refused, naming both). Switches (``--dry_run``) have sources 1,
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from paddlike.contract import OPTION_ENV_PREFIX
-from paddlike.launch.context.options.others import THEIR_VARIABLES
+from paddlike.launch.context.options.others import their_variables
 from paddlike.launch.context.options.record import (
     FLAG,
     OUR_VARIABLE,
@@ -64,7 +66,7 @@ def candidates(
         found.append((environ[env_name(dest)], Source(OUR_VARIABLE, env_name(dest))))
     if theirs is not None and theirs[1].kind == THEIR_OPTION_VARIABLE:
         found.append(theirs)
-    for var in THEIR_VARIABLES.get(dest, ()):
+    for var in their_variables(dest, environ):
         if var in environ:
             found.append((environ[var], Source(THEIR_VARIABLE, var)))
     return found

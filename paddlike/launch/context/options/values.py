@@ -224,6 +224,30 @@ def token_file(path: str) -> str:
     return token
 
 
+NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
+
+
+def numa_mode(text: str) -> str | None:
+    """--numa_binding: torchrun's affinity modes, or none (off: the default)."""
+    word = text.strip().lower()
+    if word in ("none", ""):
+        return None
+    if word not in NUMA_MODES:
+        raise BadValue("expected node, socket, exclusive, core-complex (as in torchrun) or none")
+    return word
+
+
+def cpu_list(text: str) -> tuple[int, ...]:
+    """A CPU list as sysfs and numactl write it: "0-3,8,10-11" -> (0, 1, 2, 3, 8, 10, 11)."""
+    cpus: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        low, sep, high = part.partition("-")
+        if not (low.isdigit() and (not sep or high.isdigit())) or (sep and int(high) < int(low)):
+            raise BadValue("expected CPU numbers and ranges, e.g. 0-3,8,10-11")
+        cpus.update(range(int(low), int(high if sep else low) + 1))
+    return tuple(sorted(cpus))
+
+
 # option dest -> checker, for every option that takes a value (in the order they are read)
 CHECKS: dict[str, Callable[[str], object]] = {
     "ips": name_list,
@@ -258,6 +282,9 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "kill_timeout": NON_NEGATIVE_SECONDS,
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
+    "numa_binding": numa_mode,
+    "bind_core_list": cpu_list,
+    "gpu_log_interval": POSITIVE_SECONDS,
 }
 # What else a value may be, said after the value given.
 HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
@@ -269,6 +296,7 @@ FLAGS = (
     "log_overwrite",
     "redirect_stdout_and_stderr",
     "dry_run",
+    "virtual_local_rank",
 )
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"0", "false", "no", "off", ""})
