@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from paddlike import contract as C
+from paddlike import netaddr
 
 # OneFlow's node list in the script (`dist.env.machine(...)` reads as `flow.env.machine`);
 # kept in `nodelist` with the rest of the node-list form (stdlib only).
@@ -72,7 +73,15 @@ def get_node_size(environ: Mapping[str, str] | None = None) -> int:
     if nnodes:
         return nnodes
     endpoints = _endpoints(env)
-    return max(1, len({ep.rsplit(":", 1)[0] for ep in endpoints}))
+    return max(1, len({netaddr.split(ep)[0] for ep in endpoints if _parses(ep)}))
+
+
+def _parses(endpoint: str) -> bool:
+    try:
+        netaddr.split(endpoint)
+    except ValueError:
+        return False
+    return True
 
 
 def _endpoints(env: Mapping[str, str]) -> list[str]:
@@ -84,13 +93,17 @@ def master_address(environ: Mapping[str, str] | None = None) -> tuple[str, int] 
     env = _env(environ)
     raw = env.get(C.PADDLE_MASTER, "").strip()
     if raw:
-        host, sep, port = raw.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        try:
+            host, port = netaddr.split(raw)
+        except ValueError:
+            host, port = "", ""
+        if not host or not port.isdigit():
             raise EnvironmentContractError(
-                f"environment variable {C.PADDLE_MASTER}={raw!r} is not host:port"
+                f"environment variable {C.PADDLE_MASTER}={raw!r} is not host:port "
+                f"(an IPv6 address in brackets: [fd00::1]:6170)"
             )
-        return host.strip("[]"), int(port)
-    addr = env.get(C.MASTER_ADDR, "").strip()
+        return host, int(port)
+    addr = netaddr.bare(env.get(C.MASTER_ADDR, "").strip())  # fd00::1, [fd00::1] alike
     port_raw = env.get(C.MASTER_PORT, "").strip()
     if addr and port_raw:
         if not port_raw.isdigit():

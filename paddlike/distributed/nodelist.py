@@ -29,6 +29,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from paddlike import netaddr
+
 __all__ = [
     "WORKER_MARK",
     "configured",
@@ -94,7 +96,7 @@ def machine(nodes: Sequence[Mapping[str, Any]]) -> None:
                 f"env.machine: entry {i} must be {{'addr': 'host or IP'}} and nothing else, "
                 f"got {node!r}"
             )
-        addrs.append(addr.strip())
+        addrs.append(netaddr.bare(addr.strip()))  # --ips takes hosts unbracketed
     _state.addrs = tuple(addrs)
 
 
@@ -156,7 +158,7 @@ def launch_argv() -> list[str]:
             )
         argv += ["--ips", ",".join(_state.addrs)]
     if _state.port is not None and _state.addrs:  # where the nodes meet: Paddle's --master
-        argv += ["--master", f"{_state.addrs[0]}:{_state.port}"]
+        argv += ["--master", netaddr.join(_state.addrs[0], _state.port)]
     elif _state.port is not None:
         argv += ["--master_port", str(_state.port)]
     if _state.devices is not None:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from paddlike import contract as C
+from paddlike import netaddr
 
 from .collective import keys as K
 from .collective import ops
@@ -193,13 +194,14 @@ def _own_host(env: ParallelEnv) -> str:
     for torchrun-style environments without one, the local address of the route to the
     master (a UDP connect sends nothing), or loopback in a world of one."""
     if env.current_endpoint:
-        return env.current_endpoint.rpartition(":")[0].strip("[]")
+        return netaddr.split(env.current_endpoint)[0]
     master = master_address()
     if master is None:
         return "127.0.0.1"
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((master[0], master[1]))
+        family, _, _, _, sockaddr = socket.getaddrinfo(*master, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:  # IPv6 for an IPv6 master
+            probe.connect(sockaddr)
             return str(probe.getsockname()[0])
     except OSError:
         return "127.0.0.1"
@@ -230,8 +232,8 @@ def _connect_store(env: ParallelEnv, timeout: float) -> None:
             runtime.server = StoreServer(host, port, allowed_hosts=allowed, token=token).start()
         except OSError as exc:
             raise CollectiveError(
-                f"init_parallel_env: rank 0 could not host the runtime store at {host}:{port} "
-                f"({C.PADDLE_MASTER}): {exc}"
+                f"init_parallel_env: rank 0 could not host the runtime store at "
+                f"{netaddr.join(host, port)} ({C.PADDLE_MASTER}): {exc}"
             ) from None
     deadline = time.monotonic() + timeout
     try:
@@ -241,7 +243,7 @@ def _connect_store(env: ParallelEnv, timeout: float) -> None:
         _close_store()
         raise CollectiveError(
             f"init_parallel_env: rank {env.rank} could not reach rank 0's store at "
-            f"{host}:{port} within {timeout:g} s: {exc}"
+            f"{netaddr.join(host, port)} within {timeout:g} s: {exc}"
         ) from None
 
 

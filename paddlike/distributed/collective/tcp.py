@@ -22,7 +22,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from paddlike import netaddr
+
 from ..store import StoreClient, StoreError, StoreTimeoutError
+from ..store.server import listen
 from . import keys as K
 from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError, size_mismatch
 
@@ -111,7 +114,7 @@ class Mesh:
         n = len(global_ranks)
         if n == 1:
             return cls(rank, global_ranks, {})
-        listener = socket.create_server((host, 0), backlog=n)
+        listener = listen(host, 0, backlog=n)  # in the host's family: IPv4 or IPv6
         socks: dict[int, socket.socket] = {}
         try:
             return cls._connect(store, prefix, rank, global_ranks, host, deadline, listener, socks)
@@ -141,7 +144,7 @@ class Mesh:
             if rank == 0:
                 store.set(K.mesh_nonce(prefix), secrets.token_bytes(16))
             nonce = store.get(K.mesh_nonce(prefix), timeout=_left(deadline))
-            store.set(K.mesh_address(prefix, rank), f"{host}:{port}")
+            store.set(K.mesh_address(prefix, rank), netaddr.join(host, port))
             for peer in range(rank):
                 addr = store.get(K.mesh_address(prefix, peer), timeout=_left(deadline)).decode()
                 socks[peer] = _dial(addr, nonce, rank, deadline, global_ranks[peer])
@@ -323,7 +326,7 @@ def _left(deadline: float) -> float:
 
 
 def _dial(addr: str, nonce: bytes, rank: int, deadline: float, peer_global: int) -> socket.socket:
-    host, _, port = addr.rpartition(":")
+    host, port = netaddr.split(addr)
     delay = 0.01
     while True:
         try:

@@ -31,9 +31,19 @@ from dataclasses import dataclass
 import zmq
 
 from paddlike.distributed.ps import auth, wire
+from paddlike.distributed.ps import endpoints as addresses
 from paddlike.distributed.ps.wire import Message, Op, Status
 
 PROBE_AFTER = 1.0  # seconds of silence from a server before it gets a liveness PING
+
+
+def _address(endpoint: str) -> str:
+    """The server's address resolved as the server resolves it to bind (ps.endpoints); a
+    name that does not resolve yet is left to ZeroMQ, which retries it as it reconnects."""
+    try:
+        return addresses.tcp_address(endpoint)
+    except (OSError, ValueError):
+        return f"tcp://{endpoint}"
 
 
 class PsError(RuntimeError):
@@ -89,7 +99,9 @@ class Client:
             auth.secure_client(s, self.policy)
             peer = f"parameter server {i} at {ep}"
             self.watches.append(auth.HandshakeWatch(s, peer, self.policy))
-            s.connect(f"tcp://{ep}")
+            address = _address(ep)
+            s.setsockopt(zmq.IPV6, int(addresses.is_ipv6_address(address)))
+            s.connect(address)
             self.socks.append(s)
         self._index = {s: i for i, s in enumerate(self.socks)}
         self._watch_index = {w.socket: i for i, w in enumerate(self.watches)}

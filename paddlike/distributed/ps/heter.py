@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from paddlike.distributed.ps import auth
+from paddlike.distributed.ps import auth, endpoints
 from paddlike.distributed.ps import stage as _stage_env
 from paddlike.distributed.ps.stage import StageRole, StageRoleError, stage_role_from_env
 from paddlike.distributed.ps.stage_channel import (
@@ -118,7 +118,7 @@ def init_stage(
 
 
 def _host(endpoint: str) -> str:
-    return endpoint.rpartition(":")[0]
+    return endpoints.host(endpoint)
 
 
 def _role() -> StageRole:

@@ -14,7 +14,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from paddlike import contract
+from paddlike import contract, netaddr
+from paddlike.distributed.ps import endpoints
 
 DEFAULT_TIMEOUT = 300.0  # like init_parallel_env: how long a trainer waits for the others
 
@@ -56,7 +57,8 @@ def _job_hosts(
         return None  # trainers may be anywhere: only a token can tell them apart
     heter = environ.get(contract.ALL_HETER_TRAINER_IP_PORT_LIST, "").split(",")
     peers = (*servers, *trainers, *(ep.strip() for ep in heter if ep.strip()))
-    hosts = dict.fromkeys([*nodes, *(ep.rpartition(":")[0] for ep in peers)])
+    peer_hosts = (endpoints.host(ep) for ep in peers if endpoints.well_formed(ep))
+    hosts = dict.fromkeys([*nodes, *peer_hosts])
     return tuple(h for h in hosts if h)
 
 
@@ -72,9 +74,11 @@ def _endpoints(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     raw = environ.get(name, "")
     eps = tuple(e.strip() for e in raw.split(",") if e.strip())
     for ep in eps:
-        host, sep, port = ep.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise RoleError(f"{name}: entry {ep!r} is not host:port (value {raw!r})")
+        if not endpoints.well_formed(ep):
+            raise RoleError(
+                f"{name}: entry {ep!r} is not host:port, an IPv6 host in brackets "
+                f"([fd00::1]:6170) (value {raw!r})"
+            )
     return eps
 
 
@@ -120,11 +124,12 @@ def role_from_env(environ: Mapping[str, str]) -> PsRole:
             )
         return PsRole(role, servers, trainers_num, trainer_id, -1, timeout, token, hosts)
     ip, port = environ.get(contract.POD_IP, ""), environ.get(contract.PADDLE_PORT, "")
-    own = f"{ip}:{port}"
-    if own in servers:
-        index = servers.index(own)
+    own = netaddr.join(ip, port)  # POD_IP is a bare host, also for IPv6
+    mine = [i for i, ep in enumerate(servers) if endpoints.same(ep, own)]
+    if mine:
+        index = mine[0]
     else:
-        same_port = [i for i, ep in enumerate(servers) if ep.rpartition(":")[2] == port]
+        same_port = [i for i, ep in enumerate(servers) if endpoints.port(ep) == port]
         if len(same_port) != 1 or ip:
             raise RoleError(
                 f"this server's {contract.POD_IP}:{contract.PADDLE_PORT} = {own!r} is not in "

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from paddlike.distributed.ps import auth, checkpoint, wire
+from paddlike.distributed.ps import auth, checkpoint, endpoints, wire
 from paddlike.distributed.ps.role import PsRole
 from paddlike.distributed.ps.sharding import dense_ranges
 from paddlike.distributed.ps.tables import (
@@ -90,8 +90,8 @@ class Server:
         self.sock.setsockopt(zmq.LINGER, 5000)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
-        host, _, port = role.endpoint.rpartition(":")
-        self.address = f"tcp://{socket.gethostbyname(host)}:{port}"
+        self.address = endpoints.tcp_address(role.endpoint)
+        self.sock.setsockopt(zmq.IPV6, int(endpoints.is_ipv6_address(self.address)))
         self.policy = auth.Policy.create(role.token, role.job_hosts)
         self.gate = auth.secure_server(self.sock, self.policy, f"parameter server {self.index}")
         try:

@@ -17,7 +17,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from paddlike import contract
+from paddlike import contract, netaddr
+from paddlike.distributed.ps import endpoints
 
 STAGE_TRAINERS_NUM = contract.STAGE_TRAINERS_NUM
 DEFAULT_TIMEOUT = 300.0
@@ -73,9 +74,11 @@ def _endpoints(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
     raw = environ.get(name, "")
     eps = tuple(e.strip() for e in raw.replace(";", ",").split(",") if e.strip())
     for ep in eps:
-        host, sep, port = ep.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise StageRoleError(f"{name}: entry {ep!r} is not host:port (value {raw!r})")
+        if not endpoints.well_formed(ep):
+            raise StageRoleError(
+                f"{name}: entry {ep!r} is not host:port, an IPv6 host in brackets "
+                f"([fd00::1]:6170) (value {raw!r})"
+            )
     return eps
 
 
@@ -142,7 +145,7 @@ def _heter_endpoint(environ: Mapping[str, str]) -> str:
             f"a heter trainer needs its own endpoint: set {contract.CURRENT_ENDPOINT} or "
             f"{contract.POD_IP} and {contract.PADDLE_PORT} (got {ip!r}:{port!r})"
         )
-    return f"{ip}:{port}"
+    return netaddr.join(ip, port)
 
 
 def _stage_members(environ: Mapping[str, str], sid: int, n: int) -> tuple[str, ...]:
@@ -184,7 +187,8 @@ def stage_role_from_env(environ: Mapping[str, str]) -> StageRole:
         return StageRole(False, sid, n, index, own, (), nxt, _timeout(environ))
     own = _heter_endpoint(environ)
     members = _stage_members(environ, sid, n)
-    if own not in members:
+    mine = [i for i, member in enumerate(members) if endpoints.same(member, own)]
+    if not mine:
         raise StageRoleError(
             f"this heter trainer's endpoint {own!r} is not among stage {sid}'s endpoints "
             f"{','.join(members)!r} (from {contract.ALL_HETER_TRAINER_IP_PORT_LIST})"
@@ -196,5 +200,5 @@ def stage_role_from_env(environ: Mapping[str, str]) -> StageRole:
             f"{contract.PREVIOUS_HETER_TRAINER_IP_PORT_LIST} is empty: a heter trainer of stage "
             f"{sid} needs the previous stage's endpoints to know who sends it batches"
         )
-    index = members.index(own)
+    index = mine[0]
     return StageRole(True, sid, n, index, own, previous, nxt, _timeout(environ), len(members))

@@ -26,7 +26,6 @@ job token and hosts): a peer that is refused is reported as an `auth.AuthError` 
 from __future__ import annotations
 
 import contextlib
-import socket as _socket
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import zmq
 
-from paddlike.distributed.ps import auth, stage_wire
+from paddlike.distributed.ps import auth, endpoints, stage_wire
 from paddlike.distributed.ps.stage import stage_label
 from paddlike.distributed.ps.stage_wire import Kind, Packet, StageWireError
 
@@ -96,9 +95,9 @@ def _heartbeats(sock: zmq.Socket, timeout: float) -> None:
 
 
 def _tcp(endpoint: str) -> str:
-    host, _, port = endpoint.rpartition(":")
+    host = endpoints.host(endpoint)
     try:
-        return f"tcp://{_socket.gethostbyname(host.strip('[]'))}:{port}"
+        return endpoints.tcp_address(endpoint)
     except OSError as exc:
         raise StageError(
             f"stage endpoint {endpoint!r}: host {host!r} does not resolve ({exc})"
@@ -189,6 +188,7 @@ class StageSender:
         self.ctx = zmq.Context()
         self.policy = policy
         self.sock, _ = open_socket(self.ctx, zmq.DEALER, policy, self.me)
+        self.sock.setsockopt(zmq.IPV6, int(endpoints.is_ipv6_address(address)))
         self.sock.setsockopt(zmq.ROUTING_ID, f"s{stage}:{index}".encode())
         self.heartbeat_timeout = heartbeat_timeout or min(self.timeout, 30.0)
         _heartbeats(self.sock, self.heartbeat_timeout)
@@ -395,6 +395,7 @@ class StageReceiver:
         self._failure: str | None = None
         self.ctx = zmq.Context()
         self.sock, self.gate = open_socket(self.ctx, zmq.ROUTER, policy, self.me)
+        self.sock.setsockopt(zmq.IPV6, int(endpoints.is_ipv6_address(address)))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an answer to a gone sender raises
         self.heartbeat_timeout = heartbeat_timeout or min(self.timeout, 30.0)
         _heartbeats(self.sock, self.heartbeat_timeout)

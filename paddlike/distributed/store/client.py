@@ -11,6 +11,8 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
+from paddlike import netaddr
+
 from . import wire
 from .commands import (
     Add,
@@ -64,7 +66,7 @@ class StoreClient:
         reconnect_timeout: float | None = None,
         io_timeout: float = FRAME_TIMEOUT,
     ) -> None:
-        self.host, self.port = host, int(port)
+        self.host, self.port = netaddr.bare(host), int(port)  # "[fd00::1]" works too
         self.timeout = float(timeout)
         self.reconnect_timeout = self.timeout if reconnect_timeout is None else reconnect_timeout
         self.io_timeout = float(io_timeout)
@@ -76,7 +78,7 @@ class StoreClient:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return netaddr.join(self.host, self.port)
 
     @property
     def connected(self) -> bool:

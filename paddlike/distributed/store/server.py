@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
 
+from paddlike import netaddr
+
 from . import wire
 from .commands import CompareSet, Table, TryGet, serve
 from .wire import HANDSHAKE_TIMEOUT, NONCE_SIZE, ProtocolError, read_frame
@@ -40,7 +42,7 @@ def _log(message: str) -> None:
 def _resolve_all(hosts: Iterable[str]) -> set[str]:
     out: set[str] = set()
     for host in hosts:
-        host = host.strip()
+        host = netaddr.bare(host.strip())
         if not host:
             continue
         out.add(host)
@@ -74,17 +76,26 @@ def _still_connected(conn: socket.socket) -> bool:
         return False
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    family, _, _, _, sockaddr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(sockaddr)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+def listen(host: str, port: int, backlog: int | None = None) -> socket.socket:
+    """A TCP socket bound to (host, port) in the host's own family: IPv4, or IPv6 for an
+    IPv6 address (bracketed or not) or a name that resolves only to one. Each address
+    `getaddrinfo` gives is tried in turn, so a name with both kinds binds where it can.
+    Listening already when `backlog` is given (the store listens in `start`)."""
+    last: OSError | None = None
+    infos = socket.getaddrinfo(netaddr.bare(host), port, type=socket.SOCK_STREAM)
+    for family, kind, proto, _, sockaddr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(sockaddr)
+            if backlog is not None:
+                sock.listen(backlog)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        return sock
+    raise last or OSError(f"{host!r} resolves to no address to listen on")
 
 
 class StoreServer:
@@ -104,7 +115,7 @@ class StoreServer:
         token: bytes | None = None,
         sock: socket.socket | None = None,
     ) -> None:
-        self._sock = sock if sock is not None else _bind(host, port)
+        self._sock = sock if sock is not None else listen(host, port)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         name = self._sock.getsockname()
         self.address: tuple[str, int] = (str(name[0]), int(name[1]))
@@ -124,7 +135,7 @@ class StoreServer:
 
     @property
     def address_str(self) -> str:
-        return f"{self.address[0]}:{self.address[1]}"
+        return netaddr.join(*self.address)
 
     def start(self) -> StoreServer:
         self._sock.listen(256)

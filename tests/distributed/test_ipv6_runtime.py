@@ -1,0 +1,267 @@
+"""The workers' runtime over IPv6: the workers' store, the CPU collectives' TCP path and the
+parameter servers, as real processes on ``::1`` (and, with namespaces, on ULA addresses of
+two namespace nodes), started with the environment the launcher gives them: endpoints
+written ``[addr]:port``, MASTER_ADDR bare."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paddlike import netaddr
+from paddlike.distributed.store import StoreClient, StoreServer
+from paddlike.distributed.store.server import listen
+from tests.support import netns
+from tests.support.fixed_ports import fixed_ports
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = REPO / "tests" / "support" / "ipv6_workers" / "all_reduce.py"
+PS_WORKERS = REPO / "tests" / "support" / "ps_workers"
+
+
+def _no_ipv6_loopback() -> str | None:
+    if not socket.has_ipv6:
+        return "Python was built without IPv6"
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError as exc:
+        return f"this machine has no IPv6 loopback (binding ::1: {exc})"
+    return None
+
+
+NO_IPV6 = _no_ipv6_loopback()
+pytestmark = pytest.mark.skipif(NO_IPV6 is not None, reason=NO_IPV6 or "")
+
+
+def _ports(n: int) -> list[int]:
+    start = fixed_ports(n)
+    return list(range(start, start + n))
+
+
+def _clean_env() -> dict[str, str]:
+    drop = ("PADDLE", "TRAINING_ROLE", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_", "PADDLIKE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+@contextlib.contextmanager
+def _processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Every process started into the list is killed (its whole session) at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+            p.wait(30)
+
+
+def _wait_all(procs: Sequence[subprocess.Popen[bytes]], logs: Sequence[Path], timeout: float):
+    for p, log in zip(procs, logs, strict=True):
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{log.name} still running:\n{log.read_text()}") from None
+        assert code == 0, f"{log.name} exited {code}:\n{log.read_text(errors='replace')}"
+
+
+def _collective_env(rank: int, endpoints: list[str], master: str, host: str) -> dict[str, str]:
+    """What the launcher gives a collective worker: endpoints [addr]:port, MASTER_ADDR bare."""
+    master_host, master_port = netaddr.split(master)
+    return {
+        "PADDLE_TRAINER_ID": str(rank),
+        "PADDLE_TRAINERS_NUM": str(len(endpoints)),
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(endpoints),
+        "PADDLE_CURRENT_ENDPOINT": endpoints[rank],
+        "PADDLE_MASTER": master,
+        "MASTER_ADDR": master_host,
+        "MASTER_PORT": master_port,
+        "PADDLE_LOCAL_RANK": str(rank),
+        "PADDLE_RANK_IN_NODE": str(rank),
+        "PADDLIKE_NODE_HOSTS": host,
+        "PADDLIKE_CPU_TRANSPORT": "tcp",  # the TCP path even though every rank is on one host
+    }
+
+
+def _check_reports(out: Path, n: int, peer: str | Sequence[str]) -> None:
+    got = {int(p.stem[4:]): json.loads(p.read_text()) for p in out.glob("rank*.json")}
+    assert sorted(got) == list(range(n))
+    peers = {peer} if isinstance(peer, str) else set(peer)
+    for rank, report in got.items():
+        assert report["correct"], report
+        assert report["transport"] == "tcp", report
+        assert report["store_family"] == "ipv6" and report["store_peer"] in peers, report
+        assert report["mesh_families"] == ["ipv6"] * (n - 1), report
+        assert set(report["mesh_peers"]) <= peers, report
+
+
+# --- the workers' store --------------------------------------------------------------------
+
+
+def test_listen_binds_the_given_ipv6_address_not_a_wildcard() -> None:
+    with listen("::1", 0, backlog=1) as sock, listen("[::1]", 0) as bracketed:
+        assert sock.family == socket.AF_INET6 and sock.getsockname()[0] == "::1"
+        assert bracketed.getsockname()[0] == "::1"
+    with listen("127.0.0.1", 0) as v4:
+        assert v4.family == socket.AF_INET
+
+
+@pytest.mark.timeout(30)
+def test_the_store_serves_over_ipv6_loopback_to_bracketed_and_bare_hosts() -> None:
+    # Allowed hosts as the launcher writes them: a bracketed and a bare ULA; loopback passes.
+    with StoreServer("::1", 0, allowed_hosts=["[fd00::7]", "fd00::8"], token=b"t").start() as srv:
+        host, port = srv.address
+        assert host == "::1" and srv.address_str == f"[::1]:{port}"
+        with StoreClient("[::1]", port, timeout=10, token=b"t") as a, StoreClient(
+            "::1", port, timeout=10, token=b"t"
+        ) as b:
+            a.set("k", b"v6")
+            assert b.get("k") == b"v6"
+            assert a.address == f"[::1]:{port}"
+            assert b.add("n", 2) == 2
+        assert srv.refused == []
+
+
+@pytest.mark.timeout(30)
+def test_a_store_client_names_the_ipv6_store_it_could_not_reach_in_brackets() -> None:
+    (port,) = _ports(1)
+    with pytest.raises(Exception, match=rf"\[::1\]:{port}"):
+        StoreClient("::1", port, timeout=0.3)
+
+
+# --- the CPU collectives' TCP path -------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_all_reduce_over_tcp_between_workers_whose_endpoints_are_ipv6_loopback(
+    tmp_path: Path, nproc: int
+) -> None:
+    ports = _ports(nproc + 1)
+    endpoints = [netaddr.join("::1", p) for p in ports[1:]]
+    master = netaddr.join("::1", ports[0])
+    out = tmp_path / "out"
+    out.mkdir()
+    logs = [tmp_path / f"workerlog.{r}" for r in range(nproc)]
+    with _processes() as procs:
+        for rank in range(nproc):
+            env = {**_clean_env(), **_collective_env(rank, endpoints, master, "::1")}
+            with logs[rank].open("wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, str(WORKER), str(out)], env=env, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                ))  # fmt: skip
+        _wait_all(procs, logs, 90)
+    _check_reports(out, nproc, "::1")
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_style_environment_with_a_bare_ipv6_master_addr_finds_its_own_address(
+    tmp_path: Path,
+) -> None:
+    """No endpoints at all: each worker learns its address from the route to MASTER_ADDR."""
+    (port,) = _ports(1)
+    out = tmp_path / "out"
+    out.mkdir()
+    logs = [tmp_path / f"workerlog.{r}" for r in range(2)]
+    with _processes() as procs:
+        for rank in range(2):
+            env = {**_clean_env(), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                   "MASTER_ADDR": "::1", "MASTER_PORT": str(port),
+                   "PADDLIKE_CPU_TRANSPORT": "tcp"}  # fmt: skip
+            with logs[rank].open("wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, str(WORKER), str(out)], env=env, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                ))  # fmt: skip
+        _wait_all(procs, logs, 90)
+    _check_reports(out, 2, "::1")
+
+
+@pytest.mark.timeout(180)
+def test_all_reduce_between_two_namespace_nodes_on_ula_ipv6_addresses(tmp_path: Path) -> None:
+    """Non-loopback IPv6: each rank binds its own ULA address (node 0 also the store)."""
+    with netns.netns_cluster(2) as cluster:
+        addrs = [f"fd00:5eed:{cluster.tag[-4:]}::{i + 1}" for i in range(2)]
+        for node, addr in zip(cluster.nodes, addrs, strict=True):
+            # nodad: usable at once, not after duplicate address detection's second or so
+            node.run(["ip", "-6", "addr", "add", f"{addr}/64", "dev", "eth0", "nodad"],
+                     check=True, capture_output=True)  # fmt: skip
+        port = 29700
+        endpoints = [netaddr.join(a, port + 1) for a in addrs]
+        master = netaddr.join(addrs[0], port)
+        out = tmp_path / "out"
+        out.mkdir()
+        logs = [tmp_path / f"workerlog.{r}" for r in range(2)]
+        procs = []
+        for rank, node in enumerate(cluster.nodes):
+            env = {**_clean_env(), **_collective_env(rank, endpoints, master, ",".join(addrs))}
+            env["PADDLE_LOCAL_RANK"] = env["PADDLE_RANK_IN_NODE"] = "0"
+            env["PADDLE_NNODES"] = "2"
+            with logs[rank].open("wb") as log:
+                procs.append(node.popen([sys.executable, str(WORKER), str(out)], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+        _wait_all(procs, logs, 120)
+    _check_reports(out, 2, addrs)
+
+
+# --- the parameter servers ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_a_ps_job_trains_with_servers_and_trainers_on_ipv6_loopback(tmp_path: Path) -> None:
+    """Two servers, two trainers, every endpoint [::1]:port: the job trains (the loss falls)
+    and each server binds ::1 itself."""
+    ports = _ports(4)
+    servers = [netaddr.join("::1", p) for p in ports[:2]]
+    trainers = [netaddr.join("::1", p) for p in ports[2:]]
+    env = _clean_env()
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), str(PS_WORKERS)]),
+        PADDLE_PSERVERS_IP_PORT_LIST=",".join(servers),
+        PADDLE_TRAINER_ENDPOINTS=",".join(trainers),
+        PADDLE_TRAINERS_NUM="2",
+        PADDLIKE_NODE_HOSTS="::1",
+        PADDLIKE_JOB_TOKEN="ipv6-job",
+    )
+    out = tmp_path / "model"
+    args = [str(PS_WORKERS / "ctr_train.py"), str(out), "--mode", "sync", "--steps", "8"]
+    server_logs = [tmp_path / f"serverlog.{i}" for i in range(2)]
+    trainer_logs = [tmp_path / f"workerlog.{i}" for i in range(2)]
+    with _processes() as procs:
+        for i, ep in enumerate(servers):
+            host, port = netaddr.split(ep)
+            e = dict(env, TRAINING_ROLE="PSERVER", PADDLE_ROLE="PSERVER", POD_IP=host,
+                     PADDLE_PORT=port)  # fmt: skip
+            with server_logs[i].open("wb") as log:
+                procs.append(subprocess.Popen([sys.executable, *args], env=e, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+        trainer_procs = []
+        for i in range(2):
+            e = dict(env, TRAINING_ROLE="TRAINER", PADDLE_ROLE="TRAINER", PADDLE_TRAINER_ID=str(i))
+            with trainer_logs[i].open("wb") as log:
+                p = subprocess.Popen([sys.executable, *args], env=e, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            procs.append(p)
+            trainer_procs.append(p)
+        _wait_all(trainer_procs, trainer_logs, 120)
+        _wait_all(procs[:2], server_logs, 60)
+    for i, log in enumerate(server_logs):
+        assert f"serving on tcp://[::1]:{ports[i]}" in log.read_text(), log.read_text()
+    losses = json.loads(Path(f"{out}.trainer0.json").read_text())["losses"]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+    assert Path(f"{out}.npz").exists()
