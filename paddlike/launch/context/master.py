@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from paddlike import netaddr
 from paddlike.launch.context.options.record import DEFAULT_MASTER_PORT, LaunchOptions, UsageError
 
 
@@ -39,11 +40,12 @@ def master_address(
     --master_addr 10.0.0.5 --master_port 7000, PS   -> ("10.0.0.5", 7000)
     --master_addr 10.0.0.5 --master_port 7000       -> ("10.0.0.5", 7001)  (workers: 7000)
     --ips a,b (neither given)                       -> (hosts[0], 6170)
+    --master [fd00::1]:7000                         -> ("fd00::1", 7000)
     """
     if master and not master.startswith("etcd://"):
-        host, _, port = master.rpartition(":")
+        host, port = netaddr.split(master)  # [fd00::1]:7000 -> ("fd00::1", 7000)
         return host, int(port)
-    host = master_addr or hosts[0]
+    host = netaddr.bare(master_addr) if master_addr else hosts[0]
     if workers is None:
         return host, master_port or DEFAULT_MASTER_PORT
     if workers >= 65535:
@@ -94,8 +96,11 @@ def _launchers_master(
     )
     if not scheduler_master or uses_etcd(options):
         return given
-    host, sep, port_text = scheduler_master.rpartition(":")
-    if not sep or not port_text.isdigit() or not host:
+    try:
+        host, port_text = netaddr.split(scheduler_master)
+    except ValueError:
+        host, port_text = "", ""
+    if not port_text.isdigit() or not host:
         raise UsageError(
             f"PADDLE_MASTER: expected ip:port, got {scheduler_master!r}", "PADDLE_MASTER"
         )
@@ -106,7 +111,7 @@ def _launchers_master(
             "the scheduler; drop one of them",
             "--master",
         )
-    if options.master_addr and options.master_addr != host:
+    if options.master_addr and netaddr.bare(options.master_addr) != host:
         raise UsageError(
             f"--master_addr: {options.master_addr!r} contradicts PADDLE_MASTER="
             f"{scheduler_master} set by the scheduler; drop one of them",
@@ -133,7 +138,8 @@ def ps_master_port(master: tuple[str, int], master_port: int, taken: Sequence[st
     master ("a", 7000) given, taken ["a:7000"]       -> UsageError
     """
     host, port = master
-    used = {int(e.rpartition(":")[2]) for e in taken if e and e.rpartition(":")[0] == host}
+    pairs = [netaddr.split(e) for e in taken if e]
+    used = {int(p) for h, p in pairs if h == netaddr.bare(host) and p}
     if port not in used:
         return port
     if port != master_port or master_port != DEFAULT_MASTER_PORT:

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from paddlike import netaddr
 from paddlike.contract import POD_IP
 from paddlike.launch.context.addresses import (
     LocalAddresses,
     resolve_for,
-    resolve_ipv4,
+    resolve_host,
     resolve_or_none,
+    route_source,
 )
+from paddlike.launch.context.names import NameWait, check_one_family, resolve_names
 from paddlike.launch.context.nodematch import NodeMatch
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.context.schedulers import SchedulerInfo
 
 
-def _resolve_all(
-    entries: Sequence[str], option: str, resolve: Callable[[str], str]
-) -> tuple[str, ...]:
+def _check_twice(entries: Sequence[str], option: str) -> None:
     seen: dict[str, int] = {}
     for i, e in enumerate(entries):
         if e in seen:
@@ -36,7 +37,9 @@ def _resolve_all(
                 option,
             )
         seen[e] = i
-    hosts = [resolve_for(option, e, resolve) for e in entries]
+
+
+def _check_distinct(entries: Sequence[str], hosts: Sequence[str], option: str) -> None:
     by_addr: dict[str, str] = {}
     for e, h in zip(entries, hosts, strict=True):
         if h in by_addr:
@@ -46,7 +49,16 @@ def _resolve_all(
                 option,
             )
         by_addr[h] = e
-    return tuple(hosts)
+
+
+def _meeting_name(options: LaunchOptions) -> tuple[str, str] | None:
+    """(host, option) of --master / --master_addr when given (not etcd): a name the
+    launchers need to resolve too, waited for with the node list."""
+    if options.master and not options.master.startswith("etcd://"):
+        return netaddr.split(options.master)[0], "--master"
+    if options.master_addr:
+        return netaddr.bare(options.master_addr), "--master_addr"
+    return None
 
 
 def _merge_scheduler(
@@ -85,10 +97,18 @@ def match_node_in_list(
     sched: SchedulerInfo | None,
     *,
     local: LocalAddresses | None = None,
-    resolve: Callable[[str], str] = resolve_ipv4,
+    resolve: Callable[[str], str] = resolve_host,
+    wait: NameWait | None = None,
+    route: Callable[[str, int], str] = route_source,
 ) -> NodeMatch:
     """Find this node in --ips or `sched`'s node list; raise `UsageError` (one line) when
-    it cannot. `paddlike.launch.context.node.match_node` decides that a list applies."""
+    it cannot. `paddlike.launch.context.node.match_node` decides that a list applies.
+
+    With `wait`, names that do not resolve yet are waited for (`names.resolve_names`),
+    except this node's own entry when other facts say which entry and which address it
+    is: --node_rank with --host / POD_IP, or --host / POD_IP naming an address that no
+    resolved entry has while one entry alone is missing, or --node_rank alone (the
+    address is then the one this node reaches node 0, or another entry, from)."""
     entries, option, node_rank, host = _merge_scheduler(options, sched)
     # POD_IP alone (no scheduler list, no --host) is only a hint: many Kubernetes pods
     # set it for every container, including single-node jobs on 127.0.0.1.
@@ -107,7 +127,12 @@ def match_node_in_list(
             f"--node_rank: {node_rank} is out of range for {option} {','.join(entries)!r}",
             "--node_rank",
         )
-    hosts = _resolve_all(entries, option, resolve)
+    _check_twice(entries, option)
+    hosts = _resolve_entries(
+        entries, option, node_rank, host, host_option, options, wait, resolve, route
+    )
+    _check_distinct(entries, hosts, option)
+    check_one_family(entries, hosts, option)
     local = local if local is not None else LocalAddresses.scan()
 
     def found(index: int, why: str) -> NodeMatch:
@@ -163,3 +188,58 @@ def match_node_in_list(
             option.split(" ")[0],
         )
     return found(mine[0], "an address of this node")
+
+
+def _resolve_entries(
+    entries: Sequence[str],
+    option: str,
+    node_rank: int | None,
+    host: str | None,
+    host_option: str,
+    options: LaunchOptions,
+    wait: NameWait | None,
+    resolve: Callable[[str], str],
+    route: Callable[[str, int], str],
+) -> tuple[str, ...]:
+    """The entries' addresses, same order; this node's own entry may be filled in from
+    --host / POD_IP or the route (see `match_node_in_list`) when its name does not
+    resolve (yet)."""
+    names = dict.fromkeys(entries, option)
+    meeting = _meeting_name(options)
+    if meeting is not None and meeting[0] not in names:
+        names[meeting[0]] = meeting[1]
+    host_addr = None
+    if host is not None and wait is not None:
+        host_addr = resolve_or_none(host, resolve)
+
+    def missing_entries(found: Mapping[str, str]) -> list[int]:
+        return [i for i, e in enumerate(entries) if e not in found]
+
+    def enough(found: Mapping[str, str]) -> bool:
+        """Only this node's own entry is missing, and other facts say it is ours."""
+        missing = missing_entries(found)
+        if len(missing) != 1 or any(n not in found for n in names if n not in entries):
+            return False
+        if node_rank is not None:
+            return missing[0] == node_rank and (host_addr is not None or len(entries) > 1)
+        return host_addr is not None and host_addr not in found.values()
+
+    found = resolve_names(names, resolve, wait, enough=enough)
+    missing = missing_entries(found)
+    if not missing:
+        return tuple(found[e] for e in entries)
+    (own,) = missing  # `enough` let one entry, this node's, go unresolved
+    if host_addr is not None:
+        addr = host_addr
+    else:  # --node_rank alone: the address this node reaches another entry from
+        other = found[entries[1 if own == 0 else 0]]
+        try:
+            addr = route(other, 9)
+        except OSError as err:
+            raise UsageError(
+                f"{option}: {entries[own]!r} (entry {own}, this node by --node_rank) does "
+                f"not resolve, and no route from this node to {other}: {err.strerror or err}; "
+                f"pass --host with this node's address",
+                option.split(" ")[0],
+            ) from None
+    return tuple(addr if i == own else found[e] for i, e in enumerate(entries))

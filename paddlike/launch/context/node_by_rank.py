@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from paddlike import netaddr
 from paddlike.contract import POD_IP
 from paddlike.launch.context.addresses import (
     LocalAddresses,
     resolve_for,
-    resolve_ipv4,
+    resolve_host,
     route_source,
 )
+from paddlike.launch.context.names import NameWait, resolve_names
 from paddlike.launch.context.nodematch import NodeMatch
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 
@@ -27,13 +29,13 @@ def _meeting_host(options: LaunchOptions) -> tuple[str, int, str]:
     master = options.master
     if master and master.startswith("etcd://"):
         first = master.removeprefix("etcd://").split(",")[0]
-        host, _, port = first.rpartition(":")
+        host, port = netaddr.split(first)
         return host, int(port), "--master"
     if master:
-        host, _, port = master.rpartition(":")
+        host, port = netaddr.split(master)
         return host, int(port), "--master"
     if options.master_addr:
-        return options.master_addr, options.master_port, "--master_addr"
+        return netaddr.bare(options.master_addr), options.master_port, "--master_addr"
     raise UsageError(
         f"--master_addr: needed with --nnodes {options.nnodes} when --ips is not given: "
         "the address of node 0 (--node_rank 0), where the launchers meet; or give --ips "
@@ -47,14 +49,16 @@ def match_node_by_rank(
     environ: Mapping[str, str],
     *,
     local: LocalAddresses | None = None,
-    resolve: Callable[[str], str] = resolve_ipv4,
+    resolve: Callable[[str], str] = resolve_host,
     route: Callable[[str, int], str] = route_source,
+    wait: NameWait | None = None,
 ) -> NodeMatch:
     """torchrun / OneFlow style: ``--nnodes N --node_rank R --master_addr A`` and no --ips.
 
     This node is entry R; its address is --host (or POD_IP), else node 0's --master_addr
     for R = 0 (which must then be an address of this node), else the local source
     address of the route to A. The other entries stay "" until the rendezvous.
+    With `wait`, a master's name that does not resolve yet is waited for.
     """
     nnodes = int(options.nnodes or 1)
     elastic = options.min_nnodes is not None  # MAX entries; --node_rank ignored (options)
@@ -67,7 +71,7 @@ def match_node_by_rank(
             "--node_rank",
         )
     host, port, option = _meeting_host(options)
-    master_ip = resolve_for(option, host, resolve)
+    master_ip = resolve_names({host: option}, resolve, wait)[host]
     local = local if local is not None else LocalAddresses.scan()
     etcd = bool(options.master and options.master.startswith("etcd://"))
     given = options.host if options.host is not None else environ.get(POD_IP) or None

@@ -68,10 +68,16 @@ def nnodes(text: str) -> int | tuple[int, int]:
 
 
 def name_list(text: str) -> tuple[str, ...]:
+    """Hosts: names, IPv4 or IPv6 addresses (bracketed or not; kept bare: "[fd00::1]" ->
+    "fd00::1")."""
     items = tuple(t.strip() for t in text.split(","))
     if not text.strip() or any(not t or " " in t for t in items):
         raise BadValue("expected a comma-separated list of hosts, e.g. 192.168.0.1,192.168.0.2")
-    return items
+    from paddlike import netaddr
+
+    if any(t.startswith("[") and not netaddr.is_ipv6(t) for t in items):
+        raise BadValue("expected an IPv6 address inside [ ], e.g. [fd00::1],[fd00::2]")
+    return tuple(netaddr.bare(t) for t in items)
 
 
 NPROC_KINDS = ("gpu", "cpu", "auto")
@@ -97,11 +103,18 @@ def gpu_list(text: str) -> tuple[str, ...] | str:
 
 
 def host_port(text: str, *, port_required: bool) -> tuple[str, int | None]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        if port_required:
-            raise BadValue("expected ip:port entries, e.g. 192.168.0.1:6170,192.168.0.2:6170")
-        host, port = text, ""
+    """host:port, an IPv6 host in brackets ([fd00::1]:6170; `netaddr.split`); the host
+    comes back bare."""
+    from paddlike import netaddr
+
+    try:
+        host, port = netaddr.split(text)
+    except ValueError:
+        raise BadValue("expected ip:port, an IPv6 address in brackets: [fd00::1]:6170") from None
+    if not port and port_required:
+        if netaddr.is_ipv6(host):
+            raise BadValue("expected [ipv6]:port, the address in brackets: [fd00::1]:6170")
+        raise BadValue("expected ip:port entries, e.g. 192.168.0.1:6170,192.168.0.2:6170")
     if not host or " " in host:
         raise BadValue("expected ip[:port] entries, e.g. 192.168.0.1:6170")
     if not port:
@@ -192,7 +205,8 @@ def console(text: str) -> str:
 
 def master(text: str) -> str:
     """ip:port (port 0: any free port, torchrun's ``localhost:0``; `rules.any_port_master`
-    says when that can work), or etcd://host:port[,host:port]."""
+    says when that can work), or etcd://host:port[,host:port]; an IPv6 host in brackets,
+    [fd00::1]:6170, etcd://[fd00::1]:2379."""
     if text.startswith("etcd://"):
         rest = text[len("etcd://") :]
         if not rest:
@@ -248,6 +262,58 @@ def cpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
+CLUSTER_LAUNCHERS = ("ssh", "pdsh", "slurm")
+# DeepSpeed's other --launcher values: MPI starters, which start one process per rank
+# themselves, where ours start one launcher per host
+MPI_LAUNCHERS = ("openmpi", "mvapich", "impi", "mpich")
+
+
+def cluster_launcher(text: str) -> str:
+    """--launcher: ssh, pdsh or slurm; DeepSpeed's MPI ones are refused with the reason."""
+    word = text.strip().lower()
+    if word in MPI_LAUNCHERS:
+        raise BadValue(
+            "MPI launchers start every rank themselves, paddlike starts one launcher per host "
+            "that starts its workers: use ssh, pdsh or slurm"
+        )
+    if word not in CLUSTER_LAUNCHERS:
+        raise BadValue("expected ssh, pdsh or slurm")
+    return word
+
+
+def variable_names(text: str) -> tuple[str, ...]:
+    """--export: environment variable names, comma-separated."""
+    names = tuple(t.strip() for t in text.split(","))
+    if not text.strip() or not all(n.isidentifier() and n.isascii() for n in names):
+        raise BadValue("expected variable names separated by commas, e.g. NCCL_DEBUG,HF_HOME")
+    return names
+
+
+# Signals --signals_to_handle cannot take: not catchable, the faults of the launcher's own
+# code, the one its children's exits raise, and the real-time ones (SIGRTMIN+4 takes stacks).
+_UNHANDLED_SIGNALS = ("SIGKILL", "SIGSTOP", "SIGCHLD", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
+
+
+def signal_list(text: str) -> tuple[int, ...]:
+    """torchrun's --signals_to_handle: "SIGTERM,SIGUSR1" (the SIG may be left out) -> numbers."""
+    import signal  # a builtin module; only when the option is given
+
+    numbers = []
+    for word in text.split(","):
+        name = word.strip().upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        member = signal.Signals.__members__.get(name)
+        if member is None or name.startswith("SIGRT"):
+            raise BadValue(
+                f"{word.strip() or 'an empty entry'} is not a signal name; expected a "
+                "comma-separated list such as SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+            )
+        if name in _UNHANDLED_SIGNALS:
+            raise BadValue(f"{name} cannot be handled by the launcher")
+        numbers.append(int(member))
+    return tuple(dict.fromkeys(numbers))
+
+
 # option dest -> checker, for every option that takes a value (in the order they are read)
 CHECKS: dict[str, Callable[[str], object]] = {
     "ips": name_list,
@@ -282,6 +348,19 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "kill_timeout": NON_NEGATIVE_SECONDS,
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
+    "signals_to_handle": signal_list,
+    "numa_binding": numa_mode,
+    "bind_core_list": cpu_list,
+    "gpu_log_interval": POSITIVE_SECONDS,
+    "hostfile": non_empty,
+    "include": non_empty,
+    "exclude": non_empty,
+    "num_nodes": POSITIVE_INT,
+    "num_gpus": POSITIVE_INT,
+    "launcher": lambda text: cluster_launcher(text),
+    "export": lambda text: variable_names(text),
+    "remote_python": non_empty,
+    "ssh_args": non_empty,
     "numa_binding": numa_mode,
     "bind_core_list": cpu_list,
     "gpu_log_interval": POSITIVE_SECONDS,
