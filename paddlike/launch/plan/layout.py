@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from paddlike import netaddr
 from paddlike.launch import NamedTuple
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.plan.plan import EndpointLayout, PsLayout
@@ -71,7 +72,7 @@ def ps_counts_layout(
     """--server_num/--worker_num (and --heter_worker_num): everything on this node; `ports`
     holds one per server, one per trainer, Paddle fleet's gloo endpoint, then one per heter
     trainer, stage 2 first (`ps_counts_ports_needed`)."""
-    eps = tuple(f"{host}:{p}" for p in ports)
+    eps = tuple(netaddr.join(host, p) for p in ports)
     n = n_servers + n_trainers
     stages, at = [], n + 1
     for size in heter_sizes:
@@ -106,8 +107,8 @@ def ps_counts_world_layout(
     for n in world.nodes:
         if len(n.ports) != used + 1:
             raise ValueError(f"{n.label} published {len(n.ports)} ports, not {used + 1}")
-    servers = tuple(f"{n.host}:{p}" for n in world.nodes for p in n.ports[:n_servers])
-    trainers = tuple(f"{n.host}:{p}" for n in world.nodes for p in n.ports[n_servers:used])
+    servers = tuple(netaddr.join(n.host, p) for n in world.nodes for p in n.ports[:n_servers])
+    trainers = tuple(netaddr.join(n.host, p) for n in world.nodes for p in n.ports[n_servers:used])
     first = world.nodes[0]
     return PsLayout(
         servers,
@@ -116,7 +117,7 @@ def ps_counts_world_layout(
         node_index,
         len(world.nodes),
         world.hosts,
-        gloo_endpoint=f"{first.host}:{first.ports[used]}",
+        gloo_endpoint=netaddr.join(first.host, first.ports[used]),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 
-from paddlike import contract
+from paddlike import contract, netaddr
 from paddlike.launch import NamedTuple
 from paddlike.logs.worker_probe import probe_env
 
@@ -84,11 +84,12 @@ class EndpointLayout(NamedTuple):
     devices: tuple[str, ...] = ()
 
     def trainer_endpoints(self) -> tuple[str, ...]:
-        return tuple(f"{h}:{p}" for h, ps in zip(self.hosts, self.ports, strict=True) for p in ps)
+        pairs = zip(self.hosts, self.ports, strict=True)
+        return tuple(netaddr.join(h, p) for h, ps in pairs for p in ps)  # [v6]:port
 
     @property
     def master(self) -> str:
-        return f"{self.hosts[0]}:{self.master_port}"
+        return netaddr.join(self.hosts[0], self.master_port)
 
 
 class PsLayout(NamedTuple):
@@ -263,8 +264,8 @@ def plan_collective(
         contract.GROUP_RANK: str(node),
         contract.NODE_RANK: str(node),
         contract.TRAINER_ENDPOINTS: ",".join(endpoints),
-        contract.PADDLE_MASTER: f"{master_host}:{master_port}",
-        contract.MASTER_ADDR: master_host,
+        contract.PADDLE_MASTER: netaddr.join(master_host, master_port),
+        contract.MASTER_ADDR: master_host,  # bare, IPv6 too: torch resolves it as it is
         contract.MASTER_PORT: str(master_port),
         contract.WORLD_DEVICE_IDS: ",".join(world_ids),
         contract.DISTRI_BACKEND: "nccl" if gpu else "gloo",
@@ -324,7 +325,7 @@ def plan_collective(
         host=layout.hosts[node],
         processes=tuple(processes),
         trainer_endpoints=endpoints,
-        master=f"{master_host}:{master_port}",
+        master=netaddr.join(master_host, master_port),
         devices_why=devices.describe(),
         node_sizes=tuple(len(p) for p in layout.ports),
     )
