@@ -199,6 +199,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_options(argv, environ)
     except UsageError as exc:
         return _fail(str(exc))
+    if options.hostfile or options.launcher:  # one command for the whole cluster
+        from paddlike.launch.cluster.start import start_cluster
+
+        return start_cluster(options, argv, environ)
+    if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1":  # started by the cluster stage's ssh
+        from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
+
+        end_on_stdin_eof()
     try:
         described = describe_options(options, environ)
     except UsageError as exc:

@@ -178,6 +178,51 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
         ),
     ),
     (
+        "one command for the cluster",
+        (
+            (
+                ("--hostfile", "-H"),
+                "start the job on every host of this file (DeepSpeed's format: 'host slots=N' "
+                "a line, # comments) from this one command; slots: that host's workers",
+            ),
+            (
+                ("--include", "-i"),
+                "only these hosts (and devices) of the hostfile, as in DeepSpeed: "
+                "host1:0,1@host2",
+            ),
+            (
+                ("--exclude", "-e"),
+                "all hosts (and devices) of the hostfile but these, e.g. host3@host1:2",
+            ),
+            (
+                ("--num_nodes",),
+                "the first N hosts of the hostfile",
+            ),
+            (
+                ("--num_gpus",),
+                "N workers on each host (DeepSpeed's: devices 0..N-1), over the slots",
+            ),
+            (
+                ("--launcher",),
+                "how the hosts' launchers are started: ssh (default with --hostfile), pdsh or "
+                "slurm (srun inside an allocation)",
+            ),
+            (
+                ("--export",),
+                "NAME[,NAME]: also carry these variables of this shell to every host (besides "
+                "the NAME=VALUE lines of .deepspeed_env and .paddlike_env)",
+            ),
+            (
+                ("--remote_python",),
+                "the Python on the hosts (default: this one's path, the same on every host)",
+            ),
+            (
+                ("--ssh_args",),
+                "more options for ssh (and pdsh's ssh), e.g. --ssh_args='-F cfg -p 2222'",
+            ),
+        ),
+    ),
+    (
         "output",
         (
             (
@@ -219,6 +264,18 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 ("--on_hang",),
                 "after a hang's stacks are written: dump (keep waiting, default) or abort (end "
                 "the job, exit code 124)",
+            ),
+        ),
+    ),
+    (
+        "signals",
+        (
+            (
+                ("--signals_to_handle", "--signals-to-handle"),
+                "signals the launcher handles, as in torchrun (default SIGTERM,SIGINT,SIGHUP,"
+                "SIGQUIT; under Slurm also SIGUSR1,SIGUSR2): SIGINT, SIGTERM, SIGHUP, SIGQUIT "
+                "end the job, the others are passed on to every worker and the job goes on; "
+                "stacks: SIGRTMIN+4 (docs/cli.md#signals)",
             ),
         ),
     ),

@@ -99,6 +99,16 @@ class LaunchOptions(NamedTuple):
     role: str = "default"  # torchrun's --role: the workers' ROLE_NAME
     standalone: bool = False  # torchrun's --standalone: one node, its own rendezvous
     standalone_from: str = "--standalone"  # how errors name it (the flag or PET_STANDALONE)
+    # one command for the cluster (launch/cluster/): start every host's launcher from here
+    hostfile: str | None = None  # DeepSpeed's hostfile: "host slots=N" lines
+    include: str | None = None  # DeepSpeed's host1:0,1@host2
+    exclude: str | None = None
+    num_nodes: int | None = None  # the hostfile's first N hosts
+    num_gpus: int | None = None  # workers on each host, over the slots
+    launcher: str | None = None  # ssh | pdsh | slurm; None: ssh when a hostfile is given
+    export: tuple[str, ...] = ()  # variables of the starting shell carried to every host
+    remote_python: str | None = None  # None: sys.executable's path on every host
+    ssh_args: str | None = None  # more ssh options, split as a shell would
     # --numa_binding (torchrun's --numa-binding; DeepSpeed's --bind_cores_to_rank is
     # "exclusive"): None (off) | "node" | "socket" | "exclusive" | "core-complex"; each
     # worker's CPUs and preferred memory node from its GPU's NUMA node (plan/binding.py)
@@ -109,6 +119,9 @@ class LaunchOptions(NamedTuple):
     # Paddle's --enable_gpu_log / --gpu_log_interval: seconds between the GPU-usage rows of
     # <log_dir>/<job id>.gpu.log (run/gpulog.py); None: no GPU log
     gpu_log_interval: float | None = None
+    # torchrun's --signals_to_handle: the signals the launcher handles, as numbers; None:
+    # the default (torchrun's, and SIGUSR1, SIGUSR2 under Slurm: run/signals.py)
+    signals_to_handle: tuple[int, ...] | None = None
 
     @property
     def is_ps(self) -> bool:

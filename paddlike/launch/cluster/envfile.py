@@ -1,0 +1,67 @@
+"""The environment carried to every host: env files' NAME=VALUE lines and --export.
+
+Read in this order, a later one winning for the same name:
+
+    ~/.deepspeed_env   ./.deepspeed_env   ~/.paddlike_env   ./.paddlike_env   --export NAME
+
+(DeepSpeed's file first so that a paddlike-specific file can override it; the working
+directory's over the home's, as DeepSpeed reads them; --export takes the value from the
+starting shell, last, because it is typed for this run.) A line is ``NAME=VALUE``; blank
+lines and lines starting with ``#`` are skipped; the value is taken as written, to the end
+of the line (no quotes removed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from paddlike.launch.context.options import UsageError
+
+ENV_FILES = (".deepspeed_env", ".paddlike_env")
+
+
+def env_file_paths(home: str, cwd: str) -> tuple[str, ...]:
+    """The files read, in order (lowest first)."""
+    return tuple(os.path.join(d, name) for name in ENV_FILES for d in (home, cwd))
+
+
+def parse_env_file(text: str, path: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier():
+            raise UsageError(
+                f"--hostfile: {path} line {number}: expected NAME=VALUE, got {line!r}",
+                "--hostfile",
+            )
+        found[name] = value
+    return found
+
+
+def carried_environment(
+    exported: Sequence[str], environ: Mapping[str, str], *, home: str, cwd: str
+) -> dict[str, str]:
+    """NAME -> VALUE for every host's launcher (see the module's order)."""
+    carried: dict[str, str] = {}
+    for path in dict.fromkeys(env_file_paths(home, cwd)):  # home == cwd: read once
+        try:
+            with open(path, encoding="utf-8") as f:
+                carried.update(parse_env_file(f.read(), path))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(
+                f"--hostfile: cannot read {path} ({exc.strerror})", "--hostfile"
+            ) from None
+    for name in exported:
+        if name not in environ:
+            raise UsageError(
+                f"--export: {name} is not set in this shell (nothing to carry)", "--export"
+            )
+        carried[name] = environ[name]
+    return carried

@@ -1,0 +1,93 @@
+"""Each host's command: the ordinary per-node launcher, as if typed on that host.
+
+    cd /the/same/dir && exec env NAME=VALUE ... /the/same/python -m paddlike.launch \
+        --ips h0,h1,h2 --node_rank 1 --job_id J --nproc_per_node 4 <the user's options> \
+        train.py <its args>
+
+Every host gets the same options and the same job id; what differs is its `--node_rank`
+and its own worker count (`Pick.launcher_args`). Pure: the text is built here and printed
+by --dry_run; `ssh`, `pdsh` and `srun` only carry it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from paddlike.launch import NamedTuple
+from paddlike.launch.cluster.eofwatch import STDIN_EOF_ENDS
+from paddlike.launch.cluster.selection import Pick
+
+# The check before anything starts, and what each of its exit codes means.
+NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE = 201, 202, 203
+
+
+class RemoteJob(NamedTuple):
+    """What every host's launcher is given."""
+
+    picks: tuple[Pick, ...]
+    launcher_args: tuple[str, ...]  # the user's launcher options, less the cluster ones
+    script: tuple[str, ...]  # the training script (or module, or command) and its args
+    cwd: str
+    python: str
+    environment: Mapping[str, str]  # carried: env files and --export
+    job_id: str
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.picks)
+
+
+def host_argv(job: RemoteJob, index: int) -> list[str]:
+    """The launcher's argv on the host of node `index`."""
+    script = list(job.script)
+    if script and script[0].startswith("-"):
+        script.insert(0, "--")
+    return [
+        job.python,
+        "-m",
+        "paddlike.launch",
+        "--ips",
+        ",".join(job.hosts),
+        "--node_rank",
+        str(index),
+        "--job_id",
+        job.job_id,
+        *job.picks[index].launcher_args(),
+        *job.launcher_args,
+        *script,
+    ]
+
+
+def host_command(job: RemoteJob, index: int, *, end_on_eof: bool = True) -> str:
+    """The shell command for one host: its directory, its environment, its launcher."""
+    env = dict(job.environment)
+    if end_on_eof:
+        env[STDIN_EOF_ENDS] = "1"
+    assignments = [shlex.quote(f"{k}={v}") for k, v in env.items()]
+    launch = " ".join(shlex.quote(a) for a in host_argv(job, index))
+    prefix = f"exec env {' '.join(assignments)} " if assignments else "exec "
+    return f"cd {shlex.quote(job.cwd)} && {prefix}{launch}"
+
+
+def check_command(cwd: str, python: str) -> str:
+    """The preflight: the directory, the Python and paddlike are there (exit codes above)."""
+    py = shlex.quote(python)
+    found = f"[ -x {py} ]" if "/" in python else f"command -v {py} >/dev/null 2>&1"
+    return (
+        f"cd {shlex.quote(cwd)} 2>/dev/null || exit {NO_DIRECTORY}; "
+        f"{found} || exit {NO_PYTHON}; "
+        f"{py} -c 'import paddlike.launch' 2>/dev/null || exit {NO_PADDLIKE}"
+    )
+
+
+def check_failure(code: int, cwd: str, python: str) -> str | None:
+    """The preflight's exit code as the sentence a user acts on (None: it passed)."""
+    return {
+        0: None,
+        NO_DIRECTORY: f"the working directory {cwd} does not exist there (the job runs "
+        "in the same directory on every host)",
+        NO_PYTHON: f"no Python at {python} there (give --remote_python PATH)",
+        NO_PADDLIKE: f"{python} there cannot import paddlike (install it there, or give "
+        "--remote_python)",
+    }.get(code, f"the check of the directory and Python exited with {code}")

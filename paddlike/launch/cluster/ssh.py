@@ -1,0 +1,136 @@
+"""OpenSSH as the remote starter: one master connection per host, reused by every session.
+
+The preflight opens each host's master connection (ControlMaster) and runs the check of
+`remote.check_command` through it, all hosts at once; the job's sessions then reuse those
+connections (no second handshake), and `close_masters` ends them. BatchMode: ssh never
+asks a question (password, unknown host key) that nobody is there to answer; it fails,
+and `ssh_failure` turns its message into one line a user acts on.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+
+from paddlike.launch.cluster.remote import check_failure
+
+SSH_FAILED = 255  # ssh's own failure (the remote command's codes are passed through)
+CONNECT_TIMEOUT = 10  # seconds, the TCP connect and the handshake
+# How long an idle master waits for the next session: covers the gap between the
+# preflight and the job, and ends a master left behind by a starter killed with SIGKILL.
+CONTROL_PERSIST = 60
+
+
+def ssh_base(ssh_args: str | None, control_dir: str) -> list[str]:
+    """ssh and its options; the user's --ssh_args first (ssh keeps an option's first value)."""
+    return [
+        "ssh",
+        *shlex.split(ssh_args or ""),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={CONNECT_TIMEOUT}",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={control_dir}/%C",
+        "-o",
+        f"ControlPersist={CONTROL_PERSIST}",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=3",
+    ]
+
+
+def session_argv(base: Sequence[str], host: str, command: str) -> list[str]:
+    """One host's job session: no terminal (-T), no X11 (-x)."""
+    return [*base, "-T", "-x", host, command]
+
+
+def ssh_failure(host: str, stderr: str) -> str:
+    """ssh's complaint as one line naming the host."""
+    text = stderr.strip()
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text:
+        return (
+            f"host {host}: its ssh host key has changed since it was recorded in known_hosts "
+            f"(check why; then ssh-keygen -R {host})"
+        )
+    if "Host key verification failed" in text or "No ED25519 host key is known" in text:
+        return (
+            f"host {host}: its ssh host key is not known here (known_hosts): connect once by "
+            f"hand (ssh {host}) or add it with ssh-keyscan"
+        )
+    if "Permission denied" in text:
+        return (
+            f"host {host}: ssh refused the login without a password (no key accepted): "
+            f"install a key (ssh-copy-id {host}); the job cannot answer password prompts"
+        )
+    for words, meaning in (
+        ("Could not resolve hostname", "its name does not resolve"),
+        ("No route to host", "no route to it (unreachable)"),
+        ("Network is unreachable", "its network is unreachable"),
+        ("Connection timed out", f"no answer within {CONNECT_TIMEOUT} s (unreachable)"),
+        ("Connection refused", "connection refused on the ssh port (is sshd running there?)"),
+    ):
+        if words in text:
+            return f"host {host}: ssh: {meaning}"
+    last = text.splitlines()[-1] if text else "no message"
+    return f"host {host}: ssh failed: {last}"
+
+
+def preflight(
+    base: Sequence[str], hosts: Sequence[str], check: str, cwd: str, python: str, timeout: float
+) -> list[str]:
+    """Connect to every host at once (opening the master connections) and run the check;
+    the problems, one line each in host order (empty: every host is ready)."""
+    procs = [
+        subprocess.Popen(
+            [*base, "-T", "-x", host, check],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C here is the starter's to handle
+        )
+        for host in hosts
+    ]
+    deadline = time.monotonic() + timeout
+    problems = []
+    for host, proc in zip(hosts, procs, strict=False):
+        try:
+            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            problems.append(f"host {host}: no answer from ssh within {timeout:g} s")
+            continue
+        text = err.decode(errors="replace")
+        if proc.returncode == SSH_FAILED:
+            problems.append(ssh_failure(host, text))
+            continue
+        failure = check_failure(proc.returncode, cwd, python)
+        if failure:
+            problems.append(f"host {host}: {failure}")
+    return problems
+
+
+def close_masters(base: Sequence[str], hosts: Sequence[str], timeout: float = 10) -> None:
+    """End each host's master connection (those that were opened); quietly."""
+    procs = [
+        subprocess.Popen(
+            [*base, "-O", "exit", host],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for host in hosts
+    ]
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

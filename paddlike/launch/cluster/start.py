@@ -1,0 +1,339 @@
+"""The cluster flow: plan every host's launcher, check every host, start them, stream their
+consoles, end them together, exit with the job's code.
+
+    options ─► hosts (hostfile, filters) ─► each host's command (remote)
+            ─► --dry_run: print them | slurm: exec srun
+            ─► ssh/pdsh: preflight of every host at once (one line each, exit 2, nothing
+               started) ─► sessions ─► the console loop ─► the job's exit code
+
+Ending: Ctrl-C (SIGINT), SIGTERM or SIGHUP here, a host's ssh connection lost (ssh's 255),
+or a host's launcher failing without the others ending within the grace: every session's
+stdin is closed, which every host's launcher takes as its hang-up (`eofwatch`); sessions
+still there after the kill timeout and a margin are killed. A second signal kills them at
+once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from paddlike.launch.cluster import pdsh, remote, srun, ssh
+from paddlike.launch.cluster.hostfile import read_hostfile
+from paddlike.launch.cluster.remote import RemoteJob
+from paddlike.launch.cluster.selection import select_hosts
+from paddlike.launch.cluster.stream import Consoles, Session
+from paddlike.launch.context.options import PROG, LaunchOptions, UsageError
+from paddlike.launch.context.options.parser import DEST, split_argv
+
+# our options that say how to start the cluster: kept here, never passed to the hosts
+CLUSTER_DESTS = frozenset(
+    {
+        "hostfile",
+        "include",
+        "exclude",
+        "num_nodes",
+        "num_gpus",
+        "launcher",
+        "export",
+        "remote_python",
+        "ssh_args",
+        "dry_run",
+    }
+)
+# what each host's command says itself: the user may not say it for all of them
+SET_PER_HOST = ("ips", "node_rank", "nnodes", "host")
+PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
+# a host's launcher failed: the others end on their own (they are told through the
+# rendezvous); past this many seconds more than --kill_timeout, their sessions are closed
+FAILURE_GRACE = 10.0
+SESSIONS_MARGIN = 15.0  # closed sessions still running after --kill_timeout + this: killed
+
+
+def forwarded_args(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The user's launcher options without the cluster ones (and without --job_id, which
+    `plan_remote_job` gives every host), and the script with its args."""
+    from paddlike.launch.context.options.values import FLAGS
+
+    ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
+    kept: list[str] = []
+    i = 0
+    while i < len(ours):
+        name, eq, _ = ours[i].partition("=")
+        dest = DEST.get(name)
+        width = 2 if dest is not None and dest not in FLAGS and not eq else 1
+        if dest not in CLUSTER_DESTS and dest != "job_id":
+            kept.extend(ours[i : i + width])
+        i += width
+    return tuple(kept), tuple(script)
+
+
+def plan_remote_job(
+    options: LaunchOptions,
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    python: str = sys.executable,
+    cwd: str | None = None,
+    home: str | None = None,
+) -> RemoteJob:
+    """Everything decided before anything is touched; `UsageError` on bad input."""
+    from paddlike.launch.cluster.envfile import carried_environment
+    from paddlike.launch.plan.nodejob import new_job_id
+
+    launcher_args, script = forwarded_args(argv)
+    given = {DEST.get(a.partition("=")[0]) for a in launcher_args}
+    for dest in SET_PER_HOST:
+        if dest in given:
+            raise UsageError(
+                f"--{dest}: each host's launcher is given its own with --hostfile; leave "
+                f"--{dest} out",
+                f"--{dest}",
+            )
+    picks: tuple = ()
+    if options.hostfile:
+        hosts = read_hostfile(options.hostfile)
+        picks = select_hosts(
+            hosts,
+            include=options.include,
+            exclude=options.exclude,
+            num_nodes=options.num_nodes,
+            num_gpus=options.num_gpus,
+            path=options.hostfile,
+        )
+        counted = any(p.launcher_args() for p in picks)
+        for dest in ("nproc_per_node", "gpus"):
+            if counted and dest in given:
+                raise UsageError(
+                    f"--{dest}: the hostfile's slots (or --include, --num_gpus) say each "
+                    f"host's workers; give one or the other",
+                    f"--{dest}",
+                )
+    elif options.launcher != "slurm":
+        raise UsageError(
+            f"--launcher {options.launcher}: needs --hostfile FILE (the hosts to start)",
+            "--launcher",
+        )
+    elif options.include or options.exclude:
+        raise UsageError("--include/--exclude: need --hostfile", "--include")
+    cwd = cwd or os.getcwd()
+    environment = carried_environment(
+        options.export, environ, home=home or os.path.expanduser("~"), cwd=cwd
+    )
+    return RemoteJob(
+        picks=picks,
+        launcher_args=launcher_args,
+        script=script,
+        cwd=cwd,
+        python=options.remote_python or python,
+        environment=environment,
+        job_id=options.job_id or new_job_id(),
+    )
+
+
+def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """python -m paddlike.launch --hostfile ... : the whole job from here; the exit code."""
+    try:
+        job = plan_remote_job(options, argv, environ)
+        launcher = options.launcher or "ssh"
+        if launcher == "slurm":
+            command = srun.srun_argv(job, options.num_nodes, environ)
+    except UsageError as exc:
+        return _fail(str(exc))
+    import tempfile
+
+    if launcher == "slurm":
+        if options.dry_run:
+            print(_shell_line(command), flush=True)
+            return 0
+        try:
+            os.execvp(command[0], command)  # srun owns the job from here: its signals
+        except OSError as exc:
+            return _fail(f"--launcher slurm: cannot run {command[0]} ({exc.strerror})", 1)
+    control = tempfile.mkdtemp(prefix="paddlike-ssh-")
+    base = ssh.ssh_base(options.ssh_args, control)
+    try:
+        if options.dry_run:
+            _print_dry_run(job, launcher, base, environ)
+            return 0
+        problems = ssh.preflight(
+            base,
+            job.hosts,
+            remote.check_command(job.cwd, job.python),
+            job.cwd,
+            job.python,
+            PREFLIGHT_TIMEOUT,
+        )
+        if problems:
+            for line in problems:
+                _fail(f"--hostfile: {line}; nothing was started")
+            return 2
+        return _run_sessions(job, launcher, base, environ, options.kill_timeout)
+    finally:
+        if not options.dry_run:
+            ssh.close_masters(base, job.hosts)
+        import shutil
+
+        shutil.rmtree(control, ignore_errors=True)
+
+
+def _print_dry_run(
+    job: RemoteJob, launcher: str, base: Sequence[str], environ: Mapping[str, str]
+) -> None:
+    if launcher == "pdsh":
+        env = pdsh.pdsh_environment({}, base)
+        print(
+            f"PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS={_quote(env['PDSH_SSH_ARGS'])} "
+            + _shell_line(pdsh.pdsh_argv(job)),
+            flush=True,
+        )
+        return
+    for i, host in enumerate(job.hosts):
+        print(
+            f"[{host}] " + _shell_line(ssh.session_argv(base, host, remote.host_command(job, i))),
+            flush=True,
+        )
+
+
+def _run_sessions(
+    job: RemoteJob,
+    launcher: str,
+    base: Sequence[str],
+    environ: Mapping[str, str],
+    kill_timeout: float,
+) -> int:
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda *_: None) for s in handled}
+    old_wake = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    sessions: list[Session] = []
+    try:
+        sessions = _start_sessions(job, launcher, base, environ)
+        consoles = Consoles(sessions, wake_r)
+        try:
+            return _watch(consoles, job, kill_timeout)
+        finally:
+            consoles.close()
+    finally:
+        for s in sessions:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+            for pipe in (s.proc.stdin, s.proc.stdout, s.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        signal.set_wakeup_fd(old_wake)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _start_sessions(
+    job: RemoteJob, launcher: str, base: Sequence[str], environ: Mapping[str, str]
+) -> list[Session]:
+    common = dict(
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # Ctrl-C is ours to pass on, not the terminal's to ssh
+    )
+    if launcher == "pdsh":
+        proc = subprocess.Popen(
+            pdsh.pdsh_argv(job), env=pdsh.pdsh_environment(environ, base), **common
+        )
+        return [Session("pdsh", proc, pdsh.host_of_line)]
+    return [
+        Session(
+            host,
+            subprocess.Popen(ssh.session_argv(base, host, remote.host_command(job, i)), **common),
+        )
+        for i, host in enumerate(job.hosts)
+    ]
+
+
+def _watch(consoles: Consoles, job: RemoteJob, kill_timeout: float) -> int:
+    """The loop: until every session has exited; the job's exit code."""
+    signalled: int | None = None
+    failure: int | None = None  # the first host's non-zero exit code
+    lost: int | None = None  # ssh's own failure: a connection lost
+    close_at: float | None = None  # when the sessions' stdins are closed (the job ended)
+    kill_at: float | None = None
+    while consoles.running:
+        now = time.monotonic()
+        if close_at is not None and now >= close_at:
+            _close_stdins(consoles.sessions)
+            close_at, kill_at = None, now + kill_timeout + SESSIONS_MARGIN
+        if kill_at is not None and now >= kill_at:
+            for s in consoles.running:
+                s.proc.kill()
+            kill_at = None
+        wake = [t for t in (close_at, kill_at) if t is not None]
+        events = consoles.wait(max(min(wake) - now, 0) if wake else None)
+        for signum in events.signals:
+            if signalled is None:
+                signalled = signum
+                _say(f"{signal.Signals(signum).name}: ending the job on every host")
+                close_at = time.monotonic()
+            else:
+                for s in consoles.running:
+                    s.proc.kill()
+        for s in events.exited:
+            code = s.returncode
+            if code == 0 or code is None:
+                continue
+            if code < 0:
+                code = 128 - code
+            if code == ssh.SSH_FAILED:
+                if lost is None and signalled is None:
+                    _say(
+                        f"host {s.host}: the ssh connection failed or was lost; ending the "
+                        "job on every host"
+                    )
+                lost = lost or code
+                close_at = time.monotonic()
+            elif failure is None:
+                failure = code
+                if signalled is None and consoles.running:
+                    _say(f"host {s.host}: its launcher exited with {code}; the others end with it")
+                    close_at = min(
+                        close_at or float("inf"), time.monotonic() + kill_timeout + FAILURE_GRACE
+                    )
+    if signalled is not None:
+        return 128 + signalled
+    return failure or lost or 0
+
+
+def _close_stdins(sessions: Sequence[Session]) -> None:
+    for s in sessions:
+        if s.proc.stdin is not None and not s.proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                s.proc.stdin.close()
+        if s.host == "pdsh" and s.proc.poll() is None:
+            s.proc.terminate()  # pdsh's sessions' stdins are its own: it closes them
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _shell_line(argv: Sequence[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(a) for a in argv)

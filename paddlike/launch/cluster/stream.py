@@ -1,0 +1,153 @@
+"""Every host's console on this one, a line at a time, each line prefixed ``[host] ``.
+
+`Consoles` owns the started sessions' pipes and process fds and is the starter's one
+event loop: `wait` returns when a session exits, a signal arrives (the wakeup fd) or the
+timeout passes; lines are copied out as they come (stdout to stdout, stderr to stderr),
+and a partial line waits for its end (or for its session's end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import subprocess
+from collections.abc import Callable, Sequence
+
+from paddlike.launch import NamedTuple
+
+# pdsh's output carries the host in each line: a session may name the host per line
+LineHost = Callable[[bytes], "tuple[str, bytes] | None"]
+
+
+class Session:
+    """One started command (an ssh to one host, or pdsh for all) and its output."""
+
+    def __init__(
+        self, host: str, proc: subprocess.Popen[bytes], line_host: LineHost | None = None
+    ) -> None:
+        self.host = host
+        self.proc = proc
+        self.line_host = line_host
+        self.returncode: int | None = None
+        self.pidfd = os.pidfd_open(proc.pid)
+        self.partial: dict[int, bytes] = {}
+
+    def prefixed(self, line: bytes) -> bytes:
+        if self.line_host is not None:
+            split = self.line_host(line)
+            if split is not None:
+                return b"[" + split[0].encode() + b"] " + split[1]
+            return line
+        return b"[" + self.host.encode() + b"] " + line
+
+
+class Events(NamedTuple):
+    exited: list[Session]
+    signals: list[int]
+
+
+class Consoles:
+    """The loop over every session's output and exit, and the signal wakeup fd."""
+
+    def __init__(self, sessions: Sequence[Session], wake_fd: int, out: int = 1, err: int = 2):
+        self.sessions = list(sessions)
+        self.out, self.err = out, err
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(wake_fd, selectors.EVENT_READ, ("wake", None))
+        for s in self.sessions:
+            self.selector.register(s.pidfd, selectors.EVENT_READ, ("exit", s))
+            for pipe, dest in ((s.proc.stdout, out), (s.proc.stderr, err)):
+                if pipe is not None:
+                    os.set_blocking(pipe.fileno(), False)
+                    self.selector.register(pipe.fileno(), selectors.EVENT_READ, ("out", (s, dest)))
+
+    @property
+    def running(self) -> list[Session]:
+        return [s for s in self.sessions if s.returncode is None]
+
+    def wait(self, timeout: float | None) -> Events:
+        events = Events([], [])
+        for key, _ in self.selector.select(timeout):
+            kind, what = key.data
+            if kind == "wake":
+                with contextlib.suppress(BlockingIOError):
+                    events.signals.extend(os.read(key.fd, 64))
+            elif kind == "out":
+                self._copy(key.fd, *what)
+            else:
+                session = what
+                self.selector.unregister(session.pidfd)
+                session.returncode = session.proc.wait()
+                self._drain(session)
+                events.exited.append(session)
+        return events
+
+    def _copy(self, fd: int, session: Session, dest: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.selector.unregister(fd)
+            rest = session.partial.pop(fd, b"")
+            if rest:
+                _write_all(dest, session.prefixed(rest + b"\n"))
+            return
+        data = session.partial.pop(fd, b"") + data
+        lines = data.split(b"\n")
+        session.partial[fd] = lines.pop()
+        if lines:
+            _write_all(dest, b"".join(session.prefixed(line + b"\n") for line in lines))
+
+    def _drain(self, session: Session) -> None:
+        """A session that exited: what is still in its pipes (the pipes' writers are gone
+        with ssh, unless an ssh master still holds them: then they close with it)."""
+        for pipe, dest in ((session.proc.stdout, self.out), (session.proc.stderr, self.err)):
+            if pipe is None:
+                continue
+            fd = pipe.fileno()
+            while fd in self.selector.get_map():
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                if not data:
+                    self._copy_eof(fd, session, dest)
+                    break
+                session.partial[fd] = session.partial.get(fd, b"") + data
+                self._flush_lines(fd, session, dest)
+
+    def _flush_lines(self, fd: int, session: Session, dest: int) -> None:
+        lines = session.partial.pop(fd, b"").split(b"\n")
+        session.partial[fd] = lines.pop()
+        if lines:
+            _write_all(dest, b"".join(session.prefixed(line + b"\n") for line in lines))
+
+    def _copy_eof(self, fd: int, session: Session, dest: int) -> None:
+        self.selector.unregister(fd)
+        rest = session.partial.pop(fd, b"")
+        if rest:
+            _write_all(dest, session.prefixed(rest + b"\n"))
+
+    def close(self) -> None:
+        """Flush partial lines, close every fd this loop owns."""
+        for s in self.sessions:
+            for pipe, dest in ((s.proc.stdout, self.out), (s.proc.stderr, self.err)):
+                if pipe is not None and pipe.fileno() in self.selector.get_map():
+                    self._copy_eof(pipe.fileno(), s, dest)
+            if s.pidfd in self.selector.get_map():
+                self.selector.unregister(s.pidfd)
+            os.close(s.pidfd)
+        self.selector.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            continue
+        except BrokenPipeError:
+            return  # `... | head`: the reader has what it wanted; the job goes on
