@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
+from paddlike import netaddr
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 
 PREFIX = "/paddlike"
@@ -94,7 +95,7 @@ class EtcdStore:
 
     @property
     def address(self) -> str:
-        return "etcd://" + ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        return "etcd://" + ",".join(netaddr.join(h, p) for h, p in self.endpoints)
 
     # -- the gateway --
 
@@ -106,7 +107,7 @@ class EtcdStore:
         for k in range(n):
             i = (self._good + k) % n
             host, port = self.endpoints[i]
-            url = f"http://{host}:{port}/v3/{path}"
+            url = f"http://{netaddr.join(host, port)}/v3/{path}"  # IPv6 in brackets
             req = urllib.request.Request(url, data=data, method="POST")
             req.add_header("Content-Type", "application/json")
             try:

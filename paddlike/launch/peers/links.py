@@ -9,11 +9,11 @@ the job's rounds over whichever link it was given.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from paddlike import netaddr
 from paddlike.distributed.store import (
     StoreAuthError,
     StoreClient,
@@ -22,6 +22,7 @@ from paddlike.distributed.store import (
     StoreTimeoutError,
 )
 from paddlike.launch import NamedTuple
+from paddlike.launch.context.addresses import resolve_host
 from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import (
@@ -122,7 +123,7 @@ def open_store_link(
     address is the master's tries to host the store, and is node 0 if it can; when
     another launcher holds the port already (several nodes on one machine), it joins."""
     server = None
-    address = f"{master[0]}:{master[1]}"
+    address = netaddr.join(*master)  # [fd00::1]:6170 for IPv6
     # torchrun style on one machine: every node's address is the master's; only node 0
     # hosts the store then
     if is_store_host(master[0], hosts, node_index) and (all(hosts) or node_index == 0):
@@ -331,10 +332,11 @@ def token_refused(exc: StoreAuthError, who: str) -> StoreRefused:
 
 def is_store_host(master_host: str, hosts: Sequence[str], node_index: int) -> bool:
     """Whether this node hosts the launchers' store: the node whose address the master
-    names (by default the first --ips entry, so node 0)."""
+    names (by default the first --ips entry, so node 0), in either family: the master's
+    name resolves as the node list's names do (`addresses.resolve_host`)."""
     try:
-        addr = socket.gethostbyname(master_host)
-    except OSError as exc:
+        addr = resolve_host(master_host)
+    except (OSError, UnicodeError) as exc:
         raise StoreHostError(
             f"--master_addr: {master_host!r} does not resolve ({exc}); give an IP address"
         ) from exc
@@ -349,6 +351,6 @@ def host_store(
         return StoreServer(host, port, allowed_hosts=allowed_hosts, token=token).start()
     except OSError as exc:
         raise StoreHostError(
-            f"--master: cannot host the launchers' store at {host}:{port}: "
+            f"--master: cannot host the launchers' store at {netaddr.join(host, port)}: "
             f"{exc.strerror or exc}; another job's store may hold it, pick another port"
         ) from exc
