@@ -22,6 +22,7 @@ import socket
 import time
 from pathlib import Path
 
+from paddlike import netaddr
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.layout import port_span
 
@@ -42,10 +43,28 @@ def default_registry_dir() -> Path:
     # Not tempfile.gettempdir(): importing tempfile costs more than the whole reservation.
     registry = Path(os.environ.get("TMPDIR") or "/tmp") / "paddlike-ports"
     with contextlib.suppress(OSError):
-        ns, first = (os.stat(f"/proc/{pid}/ns/net").st_ino for pid in ("self", "1"))
-        if ns != first:
+        ns = os.stat("/proc/self/ns/net").st_ino
+        if _own_network_namespace(ns):
             registry = registry / f"netns-{ns}"
     return registry
+
+
+def _own_network_namespace(ns: int) -> bool:
+    """Whether this process's network namespace is not the machine's: pid 1's differs or,
+    where pid 1's cannot be read (some containers), it is one that `ip netns` named."""
+    try:
+        return os.stat("/proc/1/ns/net").st_ino != ns
+    except OSError:
+        pass
+    try:
+        names = os.listdir("/run/netns")
+    except OSError:
+        return False
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.stat(f"/run/netns/{name}").st_ino == ns:
+                return True
+    return False
 
 
 class PortError(RuntimeError):
@@ -77,7 +96,7 @@ def _owner_alive(owner: _Owner, seen: dict[int, float | None]) -> bool:
 
 
 def _kernel_free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(netaddr.family(host), socket.SOCK_STREAM) as s:  # IPv6 hosts too
         s.bind((host, 0))
         return s.getsockname()[1]
 
@@ -191,7 +210,7 @@ class PortTakenError(PortError):
 
 def _bindable(host: str, port: int) -> OSError | None:
     """None when `port` can be bound on `host` now; else the error (as a worker would get it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(netaddr.family(host), socket.SOCK_STREAM) as s:
         # As servers bind (SO_REUSEADDR): a port in TIME_WAIT after the last job is usable.
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
