@@ -6,7 +6,7 @@ Exit status (the default view, --json, --html and --follow): the job's outcome, 
 130 on Ctrl-C during --follow. --rank/--role exit 0 once the log is shown. --stacks
 exits 2 when there is nothing to take stacks of (no summary.json, or no running trainer
 and no progress files). While a launcher on this machine runs the job of a single DIR,
---stacks asks it (SIGUSR1): it takes the stacks of the whole job, on every node, and
+--stacks asks it (SIGRTMIN+4): it takes the stacks of the whole job, on every node, and
 this command prints what it wrote.
 """
 
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--stacks",
         action="store_true",
         help="take the Python stack of every running trainer of this node's job (py-spy; "
-        "through its launcher, by SIGUSR1, while one runs it), write "
+        "through its launcher, by SIGRTMIN+4, while one runs it), write "
         "DIR/stacks/<time>/rank.N.txt and summary.txt, and print where the ranks are, "
         "the odd one out first",
     )
@@ -248,7 +248,7 @@ def _stacks(dirs: list[str], as_json: bool, out: TextIO) -> int:
 
 
 def _ask_launcher(log_dir: str, as_json: bool, out: TextIO) -> int | None:
-    """While a launcher runs the job here, it takes the stacks (SIGUSR1): it knows its
+    """While a launcher runs the job here, it takes the stacks (SIGRTMIN+4): it knows its
     workers. None when there is no such launcher, or it wrote nothing in time."""
     from paddlike.logs.ask import ask_launcher, launcher_pid
 

@@ -1,4 +1,8 @@
-"""`--stacks` through the running launcher: SIGUSR1 to it, then wait for its dump.
+"""`--stacks` through the running launcher: SIGRTMIN+4 to it, then wait for its dump.
+
+The launcher's stack trigger is a real-time signal that nothing else sends: SIGUSR1 may
+be the workers' (--signals_to_handle, and by default under Slurm, whose `--signal=USR1@90`
+warns a job before its time limit), and a launcher passes that on instead of dumping.
 
 The launcher knows what this command can only guess (which processes are its workers
 right now, and, on many nodes, how to reach the others), so while one holds the log
@@ -19,6 +23,10 @@ from paddlike.logformat import OWNER_FILE
 from paddlike.summary import RunStatus, read_summary
 
 STACKS_DIR = "stacks"
+# The launcher's stack trigger (paddlike.launch.run.signals.STACKS_SIGNAL: the same number,
+# checked by tests/logs/test_ask.py; `logs` never imports `launch`).
+STACKS_SIGNAL = signal.SIGRTMIN + 4
+STACKS_SIGNAL_NAME = "SIGRTMIN+4"
 # The launcher's collection has a 10 s deadline; then it writes the files.
 WAIT = 30.0
 
@@ -53,11 +61,11 @@ def _dumps(log_dir: Path) -> set[str]:
 
 
 def ask_launcher(log_dir: str | os.PathLike[str], pid: int, wait: float = WAIT) -> Path | str:
-    """SIGUSR1 to launcher `pid`; the dump directory it wrote, or a one-line reason."""
+    """STACKS_SIGNAL to launcher `pid`; the dump directory it wrote, or a one-line reason."""
     root = Path(log_dir)
     before = _dumps(root)
     try:
-        os.kill(pid, signal.SIGUSR1)
+        os.kill(pid, STACKS_SIGNAL)
     except OSError as exc:
         return f"could not signal launcher pid {pid}: {exc}"
     deadline = time.monotonic() + wait
@@ -67,6 +75,6 @@ def ask_launcher(log_dir: str | os.PathLike[str], pid: int, wait: float = WAIT) 
                 return root / STACKS_DIR / name
         time.sleep(0.05)  # a command-line wait for another process's files
     return (
-        f"launcher pid {pid} wrote no stacks within {wait:g} s of SIGUSR1 "
+        f"launcher pid {pid} wrote no stacks within {wait:g} s of {STACKS_SIGNAL_NAME} "
         "(is it between rounds?); taking them directly"
     )

@@ -82,7 +82,10 @@ def _guard(read_end: int, deliver: Callable[[bytes], object] | None) -> None:
     """The guardian's whole life: follow the registrations until the pipe closes."""
     # Ctrl-C in the terminal reaches the launcher's process group, the guardian too:
     # the launcher handles it; the guardian waits for the pipe.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    # So do a scheduler's signals to the group (Slurm's `scancel --signal=USR1`), which
+    # would end it by default.
+    ignored = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    for sig in (*ignored, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     # Hold nothing of the launcher's: not its log-directory lock, not its sockets.
     os.closerange(3, read_end)

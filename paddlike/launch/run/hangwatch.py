@@ -2,7 +2,9 @@
 
 The supervisor owns the loop and the teardown; this object owns the rules. It tells
 the loop when it next wants to look (`next_check`, a monotonic deadline, so no thread
-and no sleep), and the loop calls `check` then, or `dump` on SIGUSR1.
+and no sleep), and the loop calls `check` then, or `dump` on a stack trigger (SIGRTMIN+4, what
+`python -m paddlike.logs --stacks` sends; or SIGUSR1 while it is not passed on to the
+workers: `run.signals`).
 
 A hang (`--hang_timeout S`): no worker showed a sign of life for S seconds. The signs
 are `stacks.signs_of_life` (its log grew, it called heartbeat() or ran a paddlike
@@ -26,7 +28,7 @@ The clocks, a process's CPU time and the collection are given in (`clock`, `wall
 
 Many nodes: each launcher judges its own workers; one whose workers all stalled asks
 every node for its stacks through the store (`peers.stackreq`: the first node to see
-a stall asks, the others' requests for it are dropped), and so does SIGUSR1. Every node
+a stall asks, the others' requests for it are dropped), and so does a stack trigger. Every node
 then collects its ranks, answers with its report and the ages of its ranks' signs of
 life, gathers the others' (a node that does not answer in time is named), and judges
 the job as one: a hang only when no rank of any node showed life for S seconds. Every
@@ -36,7 +38,7 @@ last asks again once its own ranks reach S, so a job-wide hang is found about S 
 the job's last sign of life, not S after the first request.
 
 `paddlike.logs.hang`/`stacks` and the progress reader are imported on first use only:
-a launch without --hang_timeout and without SIGUSR1 never loads them (start-up cost).
+a launch without --hang_timeout and without a stack trigger never loads them (start-up cost).
 """
 
 from __future__ import annotations
@@ -275,7 +277,8 @@ class HangWatch:
 
     # --------------------------------------------------------------------- dumps
     def dump(self, workers: Sequence[Watched], why: str) -> None:
-        """Stacks on request (SIGUSR1): collect, print the summary, write; the job goes on."""
+        """Stacks on request (a stack trigger): collect, print the summary, write; the job
+        goes on."""
         if self.channel is not None:
             self.console.say(f"{why}: asking every node for its stacks")
             if self.channel.request(f"{why} on node {self.node_index}"):

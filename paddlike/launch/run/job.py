@@ -64,7 +64,7 @@ from paddlike.launch.run.roundend import (
     report_own_failure,
     write_failure_cause,
 )
-from paddlike.launch.run.signals import LauncherSignal, signals_raise
+from paddlike.launch.run.signals import LauncherSignal, signal_policy, signals_raise
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
 from paddlike.summary import RootCause, RunStatus
 
@@ -90,7 +90,7 @@ def run_job(
     # stays locked forever in the child.
     guardian = Guardian.start(deliver=deliver_notice if job.nnodes > 1 else None)
     try:
-        with signals_raise():
+        with signals_raise(signal_policy(options.signals_to_handle, environ)):
             try:
                 return _run(options, job, environ, python, console, progress, where, guardian, logs)
             except LauncherSignal as sig:
@@ -412,6 +412,7 @@ class JobRun:
             guardian=self.guardian,
             kill_timeout=self.options.kill_timeout,
             tee=self.options.tee_indices,
+            signals=signal_policy(self.options.signals_to_handle, self.environ),
         )
         self.hangs.channel = watch.stacks
         return supervisor.run(

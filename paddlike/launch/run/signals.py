@@ -1,13 +1,29 @@
-"""SIGINT, SIGTERM and SIGHUP to the launcher: 130, 143 or 129, and the other nodes told.
-SIGUSR1: write the stacks of the workers (while they run; ignored anywhere else).
+"""Signals to the launcher: which end the job, which go on to the workers, which take
+stacks.
+
+    signal                               what the launcher does
+    SIGINT, SIGTERM, SIGHUP              ends the job: 130, 143 or 129, the other nodes told
+    SIGQUIT (when --signals_to_handle    the same, 131
+      lists it: torchrun's default does)
+    others in --signals_to_handle        passed on to every running worker; the job goes on
+      (default under Slurm: SIGUSR1, SIGUSR2, for `sbatch --signal=USR1@90`)
+    STACKS_SIGNAL (SIGRTMIN+4)           writes the stacks of the workers (what
+                                         `python -m paddlike.logs --stacks` sends)
+    SIGUSR1, unless passed on            the same (the older trigger)
+
+Under Slurm with cgroup process tracking, Slurm signals every process of the step itself,
+the workers included: a signal passed on would arrive twice, so there it is not
+(`slurm_reaches_workers`).
 
 Two regimes, never both at once, both installed in the main thread only:
 
 - while workers run, `signals_to_pipe` routes the signals into a pipe that the
-  supervisor's event loop watches, and the supervisor tears the round down;
+  supervisor's event loop watches, and the supervisor tears the round down, passes the
+  signal on or takes the stacks;
 - anywhere else (opening the log directory, connecting to node 0's store, the
-  rendezvous, waiting for the other nodes to finish), `signals_raise` makes them raise
-  `LauncherSignal`, which the job pipeline turns into one line and an exit code.
+  rendezvous, waiting for the other nodes to finish), `signals_raise` makes the ending
+  ones raise `LauncherSignal`, which the job pipeline turns into one line and an exit
+  code; the others are noted and dropped (there are no workers to pass them to).
 """
 
 from __future__ import annotations
@@ -16,15 +32,96 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+
+from paddlike.launch import NamedTuple
 
 LAUNCHER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# SIGUSR1: take the stacks of the job's workers and write them; the job keeps running.
+# Stacks on request: a real-time signal that nothing else sends, so that a scheduler's
+# SIGUSR1 (Slurm's warning before a time limit) can be the workers' without a collision.
+STACKS_SIGNAL = signal.SIGRTMIN + 4
+STACKS_SIGNAL_NAME = "SIGRTMIN+4"
+# SIGUSR1: the older trigger for stacks, while it is not passed on to the workers.
 DUMP_SIGNAL = signal.SIGUSR1
+# torchrun's default --signals_to_handle; Slurm jobs pass SIGUSR1 and SIGUSR2 on too.
+TORCHRUN_DEFAULT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+SLURM_DEFAULT = (*TORCHRUN_DEFAULT, signal.SIGUSR1, signal.SIGUSR2)
+_ENDING = frozenset({*LAUNCHER_SIGNALS, signal.SIGQUIT})
+
+
+class SignalPolicy(NamedTuple):
+    """What each signal does to this launcher (the table above), decided once per job."""
+
+    ending: tuple[int, ...] = LAUNCHER_SIGNALS  # end the job
+    forward: tuple[int, ...] = ()  # to every worker, the job goes on
+    stacks: tuple[int, ...] = (STACKS_SIGNAL, DUMP_SIGNAL)  # take the workers' stacks
+    # the workers get Slurm's signals from Slurm itself: forward nothing, drop them
+    slurm_delivers: bool = False
+
+    @property
+    def caught(self) -> tuple[int, ...]:
+        return (*self.ending, *self.forward, *self.stacks)
+
+
+def slurm_reaches_workers(environ: Mapping[str, str], cgroup_text: str) -> bool:
+    """Under Slurm: does Slurm signal the workers itself? It does where it tracks a step's
+    processes by cgroup (every process of the step, whatever its session): the launcher's
+    own cgroup path (/proc/self/cgroup) then names the job's step."""
+    job = environ.get("SLURM_JOB_ID")
+    return bool(job) and f"/job_{job}/step_" in cgroup_text
+
+
+def _own_cgroup() -> str:
+    try:
+        with open("/proc/self/cgroup") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def signal_policy(
+    handled: tuple[int, ...] | None,
+    environ: Mapping[str, str],
+    cgroup_text: str | None = None,
+) -> SignalPolicy:
+    """The job's policy from --signals_to_handle (`handled`; None: the default, torchrun's,
+    plus SIGUSR1 and SIGUSR2 under Slurm) and the environment."""
+    under_slurm = bool(environ.get("SLURM_JOB_ID"))
+    if handled is None:
+        handled = SLURM_DEFAULT if under_slurm else TORCHRUN_DEFAULT
+    ending = tuple(dict.fromkeys((*LAUNCHER_SIGNALS, *(s for s in handled if s in _ENDING))))
+    forward = tuple(dict.fromkeys(s for s in handled if s not in _ENDING))
+    stacks = (STACKS_SIGNAL,) if DUMP_SIGNAL in forward else (STACKS_SIGNAL, DUMP_SIGNAL)
+    delivers = False
+    if under_slurm and forward:
+        text = _own_cgroup() if cgroup_text is None else cgroup_text
+        delivers = slurm_reaches_workers(environ, text)
+    return SignalPolicy(ending, forward, stacks, delivers)
+
+
+def forward_signal(pids: list[int], signum: int) -> list[int]:
+    """`signum` to each worker (the process, not its group: a worker's own children, such
+    as data loaders, are its business, as under torchrun); the pids it reached."""
+    reached = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+            reached.append(pid)
+    return reached
+
+
+def signal_label(signum: int) -> str:
+    """A signal's name, STACKS_SIGNAL by the name `kill -s` takes."""
+    if signum == STACKS_SIGNAL:
+        return STACKS_SIGNAL_NAME
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
 
 
 class LauncherSignal(BaseException):
-    """SIGINT/SIGTERM/SIGHUP arrived outside a supervised round. A BaseException, like
+    """An ending signal arrived outside a supervised round. A BaseException, like
     KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
 
     def __init__(self, signum: int) -> None:
@@ -41,13 +138,16 @@ def _raise_signal(signum: int, frame: object) -> None:
 
 
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """Make the launcher signals raise `LauncherSignal` in the main thread."""
+def signals_raise(policy: SignalPolicy | None = None) -> Iterator[None]:
+    """Make the ending signals raise `LauncherSignal` in the main thread; the others are
+    caught and dropped (no workers to pass them to, no stacks to take)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, _raise_signal) for sig in LAUNCHER_SIGNALS}
-    old[DUMP_SIGNAL] = signal.signal(DUMP_SIGNAL, _note_signal)  # no workers: nothing to dump
+    policy = policy if policy is not None else SignalPolicy()
+    old = {sig: signal.signal(sig, _raise_signal) for sig in policy.ending}
+    for sig in (*policy.forward, *policy.stacks):
+        old[sig] = signal.signal(sig, _note_signal)
     try:
         yield
     finally:
@@ -56,8 +156,8 @@ def signals_raise() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def signals_to_pipe() -> Iterator[int | None]:
-    """Route the launcher signals to a pipe an event loop watches; restore on exit.
+def signals_to_pipe(policy: SignalPolicy | None = None) -> Iterator[int | None]:
+    """Route the policy's signals to a pipe an event loop watches; restore on exit.
 
     Yields the read end (each byte read is a signal number), or None off the main thread
     (where Python cannot install handlers; the caller then owns signal handling).
@@ -65,12 +165,13 @@ def signals_to_pipe() -> Iterator[int | None]:
     if threading.current_thread() is not threading.main_thread():
         yield None
         return
+    policy = policy if policy is not None else SignalPolicy()
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     old_handlers = {}
     old_wakeup = -1
     try:
         old_wakeup = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        for sig in (*LAUNCHER_SIGNALS, DUMP_SIGNAL):
+        for sig in policy.caught:
             old_handlers[sig] = signal.signal(sig, _note_signal)
         yield rfd
     finally:
@@ -86,11 +187,11 @@ def _note_signal(signum: int, frame: object) -> None:
     nothing else to do."""
 
 
-def read_signals(fd: int) -> list[int]:
-    """The launcher signals (and SIGUSR1) waiting in the pipe of `signals_to_pipe`."""
+def read_signals(fd: int, policy: SignalPolicy | None = None) -> list[int]:
+    """The policy's signals waiting in the pipe of `signals_to_pipe`."""
     try:
         data = os.read(fd, 512)
     except BlockingIOError:
         return []
-    wanted = {int(s) for s in (*LAUNCHER_SIGNALS, DUMP_SIGNAL)}
+    wanted = set((policy if policy is not None else SignalPolicy()).caught)
     return [s for s in data if s in wanted]

@@ -8,9 +8,11 @@ kill_timeout, SIGKILL, reap every child) is `run.teardown`'s policy, which the l
 wakes at its deadline. The round's state and outcome are `run.roundstate`'s; `--tee`'s
 files are watched as `run.teewatch` sets them up.
 
-Hangs (`--hang_timeout`) and stack dumps (SIGUSR1, many nodes' stack requests) are
-`run.hangwatch`'s: the loop only wakes it at its deadline, on SIGUSR1 or on a request's
-fd, and tears down for a cause it returns.
+Hangs (`--hang_timeout`) and stack dumps (SIGRTMIN+4, or SIGUSR1 while it is not passed
+on; many nodes' stack requests) are `run.hangwatch`'s: the loop only wakes it at its
+deadline, on those signals or on a request's fd, and tears down for a cause it returns.
+The signals of --signals_to_handle that do not end the job are passed on to every running
+worker (`_forward`; `run.signals` has the table).
 
 What an exit means and which exit code a cause gives are decided in `plan.policy`;
 the summary (`run.record`) and the report (`console.report`) are the job's, once the
@@ -50,7 +52,13 @@ from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
 from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
 from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
-from paddlike.launch.run.signals import DUMP_SIGNAL, read_signals, signals_to_pipe
+from paddlike.launch.run.signals import (
+    SignalPolicy,
+    forward_signal,
+    read_signals,
+    signal_label,
+    signals_to_pipe,
+)
 from paddlike.launch.run.teardown import Teardown
 from paddlike.launch.run.teewatch import start_tee
 from paddlike.summary import ProcessRecord, ProcessStatus, RootCause, RunStatus
@@ -85,8 +93,11 @@ class Supervisor:
         kill_timeout: float = 5.0,
         tee: TeeSelection = frozenset({0}),
         tee_out: TextIO | None = None,
+        signals: SignalPolicy | None = None,
     ) -> None:
         self.plan = plan
+        # which signals end the round, go on to the workers, or take stacks (run.signals)
+        self.signals = signals if signals is not None else SignalPolicy()
         self.logdir = logdir
         self.base_env = dict(base_env)
         self.console = console
@@ -129,7 +140,7 @@ class Supervisor:
         rnd.hold = hold
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
-            wake_fd = stack.enter_context(signals_to_pipe())
+            wake_fd = stack.enter_context(signals_to_pipe(self.signals))
             if wake_fd is not None:
                 sel.register(wake_fd, selectors.EVENT_READ, ("signal", None))
             for fd, callback in (extra_fds or {}).items():
@@ -307,10 +318,13 @@ class Supervisor:
             self._fail(rnd, cause)
 
     def _launcher_signals(self, rnd: RoundState, fd: int) -> None:
-        for signum in read_signals(fd):
-            name = signal_name(signum)
-            if signum == DUMP_SIGNAL:
+        for signum in read_signals(fd, self.signals):
+            name = signal_label(signum)
+            if signum in self.signals.stacks:
                 self._dump_stacks(rnd, name)
+                continue
+            if signum in self.signals.forward:
+                self._forward(rnd, signum, name)
                 continue
             if rnd.phase is Phase.TEARDOWN:
                 # A second interrupt: the user does not want to wait for the grace period.
@@ -322,6 +336,19 @@ class Supervisor:
                 self.plan.host, self.plan.node_index, name, "", time.time()
             )
             self._fail(rnd, cause)
+
+    def _forward(self, rnd: RoundState, signum: int, name: str) -> None:
+        """--signals_to_handle: `signum` to every running worker; the round goes on."""
+        if self.signals.slurm_delivers:
+            return  # Slurm signalled every process of the step, the workers included
+        pids = [p.popen.pid for p in rnd.procs if p.alive and p.popen is not None]
+        reached = forward_signal(pids, signum) if rnd.phase is not Phase.TEARDOWN else []
+        n = len(reached)
+        self.console.say(
+            f"received {name}: passed on to {n} worker{'' if n == 1 else 's'}"
+            if n
+            else f"received {name}: no worker is running to pass it on to"
+        )
 
     def _dump_stacks(self, rnd: RoundState, name: str) -> None:
         if rnd.phase is Phase.TEARDOWN or rnd.hangs is None:

@@ -186,8 +186,7 @@ def test_torchruns_tee_redirects_and_filter_choose_the_console_as_in_torchrun(ar
         (["--event-log-handler", "dynamic_rendezvous"], r"^--event_log_handler: no event"),
         (["--numa-binding", "nodes"], r"^--numa_binding: expected node, socket, exclusive, "
          r"core-complex \(as in torchrun\) or none, got 'nodes'"),
-        (["--signals-to-handle", "SIGUSR1"], r"^--signals_to_handle: SIGUSR1: the launcher "
-         r"handles only SIGINT, SIGTERM and SIGHUP"),
+        (["--signals-to-handle", "SIGFOO"], r"^--signals_to_handle: SIGFOO is not a signal name"),
         (["--duplicate-stdout-filters", "loss"], r"^--duplicate_stdout_filters: no filtered "
          r"copy of a stream: stdout and stderr share workerlog.N"),
         (["--logs-specs", "my_specs"], r"^--logs_specs: .*DefaultLogsSpecs does; a custom "
