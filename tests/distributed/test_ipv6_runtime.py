@@ -70,6 +70,18 @@ def _processes() -> Iterator[list[subprocess.Popen[bytes]]]:
             p.wait(30)
 
 
+def _start(
+    procs: list[subprocess.Popen[bytes]], argv: Sequence[str], env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, *argv], env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    procs.append(proc)
+    return proc
+
+
 def _wait_all(procs: Sequence[subprocess.Popen[bytes]], logs: Sequence[Path], timeout: float):
     for p, log in zip(procs, logs, strict=True):
         try:
@@ -101,7 +113,7 @@ def _check_reports(out: Path, n: int, peer: str | Sequence[str]) -> None:
     got = {int(p.stem[4:]): json.loads(p.read_text()) for p in out.glob("rank*.json")}
     assert sorted(got) == list(range(n))
     peers = {peer} if isinstance(peer, str) else set(peer)
-    for rank, report in got.items():
+    for report in got.values():
         assert report["correct"], report
         assert report["transport"] == "tcp", report
         assert report["store_family"] == "ipv6" and report["store_peer"] in peers, report
@@ -126,9 +138,10 @@ def test_the_store_serves_over_ipv6_loopback_to_bracketed_and_bare_hosts() -> No
     with StoreServer("::1", 0, allowed_hosts=["[fd00::7]", "fd00::8"], token=b"t").start() as srv:
         host, port = srv.address
         assert host == "::1" and srv.address_str == f"[::1]:{port}"
-        with StoreClient("[::1]", port, timeout=10, token=b"t") as a, StoreClient(
-            "::1", port, timeout=10, token=b"t"
-        ) as b:
+        with (
+            StoreClient("[::1]", port, timeout=10, token=b"t") as a,
+            StoreClient("::1", port, timeout=10, token=b"t") as b,
+        ):
             a.set("k", b"v6")
             assert b.get("k") == b"v6"
             assert a.address == f"[::1]:{port}"
@@ -160,11 +173,7 @@ def test_all_reduce_over_tcp_between_workers_whose_endpoints_are_ipv6_loopback(
     with _processes() as procs:
         for rank in range(nproc):
             env = {**_clean_env(), **_collective_env(rank, endpoints, master, "::1")}
-            with logs[rank].open("wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, str(WORKER), str(out)], env=env, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                ))  # fmt: skip
+            _start(procs, [str(WORKER), str(out)], env, logs[rank])
         _wait_all(procs, logs, 90)
     _check_reports(out, nproc, "::1")
 
@@ -183,11 +192,7 @@ def test_a_torchrun_style_environment_with_a_bare_ipv6_master_addr_finds_its_own
             env = {**_clean_env(), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                    "MASTER_ADDR": "::1", "MASTER_PORT": str(port),
                    "PADDLIKE_CPU_TRANSPORT": "tcp"}  # fmt: skip
-            with logs[rank].open("wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, str(WORKER), str(out)], env=env, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                ))  # fmt: skip
+            _start(procs, [str(WORKER), str(out)], env, logs[rank])
         _wait_all(procs, logs, 90)
     _check_reports(out, 2, "::1")
 
@@ -201,7 +206,7 @@ def test_all_reduce_between_two_namespace_nodes_on_ula_ipv6_addresses(tmp_path: 
             # nodad: usable at once, not after duplicate address detection's second or so
             node.run(["ip", "-6", "addr", "add", f"{addr}/64", "dev", "eth0", "nodad"],
                      check=True, capture_output=True)  # fmt: skip
-        port = 29700
+        port = 29700  # inside the namespaces: no other test binds there
         endpoints = [netaddr.join(a, port + 1) for a in addrs]
         master = netaddr.join(addrs[0], port)
         out = tmp_path / "out"
@@ -247,17 +252,11 @@ def test_a_ps_job_trains_with_servers_and_trainers_on_ipv6_loopback(tmp_path: Pa
             host, port = netaddr.split(ep)
             e = dict(env, TRAINING_ROLE="PSERVER", PADDLE_ROLE="PSERVER", POD_IP=host,
                      PADDLE_PORT=port)  # fmt: skip
-            with server_logs[i].open("wb") as log:
-                procs.append(subprocess.Popen([sys.executable, *args], env=e, stdout=log,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
+            _start(procs, args, e, server_logs[i])
         trainer_procs = []
         for i in range(2):
             e = dict(env, TRAINING_ROLE="TRAINER", PADDLE_ROLE="TRAINER", PADDLE_TRAINER_ID=str(i))
-            with trainer_logs[i].open("wb") as log:
-                p = subprocess.Popen([sys.executable, *args], env=e, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-            procs.append(p)
-            trainer_procs.append(p)
+            trainer_procs.append(_start(procs, args, e, trainer_logs[i]))
         _wait_all(trainer_procs, trainer_logs, 120)
         _wait_all(procs[:2], server_logs, 60)
     for i, log in enumerate(server_logs):
