@@ -5,6 +5,15 @@ Each node is a namespace with one veth into a bridge, an address in 198.18.0.0/2
 which `ip netns exec` mounts over /etc/hosts. Nothing here routes to the outside:
 the bridge has no address in the root namespace and no uplink.
 
+With `ipv6=True` each node also gets a ULA IPv6 address, fd00:198:18::<host>/64 (added
+``nodad``: usable at once, without duplicate address detection's wait), and the hosts
+files name it ``<hostname>-v6`` (a name with an AAAA record only). Each cluster has its
+own bridge, so these addresses never meet another cluster's either.
+
+`Cluster.write_hosts` rewrites the nodes' hosts files while they run: a file that
+`ip netns exec` bind-mounted over /etc/hosts is rewritten in place (same inode), so the
+running processes' next lookup reads the new text (glibc reopens /etc/hosts per lookup).
+
 Names carry a per-cluster tag so that parallel tests (pytest-xdist) never share a
 namespace, bridge or hosts file. `netns_cluster` removes everything it made,
 including the processes still running inside, when the test fails.
@@ -26,6 +35,7 @@ from pathlib import Path
 import pytest
 
 SUBNET = "198.18.0"
+SUBNET6 = "fd00:198:18:"  # + ":<host>": a unique local (ULA) /64, never routed anywhere
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -75,6 +85,17 @@ class Node:
     addr: str
     hostname: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    addr6: str | None = None  # with ipv6=True: fd00:198:18::<host>
+
+    @property
+    def hostname6(self) -> str:
+        """The name that resolves to `addr6` only (AAAA only)."""
+        return f"{self.hostname}-v6"
+
+    @property
+    def hosts_path(self) -> Path:
+        """This node's hosts file, which `ip netns exec` mounts over /etc/hosts."""
+        return Path("/etc/netns") / self.netns / "hosts"
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv]
@@ -98,7 +119,29 @@ class Cluster:
     nodes: list[Node]
 
     def hosts_file(self) -> str:
-        return "".join(f"{n.addr} {n.hostname}\n" for n in self.nodes)
+        """Every node's name, and its -v6 name where it has an IPv6 address."""
+        lines = [f"{n.addr} {n.hostname}\n" for n in self.nodes]
+        lines += [f"{n.addr6} {n.hostname6}\n" for n in self.nodes if n.addr6]
+        return "".join(lines)
+
+    def all_names(self) -> str:
+        """The hosts files' text: localhost, and every node's names."""
+        v6 = "::1 ip6-localhost\n" if any(n.addr6 for n in self.nodes) else ""
+        return LOCALHOST + v6 + self.hosts_file()
+
+    def write_hosts(self, text: str | None = None) -> None:
+        """Write every node's hosts file (default: `all_names()`), in place:
+        the same inode, which a running `ip netns exec` has mounted, so that processes
+        already running see the new names."""
+        text = text if text is not None else self.all_names()
+        for node in self.nodes:
+            node.hosts_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(node.hosts_path, "r+" if node.hosts_path.exists() else "w") as f:
+                f.write(text)
+                f.truncate()
+
+
+LOCALHOST = "127.0.0.1 localhost\n"
 
 
 def _kill_namespace_processes(netns: str) -> None:
@@ -110,9 +153,17 @@ def _kill_namespace_processes(netns: str) -> None:
 
 @contextlib.contextmanager
 def netns_cluster(
-    n: int, hostnames: Sequence[str] | None = None, first_host: int = 1
+    n: int,
+    hostnames: Sequence[str] | None = None,
+    first_host: int = 1,
+    *,
+    ipv6: bool = False,
+    hosts: str | None = None,
 ) -> Iterator[Cluster]:
-    """Make `n` nodes at 198.18.0.<first_host..>, named `hostnames` (default node0..)."""
+    """Make `n` nodes at 198.18.0.<first_host..>, named `hostnames` (default node0..);
+    `ipv6`: each also at fd00:198:18::<first_host..>, named <hostname>-v6. `hosts`: the
+    hosts files' first text instead of every node's names (a test that adds names later
+    writes them with `Cluster.write_hosts`)."""
     skip_without_netns()
     tag = f"{os.getpid() % 100000}{secrets.token_hex(2)}"
     names = list(hostnames) if hostnames else [f"node{i}" for i in range(n)]
@@ -126,6 +177,8 @@ def netns_cluster(
             netns = f"plk{tag}n{i}"
             addr = f"{SUBNET}.{first_host + i}"
             node = Node(netns=netns, addr=addr, hostname=names[i])
+            if ipv6:
+                node.addr6 = f"{SUBNET6}:{first_host + i:x}"
             _ip("netns", "add", netns)
             made_ns.append(netns)
             host_end, ns_end = f"plk{tag}h{i}"[:15], f"plk{tag}c{i}"[:15]
@@ -136,13 +189,11 @@ def netns_cluster(
             _ip("-n", netns, "link", "set", "lo", "up")
             _ip("-n", netns, "link", "set", ns_end, "name", "eth0")
             _ip("-n", netns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            if node.addr6:
+                _ip("-n", netns, "-6", "addr", "add", f"{node.addr6}/64", "dev", "eth0", "nodad")
             _ip("-n", netns, "link", "set", "eth0", "up")
             cluster.nodes.append(node)
-        hosts = "127.0.0.1 localhost\n" + cluster.hosts_file()
-        for node in cluster.nodes:
-            etc = Path("/etc/netns") / node.netns
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(hosts)
+        cluster.write_hosts(hosts if hosts is not None else cluster.all_names())
         yield cluster
     finally:
         for node in cluster.nodes:
