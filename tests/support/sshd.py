@@ -48,6 +48,7 @@ class SshSetup:
     config: Path  # an ssh_config: identity, known_hosts, no agent, no password prompts
     known_hosts: Path
     key: Path
+    daemons: dict[str, int]  # hostname -> the sshd's pid (the listener, not a session)
 
     @property
     def ssh_args(self) -> str:
@@ -154,9 +155,10 @@ def ssh_cluster(cluster: Cluster, nodes: Sequence[Node] | None = None) -> Iterat
             )
         )
         deadline = time.monotonic() + 30
-        for node, proc in zip(servers, procs):
+        for node, proc in zip(servers, procs, strict=True):
             _wait_listening(node, proc, deadline)
-        yield SshSetup(directory=directory, config=client, known_hosts=known_hosts, key=key)
+        daemons = {node.hostname: proc.pid for node, proc in zip(servers, procs, strict=True)}
+        yield SshSetup(client.parent, client, known_hosts, key, daemons)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -164,4 +166,3 @@ def ssh_cluster(cluster: Cluster, nodes: Sequence[Node] | None = None) -> Iterat
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
         shutil.rmtree(directory, ignore_errors=True)
-
