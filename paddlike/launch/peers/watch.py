@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from paddlike import netaddr
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch import NamedTuple
 from paddlike.launch.peers import protocol as p
@@ -164,7 +165,7 @@ class JobWatch:
     @property
     def store_host_label(self) -> str:
         """Who this node loses when the store goes: node 0 on the TCP store, else the store."""
-        host = self.kv.address.rpartition(":")[0]
+        host = netaddr.split(self.kv.address)[0]  # [fd00::1]:6170 -> fd00::1
         if host in self.hosts:
             return node_label(self.hosts.index(host), self.hosts)
         return f"the store ({self.kv.address})"
@@ -369,7 +370,7 @@ class JobWatch:
             kv.close()
 
     def _contact_cause(self, detail: str) -> RootCause:
-        host = self.kv.address.rpartition(":")[0]
+        host = netaddr.split(self.kv.address)[0]  # [fd00::1]:6170 -> fd00::1
         return lost_contact_cause(
             self.node_index,
             self.hosts,
