@@ -52,12 +52,27 @@ def describe_options(
 
     _check_command_exists(options, environ)
     log_dir = os.path.abspath(options.log_dir)
-    job = _node_job(options, environ)
+    job = _placed(options, _node_job(options, environ))
     job_id = options.job_id or new_job_id()
     facts = JobFacts(job_id, python, log_dir, environ, job.interface)
     preview = job.plan(job.preview_world(_preview_ports(options, job), job_id), facts)
     _check_tee(options, preview)
     return Described(options, job, log_dir, preview)
+
+
+def _placed(options: LaunchOptions, job: NodeJob) -> NodeJob:
+    """--numa_binding (this node's NUMA facts read here, once) and --virtual_local_rank,
+    applied to every plan of the job: the preview and each round's (`plan.placement`)."""
+    if options.numa_binding is None and not options.virtual_local_rank:
+        return job
+    from paddlike.launch.plan.placement import with_placement
+
+    topology = None
+    if options.numa_binding is not None:
+        from paddlike.launch.context.numa import read_topology
+
+        topology = read_topology()
+    return job._replace(plan=with_placement(job.plan, options, topology))
 
 
 def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:

@@ -39,4 +39,9 @@ def format_banner(
         f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
         f"logs in {os.fspath(log_dir)}"
         + (f"\n{PREFIX} devices: {plan.devices_why}" if plan.devices_why else "")
+        + "".join(  # --numa_binding: where each process runs
+            f"\n{PREFIX} numa binding: {s.role.value} {s.local_index}: {s.binding}"
+            for s in plan.processes
+            if s.binding
+        )
     )

@@ -45,6 +45,11 @@ class ProcessSpec(NamedTuple):
     log_name: str  # e.g. "workerlog.0"; with --redirect_stdout_and_stderr, the stdout file
     err_log_name: str | None = None  # the stderr file with --redirect_stdout_and_stderr
     physical_devices: tuple[str, ...] = ()  # the same GPUs by physical id (or UUID); () on CPU
+    # --numa_binding (plan/binding.py): the CPUs it may run on, their NUMA nodes (its
+    # preferred memory: the first) and why, as --dry_run and the banner say; () when unbound
+    cpus: tuple[int, ...] = ()
+    numa_nodes: tuple[int, ...] = ()
+    binding: str = ""
 
     @property
     def label(self) -> str:
@@ -494,6 +499,7 @@ def format_plan(plan: LaunchPlan, log_dir: str) -> str:
             "",
             f"[{p.label}] local index {p.local_index}, "
             f"device {_device_text(p)}, endpoint {p.endpoint}, log {logs}",
+            *([f"  numa binding: {p.binding}"] if p.binding else []),
             f"  command: {shlex.join(p.argv)}",
             "  env:",
             *(f"    {k}={_shown(k, v)}" for k, v in sorted(p.env.items())),

@@ -13,6 +13,8 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping
 
+from paddlike.launch.run.affinity import bound_preexec
+
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.plan.plan import ProcessSpec
@@ -30,7 +32,7 @@ def start(
         stdout=log.stdout,
         stderr=log.stderr,
         start_new_session=True,  # own process group: teardown reaches grandchildren
-        preexec_fn=preexec,
+        preexec_fn=bound_preexec(spec, preexec),  # --numa_binding's CPUs and memory, if any
         close_fds=True,
     )
 
