@@ -44,7 +44,9 @@ def test_sigusr1_given_to_handle_reaches_every_worker_and_the_job_goes_on(tmp_pa
     out.mkdir()
     job = _launch(tmp_path, out, "--signals_to_handle", "SIGUSR1")
     try:
-        wait_until("both workers ready", lambda: len(list(out.glob("ready.*"))) == 2, job, tmp_path)
+        wait_until(
+            "both workers ready", lambda: len(list(out.glob("ready.[0-9]"))) == 2, job, tmp_path
+        )
         job.send_signal(signal.SIGUSR1)
         wait_until(
             "both workers caught SIGUSR1", lambda: len(_caught(out, "SIGUSR1")) == 2, job, tmp_path
@@ -81,7 +83,9 @@ def test_without_the_option_sigusr1_still_takes_the_stacks_and_the_workers_never
     out.mkdir()
     job = _launch(tmp_path, out)
     try:
-        wait_until("both workers ready", lambda: len(list(out.glob("ready.*"))) == 2, job, tmp_path)
+        wait_until(
+            "both workers ready", lambda: len(list(out.glob("ready.[0-9]"))) == 2, job, tmp_path
+        )
         job.send_signal(signal.SIGUSR1)
         stacks = tmp_path / "log" / "stacks"
         wait_until("the stacks", lambda: any(stacks.glob("*/stacks.json")), job, tmp_path)

@@ -1,9 +1,11 @@
 """A worker that catches SIGUSR1 and SIGUSR2: each arrival is a marker file
 (<out>/caught.<rank>.<SIGNAME>.<n>), and the worker goes on until <out>/stop exists (then
-exits 0) or 60 s pass (exits 3: the test forgot it)."""
+exits 0) or 60 s pass (exits 3: the test forgot it). <out>/ready.<rank> holds what the
+launcher gave it (the contract's names, its pid, the Slurm job it runs in) as JSON."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -23,7 +25,12 @@ def caught(signum: int, frame: object) -> None:
 
 signal.signal(signal.SIGUSR1, caught)
 signal.signal(signal.SIGUSR2, caught)
-(out / f"ready.{rank}").write_text(f"{os.getpid()}\n")
+SEEN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINER_ENDPOINTS",
+        "PADDLE_NNODES", "MASTER_ADDR", "SLURM_JOB_ID", "SLURMD_NODENAME")  # fmt: skip
+facts = {name: os.environ.get(name) for name in SEEN}
+facts["pid"] = os.getpid()
+(out / f"ready.{rank}.tmp").write_text(json.dumps(facts))
+os.replace(out / f"ready.{rank}.tmp", out / f"ready.{rank}")
 print(f"rank {rank} ready", flush=True)
 end = time.monotonic() + 60
 while not (out / "stop").exists():
