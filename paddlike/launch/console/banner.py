@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from paddlike.launch.console.output import PREFIX
-from paddlike.launch.plan.plan import LaunchPlan, Role
+from paddlike.launch.plan.plan import LaunchPlan, Role, node_sizes_text
 
 
 def format_banner(
@@ -33,12 +33,14 @@ def format_banner(
     parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
     devices = sorted({d for s in plan.processes for d in s.device_ids})
     device_text = "gpus " + ",".join(devices) if devices else "cpu"
+    sizes = node_sizes_text(plan.node_sizes)  # only when the nodes' counts differ
     return (
         f"{PREFIX} job {plan.job_id}, {plan.run_mode} mode, node {plan.node_index} of "
         f"{plan.nnodes} ({where})\n"
         f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
         f"logs in {os.fspath(log_dir)}"
         + (f"\n{PREFIX} devices: {plan.devices_why}" if plan.devices_why else "")
+        + (f"\n{PREFIX} trainers per node: {sizes}" if sizes else "")
         + "".join(  # --numa_binding: where each process runs
             f"\n{PREFIX} numa binding: {s.role.value} {s.local_index}: {s.binding}"
             for s in plan.processes

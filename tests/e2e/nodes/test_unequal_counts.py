@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.nodes.test_start import clean_env
 from tests.support.collective_workers.launching import WORKERS
+from tests.support.multinode_common import ranks_and_endpoints, write_worker
 from tests.support.netns import netns_cluster
 
 pytestmark = pytest.mark.netns
@@ -67,5 +68,30 @@ def test_three_nodes_of_1_2_3_workers_are_one_world_of_6_ranks_that_all_reduce(t
     assert len(files) == 1, files  # one endpoints.log content on every node
     text = files.pop()
     assert [ln for ln in text.splitlines() if ln.startswith("198.18.")] == endpoints
+    for out in outs:  # the banner names each node's count
+        assert "trainers per node: node 0: 1, node 1: 2, node 2: 3" in out, out
     oks = [ln for ln in logs.splitlines() if ln.startswith("OK ")]
     assert sorted(int(ln.split()[1]) for ln in oks) == [0, 1, 2, 3, 4, 5], logs
+
+
+@pytest.mark.timeout(180)
+def test_a_restart_keeps_each_nodes_count_and_the_same_world(tmp_path):
+    worker = write_worker(tmp_path)
+    with netns_cluster(2) as cluster:
+        ips = ",".join(node.addr for node in cluster.nodes)
+        procs = []
+        for i, (node, n) in enumerate(zip(cluster.nodes, (1, 3), strict=True)):
+            argv = [sys.executable, "-m", "paddlike.launch", "--ips", ips, "--nproc_per_node",
+                    str(n), "--log_dir", str(tmp_path / f"log{i}"), "--max_restarts", "1",
+                    str(worker), "--fail", "3", "--fail_rounds", "1", "--sleep", "0.5"]  # fmt: skip
+            out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            procs.append(node.popen(argv, cwd=tmp_path, env=clean_env(), **out))
+        outs = [p.communicate(timeout=150)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert all("restart 1 of 1 after: trainer rank 3 exited with code 3" in o for o in outs), outs
+    seen = [ranks_and_endpoints(tmp_path / f"log{i}") for i in range(2)]
+    # each round printed once per rank (the logs hold both rounds): rank 0 on node 0, 1..3 on 1
+    assert sorted(r for r, _ in seen[0]) == [0, 0]
+    assert sorted(r for r, _ in seen[1]) == [1, 1, 2, 2, 3, 3]
+    rounds = {eps for node in seen for _, eps in node}
+    assert len(rounds) <= 2 and all(len(eps.split(",")) == 4 for eps in rounds), rounds
