@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -197,15 +197,24 @@ def test_a_torchrun_style_environment_with_a_bare_ipv6_master_addr_finds_its_own
     _check_reports(out, 2, "::1")
 
 
-@pytest.mark.timeout(180)
-def test_all_reduce_between_two_namespace_nodes_on_ula_ipv6_addresses(tmp_path: Path) -> None:
-    """Non-loopback IPv6: each rank binds its own ULA address (node 0 also the store)."""
-    with netns.netns_cluster(2) as cluster:
-        addrs = [f"fd00:5eed:{cluster.tag[-4:]}::{i + 1}" for i in range(2)]
+@contextlib.contextmanager
+def _ula_nodes(n: int) -> Iterator[tuple[netns.Cluster, list[str]]]:
+    """`n` namespace nodes, each with a ULA IPv6 address on its link to the others (the
+    cluster's own bridge: the addresses are private to this test)."""
+    with netns.netns_cluster(n) as cluster:
+        addrs = [f"fd00:5eed:{cluster.tag[-4:]}::{i + 1}" for i in range(n)]
         for node, addr in zip(cluster.nodes, addrs, strict=True):
             # nodad: usable at once, not after duplicate address detection's second or so
             node.run(["ip", "-6", "addr", "add", f"{addr}/64", "dev", "eth0", "nodad"],
                      check=True, capture_output=True)  # fmt: skip
+        yield cluster, addrs
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(180)
+def test_all_reduce_between_two_namespace_nodes_on_ula_ipv6_addresses(tmp_path: Path) -> None:
+    """Non-loopback IPv6: each rank binds its own ULA address (node 0 also the store)."""
+    with _ula_nodes(2) as (cluster, addrs):
         port = 29700  # inside the namespaces: no other test binds there
         endpoints = [netaddr.join(a, port + 1) for a in addrs]
         master = netaddr.join(addrs[0], port)
@@ -227,40 +236,102 @@ def test_all_reduce_between_two_namespace_nodes_on_ula_ipv6_addresses(tmp_path: 
 # --- the parameter servers ---------------------------------------------------------------
 
 
-@pytest.mark.timeout(150)
-def test_a_ps_job_trains_with_servers_and_trainers_on_ipv6_loopback(tmp_path: Path) -> None:
-    """Two servers, two trainers, every endpoint [::1]:port: the job trains (the loss falls)
-    and each server binds ::1 itself."""
-    ports = _ports(4)
-    servers = [netaddr.join("::1", p) for p in ports[:2]]
-    trainers = [netaddr.join("::1", p) for p in ports[2:]]
+Starter = Callable[[int, Sequence[str], dict[str, str], Path], subprocess.Popen[bytes]]
+
+
+def _ps_job(tmp: Path, servers: list[str], trainers: list[str], hosts: str, start: Starter):
+    """Server i and trainer i of ctr_train.py started by `start(i, ...)`; every one must
+    exit 0, each server must serve on its own endpoint, and the loss must fall."""
     env = _clean_env()
     env.update(
         PYTHONPATH=os.pathsep.join([str(REPO), str(PS_WORKERS)]),
         PADDLE_PSERVERS_IP_PORT_LIST=",".join(servers),
         PADDLE_TRAINER_ENDPOINTS=",".join(trainers),
-        PADDLE_TRAINERS_NUM="2",
-        PADDLIKE_NODE_HOSTS="::1",
+        PADDLE_TRAINERS_NUM=str(len(trainers)),
+        PADDLIKE_NODE_HOSTS=hosts,  # the servers serve only these (and loopback)
         PADDLIKE_JOB_TOKEN="ipv6-job",
     )
-    out = tmp_path / "model"
+    out = tmp / "model"
     args = [str(PS_WORKERS / "ctr_train.py"), str(out), "--mode", "sync", "--steps", "8"]
-    server_logs = [tmp_path / f"serverlog.{i}" for i in range(2)]
-    trainer_logs = [tmp_path / f"workerlog.{i}" for i in range(2)]
-    with _processes() as procs:
-        for i, ep in enumerate(servers):
-            host, port = netaddr.split(ep)
-            e = dict(env, TRAINING_ROLE="PSERVER", PADDLE_ROLE="PSERVER", POD_IP=host,
-                     PADDLE_PORT=port)  # fmt: skip
-            _start(procs, args, e, server_logs[i])
-        trainer_procs = []
-        for i in range(2):
-            e = dict(env, TRAINING_ROLE="TRAINER", PADDLE_ROLE="TRAINER", PADDLE_TRAINER_ID=str(i))
-            trainer_procs.append(_start(procs, args, e, trainer_logs[i]))
-        _wait_all(trainer_procs, trainer_logs, 120)
-        _wait_all(procs[:2], server_logs, 60)
-    for i, log in enumerate(server_logs):
-        assert f"serving on tcp://[::1]:{ports[i]}" in log.read_text(), log.read_text()
+    server_logs = [tmp / f"serverlog.{i}" for i in range(len(servers))]
+    trainer_logs = [tmp / f"workerlog.{i}" for i in range(len(trainers))]
+    server_procs = []
+    for i, ep in enumerate(servers):
+        host, port = netaddr.split(ep)
+        e = dict(env, TRAINING_ROLE="PSERVER", PADDLE_ROLE="PSERVER", POD_IP=host,
+                 PADDLE_PORT=port)  # fmt: skip
+        server_procs.append(start(i, args, e, server_logs[i]))
+    trainer_procs = []
+    for i in range(len(trainers)):
+        e = dict(env, TRAINING_ROLE="TRAINER", PADDLE_ROLE="TRAINER", PADDLE_TRAINER_ID=str(i))
+        trainer_procs.append(start(i, args, e, trainer_logs[i]))
+    _wait_all(trainer_procs, trainer_logs, 120)
+    _wait_all(server_procs, server_logs, 60)
+    for ep, log in zip(servers, server_logs, strict=True):
+        assert f"serving on tcp://{ep}" in log.read_text(), log.read_text()
     losses = json.loads(Path(f"{out}.trainer0.json").read_text())["losses"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
     assert Path(f"{out}.npz").exists()
+
+
+@pytest.mark.timeout(150)
+def test_a_ps_job_trains_with_servers_and_trainers_on_ipv6_loopback(tmp_path: Path) -> None:
+    """Two servers, two trainers, every endpoint [::1]:port."""
+    ports = _ports(4)
+    servers = [netaddr.join("::1", p) for p in ports[:2]]
+    trainers = [netaddr.join("::1", p) for p in ports[2:]]
+    with _processes() as procs:
+        _ps_job(tmp_path, servers, trainers, "::1",
+                lambda _i, argv, env, log: _start(procs, argv, env, log))  # fmt: skip
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(180)
+def test_a_ps_job_across_two_namespace_nodes_on_ula_ipv6_addresses(tmp_path: Path) -> None:
+    """A server and a trainer on each node: every trainer reaches a server on the other
+    node, whose gate admits it by its IPv6 address (a job host) and the job token."""
+    with _ula_nodes(2) as (cluster, addrs):
+        servers = [netaddr.join(a, 6170) for a in addrs]
+        trainers = [netaddr.join(a, 6171) for a in addrs]
+
+        def start(i: int, argv: Sequence[str], env: dict[str, str], log: Path):
+            with log.open("wb") as out:
+                return cluster.nodes[i].popen([sys.executable, *argv], env=env, stdout=out,
+                                              stderr=subprocess.STDOUT)  # fmt: skip
+
+        _ps_job(tmp_path, servers, trainers, ",".join(addrs), start)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_a_parameter_server_refuses_a_trainer_whose_ipv6_address_is_not_a_job_host(
+    tmp_path: Path,
+) -> None:
+    """The gate compares IPv6 peer addresses too: a trainer on node 1, where the job says
+    only node 0 is, is refused, and both sides name it."""
+    with _ula_nodes(2) as (cluster, addrs):
+        server, trainer = netaddr.join(addrs[0], 6170), netaddr.join(addrs[0], 6171)
+        env = _clean_env()
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(REPO), str(PS_WORKERS)]),
+            PADDLE_PSERVERS_IP_PORT_LIST=server, PADDLE_TRAINER_ENDPOINTS=trainer,
+            PADDLE_TRAINERS_NUM="1", PADDLIKE_NODE_HOSTS=addrs[0], PADDLIKE_TIMEOUT="20",
+        )  # fmt: skip
+        args = [sys.executable, str(PS_WORKERS / "ctr_train.py"), str(tmp_path / "m")]
+        logs = [tmp_path / "serverlog.0", tmp_path / "workerlog.0"]
+        roles = [
+            dict(env, TRAINING_ROLE="PSERVER", POD_IP=addrs[0], PADDLE_PORT="6170"),
+            dict(env, TRAINING_ROLE="TRAINER", PADDLE_TRAINER_ID="0"),
+        ]
+        procs = []
+        for node, role_env, log in zip(cluster.nodes, roles, logs, strict=True):
+            with log.open("wb") as out:
+                procs.append(node.popen(args, env=role_env, stdout=out, stderr=subprocess.STDOUT))
+        try:
+            code = procs[1].wait(90)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the trainer was not refused:\n{logs[1].read_text()}") from None
+        trainer_log, server_log = logs[1].read_text(), logs[0].read_text()
+    assert code != 0, trainer_log
+    assert "PsAuthError" in trainer_log, trainer_log
+    assert f"refused peer {addrs[1]}" in server_log, server_log
