@@ -216,7 +216,7 @@ def _run_sessions(
         sessions = _start_sessions(job, launcher, base, environ)
         consoles = Consoles(sessions, wake_r)
         try:
-            return _watch(consoles, job, kill_timeout)
+            return _watch(consoles, kill_timeout)
         finally:
             consoles.close()
     finally:
@@ -257,56 +257,52 @@ def _start_sessions(
     ]
 
 
-def _watch(consoles: Consoles, job: RemoteJob, kill_timeout: float) -> int:
-    """The loop: until every session has exited; the job's exit code."""
-    signalled: int | None = None
-    failure: int | None = None  # the first host's non-zero exit code
-    lost: int | None = None  # ssh's own failure: a connection lost
-    close_at: float | None = None  # when the sessions' stdins are closed (the job ended)
-    kill_at: float | None = None
+def _watch(consoles: Consoles, kill_timeout: float) -> int:
+    """The loop, until every session has exited; the job's exit code: 128 + a signal's
+    number when the job was ended from here, else the first non-zero exit of a host (its
+    launcher's code, or ssh's 255 when the connection was lost), else 0."""
+    cause: int | None = None
+    close_at: float | None = None  # when the sessions' stdins are to be closed
+    kill_at: float | None = None  # when sessions still running are killed
+    closed = signalled = False
     while consoles.running:
         now = time.monotonic()
-        if close_at is not None and now >= close_at:
+        if close_at is not None and now >= close_at and not closed:
             _close_stdins(consoles.sessions)
-            close_at, kill_at = None, now + kill_timeout + SESSIONS_MARGIN
+            closed, kill_at = True, now + kill_timeout + SESSIONS_MARGIN
         if kill_at is not None and now >= kill_at:
-            for s in consoles.running:
-                s.proc.kill()
+            _kill(consoles.running)
             kill_at = None
-        wake = [t for t in (close_at, kill_at) if t is not None]
+        wake = [t for t in (None if closed else close_at, kill_at) if t is not None]
         events = consoles.wait(max(min(wake) - now, 0) if wake else None)
         for signum in events.signals:
-            if signalled is None:
-                signalled = signum
-                _say(f"{signal.Signals(signum).name}: ending the job on every host")
-                close_at = time.monotonic()
-            else:
-                for s in consoles.running:
-                    s.proc.kill()
+            if signalled:
+                _kill(consoles.running)  # a second signal: no more waiting
+                continue
+            signalled = True
+            cause = cause or 128 + signum
+            _say(f"{signal.Signals(signum).name}: ending the job on every host")
+            close_at = time.monotonic()
         for s in events.exited:
             code = s.returncode
-            if code == 0 or code is None:
+            if not code:
                 continue
-            if code < 0:
-                code = 128 - code
+            code = 128 - code if code < 0 else code
+            if cause is not None:
+                continue  # a consequence of the first cause
+            cause = code
             if code == ssh.SSH_FAILED:
-                if lost is None and signalled is None:
-                    _say(
-                        f"host {s.host}: the ssh connection failed or was lost; ending the "
-                        "job on every host"
-                    )
-                lost = lost or code
+                _say(f"host {s.host}: the ssh connection failed or was lost; ending the job")
                 close_at = time.monotonic()
-            elif failure is None:
-                failure = code
-                if signalled is None and consoles.running:
-                    _say(f"host {s.host}: its launcher exited with {code}; the others end with it")
-                    close_at = min(
-                        close_at or float("inf"), time.monotonic() + kill_timeout + FAILURE_GRACE
-                    )
-    if signalled is not None:
-        return 128 + signalled
-    return failure or lost or 0
+            elif consoles.running:
+                _say(f"host {s.host}: its launcher exited with {code}; the others end with it")
+                close_at = time.monotonic() + kill_timeout + FAILURE_GRACE
+    return cause or 0
+
+
+def _kill(sessions: Sequence[Session]) -> None:
+    for s in sessions:
+        s.proc.kill()
 
 
 def _close_stdins(sessions: Sequence[Session]) -> None:

@@ -5,7 +5,10 @@ running on any machine."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -99,4 +102,33 @@ def test_hosts_with_different_slots_make_one_node_major_world(tmp_path) -> None:
         assert "[h2] RANK 4 " in done.stdout
         logs = endpoints_logs(s.tmp / "log")
         assert len(set(logs)) == 1 and logs[0].count("\n") >= 6
+        assert s.leftovers() == {}
+
+
+def test_a_lost_ssh_connection_ends_the_job_on_every_host(tmp_path) -> None:
+    with site(tmp_path) as s:
+        hostfile = s.hostfile("h0 slots=1\nh1 slots=1\nh2 slots=1\n")
+        proc = s.start(s.argv(hostfile, script_args=["--sleep", "120"]))
+        assert proc.stdout is not None
+        started = 0
+        for line in proc.stdout:
+            started += b"] RANK " in line
+            if started == 3:
+                break
+        # h1's side of the connection goes: its sshd session processes (not the daemon)
+        pids = subprocess.run(
+            ["ip", "netns", "pids", s.hosts[1].netns], capture_output=True, text=True
+        ).stdout.split()
+        for pid in pids:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            if name == "sshd" and int(pid) != s.ssh.daemons["h1"]:
+                os.kill(int(pid), signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        # h1's launcher hangs up at once (its stdin closed): the others may hear it from
+        # the rendezvous (129) before this side's ssh notices the connection is gone (255)
+        assert proc.returncode in (129, 255), err.decode()
+        assert (
+            b"host h1: the ssh connection failed or was lost" in err
+            or b"launcher on 198.18.0.3 received SIGHUP" in err
+        )
         assert s.leftovers() == {}
