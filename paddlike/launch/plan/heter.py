@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paddlike import contract
+from paddlike import contract, netaddr
 from paddlike.launch.plan.plan import (
     JobFacts,
     LaunchPlan,
@@ -64,7 +64,7 @@ def _heter_processes(
     for k, members in enumerate(layout.heter_stages):
         on_node = 0
         for ep in members:
-            host, _, port = ep.rpartition(":")
+            host, port = netaddr.split(ep)
             if host == layout.host:
                 stage = heter_trainer_env(
                     layout.trainers, layout.heter_stages, layout.heter_devices, k + 2, on_node

@@ -370,7 +370,7 @@ def ps_common_env(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> 
     servers, trainers = layout.servers, layout.trainers
     heters = (ep for s in layout.heter_stages for ep in s)
     node_hosts = layout.node_hosts or tuple(
-        dict.fromkeys(e.rpartition(":")[0] for e in (*servers, *trainers, *heters))
+        dict.fromkeys(netaddr.split(e)[0] for e in (*servers, *trainers, *heters))
     )
     return {
         contract.PSERVERS_IP_PORT_LIST: ",".join(servers),
@@ -391,14 +391,14 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
     """This node's servers (first, so they listen before trainers connect) and trainers
     (`plan.heter.plan_ps_heter` adds the heter stages on top)."""
     servers, trainers = layout.servers, layout.trainers
-    local_trainers = [i for i, e in enumerate(trainers) if e.rpartition(":")[0] == layout.host]
+    local_trainers = [i for i, e in enumerate(trainers) if netaddr.split(e)[0] == layout.host]
     common = ps_common_env(options, layout, facts)
     argv = _command(options, facts.python)
     split = options.redirect_stdout_and_stderr
     processes = []
     local = 0
     for rank, ep in enumerate(servers):
-        host, _, port = ep.rpartition(":")
+        host, port = netaddr.split(ep)
         if host != layout.host:
             continue
         env = {
@@ -417,7 +417,7 @@ def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> Launch
         local += 1
     for local, rank in enumerate(local_trainers):
         ep = trainers[rank]
-        host, _, port = ep.rpartition(":")
+        host, port = netaddr.split(ep)
         env = {
             **common,
             contract.TRAINING_ROLE: contract.ROLE_TRAINER,
