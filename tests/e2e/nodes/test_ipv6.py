@@ -59,6 +59,15 @@ def test_two_ipv6_nodes_run_a_collective_job(tmp_path: Path, style: str) -> None
             port = fixed_ports(1)
             common = ["--nnodes", "2", "--master", f"[{a.addr6}]:{port}"]
             per_node = [["--node_rank", "0"], ["--node_rank", "1", "--host", b.addr6]]
+        dry = b.run([*LAUNCH, *common, *per_node[1], "--dry_run", str(WORKER), str(out)],
+                    capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
+        # the interface holding the IPv6 address; endpoints bracketed
+        expected = ["GLOO_SOCKET_IFNAME=eth0", f"PADDLE_CURRENT_ENDPOINT=[{b.addr6}]:"]
+        if style == "ips_names":  # (torchrun style shows "<node 0>" until the rendezvous)
+            # MASTER_ADDR bare: torch's TCPStore takes it as a host
+            expected += [f"MASTER_ADDR={a.addr6}", f"PADDLE_MASTER=[{a.addr6}]:"]
+        for line in expected:
+            assert line in dry.stdout, dry.stdout + dry.stderr
         procs = [
             node.popen(
                 [

@@ -15,6 +15,7 @@ from paddlike import netaddr
 from paddlike.launch.context.addresses import LocalAddresses, resolve_host
 from paddlike.launch.context.names import NamesUnresolved, NameWait
 from paddlike.launch.context.node import match_node
+from paddlike.launch.context.node_by_list import match_node_in_list
 from paddlike.launch.context.options import UsageError, parse_options
 
 V4 = {"node-0": "198.18.0.1", "node-1": "198.18.0.2"}
@@ -155,3 +156,46 @@ def test_host_names_this_nodes_ipv6_address():
         local=machine(),
     )
     assert node.node_index == 0
+
+
+def test_node_rank_alone_takes_the_route_towards_another_node_for_its_own_missing_name():
+    routes: list[str] = []
+
+    def route(addr: str, port: int) -> str:
+        routes.append(addr)
+        return "198.18.0.2"
+
+    options = parse_options(["--ips", "node-0,node-1", "--node_rank", "1", "t.py"], {})
+    node = match_node_in_list(
+        options,
+        {},
+        None,
+        local=machine(("198.18.0.2", "eth0")),
+        resolve=Late({"node-0": "198.18.0.1"}),
+        wait=fake_wait(),
+        route=route,
+    )
+    assert (node.hosts, node.node_index, node.interface) == (
+        ("198.18.0.1", "198.18.0.2"),
+        1,
+        "eth0",
+    )
+    assert routes == ["198.18.0.1"]
+
+
+def test_torchrun_style_waits_for_the_master_name_and_reads_brackets():
+    resolve = Late({"meet6": "fd00:198:18::1"}, after=4)
+    node = match(
+        ["--nnodes", "2", "--node_rank", "0", "--master_addr", "meet6"],
+        resolve=resolve,
+        local=machine(("fd00:198:18::1", "eth0")),
+        wait=fake_wait(),
+    )
+    assert (node.address, node.interface) == ("fd00:198:18::1", "eth0")
+    node = match(
+        ["--nnodes", "2", "--node_rank", "1", "--master", "[fd00:198:18::1]:7000"],
+        resolve=Late({}),
+        local=machine(("fd00:198:18::2", "eth0")),
+        env={"POD_IP": "fd00:198:18::2"},
+    )
+    assert node.address == "fd00:198:18::2"
