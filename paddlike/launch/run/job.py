@@ -158,7 +158,8 @@ def _run(
             where=where,
         )
         try:
-            code = run.run()
+            with _gpu_log(options, environ, logdir, run.job_id, console):
+                code = run.run()
         except LauncherSignal:
             raise  # run_job tells the others first, then closes the peers
         except BaseException:
@@ -166,6 +167,26 @@ def _run(
             raise
         peers.close()
         return code
+
+
+def _gpu_log(
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    logdir: LogDir,
+    job_id: str,
+    console: Console,
+) -> contextlib.AbstractContextManager[object]:
+    """Paddle's --enable_gpu_log (--gpu_log_interval): <job id>.gpu.log while the job runs,
+    for GPU jobs (`run.gpulog`)."""
+    if options.gpu_log_interval is None:
+        return contextlib.nullcontext()
+    from paddlike.launch.run.gpulog import gpu_log, job_gpus
+
+    if options.cpu_only or options.nproc_per_node_kind == "cpu":
+        console.say("--gpu_log_interval: CPU workers, no GPU log")
+        return contextlib.nullcontext()
+    gpus = job_gpus(options.gpus, environ)
+    return gpu_log(options.gpu_log_interval, logdir.path, job_id, gpus, environ, console.warn)
 
 
 def _cannot_start(

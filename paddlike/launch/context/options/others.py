@@ -378,8 +378,7 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
         word = (value or "").strip().lower()
         if word not in PADDLE_BOOL:
             raise CompatError(f"expected a boolean (true/false), got {value!r}")
-        if word in BOOL_TRUE:  # Paddle's watcher writes a row every 30 s
-            ours["gpu_log_interval"] = PADDLE_GPU_LOG_INTERVAL
+        extra["gpu_log"] = word in BOOL_TRUE  # `apply_extra`: with --gpu_log_interval
     elif name == "bind_cores_to_rank":
         ours["numa_binding"] = "exclusive"
     elif name == "standalone":
@@ -390,7 +389,7 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
 
 
 # Paddle's GPU log: one row per GPU every 30 seconds (its Watcher's fixed interval)
-PADDLE_GPU_LOG_INTERVAL = "30"
+PADDLE_GPU_LOG_INTERVAL = 30.0
 
 
 def split_compat(
@@ -567,6 +566,15 @@ def apply_extra(raw: dict[str, object], extra: dict, sources: dict[str, str]) ->
             f"{sources['run_path']}: runs the script by its path; cannot be combined with {other}",
             "--run_path",
         )
+    if "gpu_log" in extra:  # Paddle's --enable_gpu_log: on at its interval, unless ours says
+        if extra["gpu_log"] and raw.get("gpu_log_interval") is None:
+            raw["gpu_log_interval"] = PADDLE_GPU_LOG_INTERVAL
+        elif not extra["gpu_log"] and raw.get("gpu_log_interval") is not None:
+            raise UsageError(
+                f"{sources['enable_gpu_log']}: false contradicts --gpu_log_interval "
+                f"{raw['gpu_log_interval']:g} (a GPU log every that many seconds); drop one",
+                "--enable_gpu_log",
+            )
     if extra.get("backend") == "nccl":
         # Fleet's --backend nccl: GPU workers; torchrun's word for "one per GPU, or exit 2".
         if raw.get("cpu_only"):

@@ -140,3 +140,10 @@ def test_paddles_option_variables_paddlike_cannot_honour_name_the_variable(env, 
 def test_paddles_accepted_option_variables_pass():
     o = parse(PADDLE_LOG_LEVEL="INFO", PADDLE_SORT_IP="false", PADDLE_WITH_GLOO="1")
     assert o.training_script == "t.py"
+
+
+def test_paddles_enable_gpu_log_with_our_interval_is_that_interval():
+    assert parse("--enable_gpu_log", "1", "--gpu_log_interval", "2").gpu_log_interval == 2.0
+    with pytest.raises(UsageError, match=r"^--enable_gpu_log: false contradicts "
+                       r"--gpu_log_interval 2 \(a GPU log every"):  # fmt: skip
+        parse("--enable_gpu_log", "false", "--gpu_log_interval", "2")

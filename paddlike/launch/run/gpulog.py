@@ -1,0 +1,147 @@
+"""Paddle's --enable_gpu_log (--gpu_log_interval S): the job's GPU use, one row per GPU
+every S seconds, in ``<log_dir>/<job id>.gpu.log``, as Paddle's launcher writes it.
+
+The file, in Paddle's layout (its launch/controllers/watcher.py), from nvidia-smi's CSV:
+
+    index,uuid,driver_version,name,gpu_serial,display_active,display_mode
+    0, GPU-..., 550.54, NVIDIA H100 80GB HBM3, ..., Disabled, Enabled
+    <blank line>
+    pid,process_name,gpu_uuid,gpu_name,used_memory
+    ...
+    <blank line>
+    index,utilization_gpu,memory_total,memory_used,memory_free,timestamp
+    0, 87, 81559, 40211, 41348, 2026/11/25 23:59:01.123     (every S seconds)
+
+Which GPUs: --gpus, else CUDA_VISIBLE_DEVICES's entries (nvidia-smi -i takes indices and
+UUIDs alike), else every GPU nvidia-smi sees. A thread of its own, started when the job
+starts and stopped when it ends (an event, not a sleep, paces it); each nvidia-smi has a
+deadline. Without nvidia-smi the file says so in one line and the console warns once: the
+job runs on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+INFO_FIELDS = "index,uuid,driver_version,name,serial,display_active,display_mode"
+INFO_HEADER = "index,uuid,driver_version,name,gpu_serial,display_active,display_mode"
+PROCESS_FIELDS = "pid,process_name,gpu_uuid,gpu_name,used_memory"
+USE_FIELDS = "index,utilization.gpu,memory.total,memory.used,memory.free,timestamp"
+USE_HEADER = "index,utilization_gpu,memory_total,memory_used,memory_free,timestamp"
+NVIDIA_SMI = "nvidia-smi"
+CALL_DEADLINE = 10.0  # seconds one nvidia-smi may take
+
+
+def gpu_log_name(job_id: str) -> str:
+    """Paddle's name for the file: <job id>.gpu.log, in the log directory."""
+    return f"{job_id}.gpu.log"
+
+
+def job_gpus(gpus: Sequence[str] | None, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPUs to log as nvidia-smi -i takes them; () for every GPU."""
+    if gpus:
+        return tuple(gpus)
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return tuple(t.strip() for t in visible.split(",") if t.strip()) if visible else ()
+
+
+class GpuLog:
+    """The writer thread; `stop` ends it (at once: it waits on an event between rows)."""
+
+    def __init__(
+        self,
+        path: str,
+        interval: float,
+        gpus: Sequence[str],
+        environ: Mapping[str, str],
+        warn: Callable[[str], None],
+    ) -> None:
+        self.path = path
+        self.interval = interval
+        self.gpus = tuple(gpus)
+        self.environ = dict(environ)
+        self.warn = warn
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._write, name="paddlike-gpu-log", daemon=True)
+
+    def start(self) -> GpuLog:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(CALL_DEADLINE + 1)
+
+    def _query(self, what: str, fields: str) -> list[str] | None:
+        """nvidia-smi's CSV rows (no header, no units), or None after saying why."""
+        command = [self.smi, f"--query-{what}={fields}", "--format=csv,noheader,nounits"]
+        if self.gpus and what == "gpu":
+            command += ["-i", ",".join(self.gpus)]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=CALL_DEADLINE, env=self.environ
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self._note(f"nvidia-smi failed: {exc}")
+            return None
+        if done.returncode != 0:
+            why = (done.stderr or done.stdout).strip().splitlines()
+            self._note(f"nvidia-smi exited {done.returncode}: {why[-1] if why else ''}")
+            return None
+        return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+    def _note(self, line: str) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"# {line}\n")
+
+    def _write(self) -> None:
+        found = shutil.which(NVIDIA_SMI, path=self.environ.get("PATH"))
+        try:
+            if found is None:
+                self._note("nvidia-smi not found on PATH: no GPU log")
+                self.warn(f"--gpu_log_interval: nvidia-smi not found on PATH; no {self.path}")
+                return
+            self.smi = found
+            self._header()
+            while not self.stopped.is_set():
+                rows = self._query("gpu", USE_FIELDS)
+                if rows is not None:
+                    with open(self.path, "a", encoding="utf-8") as f:
+                        f.write("".join(row + "\n" for row in rows))
+                self.stopped.wait(self.interval)
+        except OSError as exc:  # the log directory's disk: the job runs on without its log
+            self.warn(f"--gpu_log_interval: cannot write {self.path} ({exc}); GPU log stopped")
+
+    def _header(self) -> None:
+        info = self._query("gpu", INFO_FIELDS) or []
+        procs = self._query("compute-apps", PROCESS_FIELDS) or []
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in (INFO_HEADER, *info, "")))
+            f.write("".join(line + "\n" for line in (PROCESS_FIELDS, *procs, "")))
+            f.write(USE_HEADER + "\n")
+
+
+@contextmanager
+def gpu_log(
+    interval: float | None,
+    log_dir: str | os.PathLike[str],
+    job_id: str,
+    gpus: Sequence[str],
+    environ: Mapping[str, str],
+    warn: Callable[[str], None],
+) -> Iterator[GpuLog | None]:
+    """The GPU log while the block runs (the job's rounds); nothing when `interval` is None."""
+    if interval is None:
+        yield None
+        return
+    path = os.path.join(os.fspath(log_dir), gpu_log_name(job_id))
+    log = GpuLog(path, interval, gpus, environ, warn).start()
+    try:
+        yield log
+    finally:
+        log.stop()
