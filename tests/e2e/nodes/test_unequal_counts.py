@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.elastic.test_nodes import WORKER as ELASTIC_WORKER
+from tests.e2e.elastic.test_nodes import Line, _complete_lines, _wait_until
 from tests.e2e.nodes.test_start import clean_env
 from tests.support.collective_workers.launching import WORKERS
+from tests.support.fixed_ports import fixed_ports
 from tests.support.multinode_common import ranks_and_endpoints, write_worker
 from tests.support.netns import netns_cluster
 
@@ -95,3 +99,63 @@ def test_a_restart_keeps_each_nodes_count_and_the_same_world(tmp_path):
     assert sorted(r for r, _ in seen[1]) == [1, 1, 2, 2, 3, 3]
     rounds = {eps for node in seen for _, eps in node}
     assert len(rounds) <= 2 and all(len(eps.split(",")) == 4 for eps in rounds), rounds
+
+
+def _last_lines(log_dir: Path, count: int) -> list[Line] | None:
+    """Each local worker's last ROUND line, or None while one has printed none."""
+    lines = []
+    for k in range(count):
+        log = log_dir / f"workerlog.{k}"
+        got = [
+            Line(t)
+            for t in (_complete_lines(log.read_text()) if log.exists() else [])
+            if t.startswith("ROUND ")
+        ]
+        if not got:
+            return None
+        lines.append(got[-1])
+    return lines
+
+
+def _world_of(dirs: list[Path], counts: tuple[int, ...], size: int, after: float) -> bool:
+    lasts = [_last_lines(d, n) for d, n in zip(dirs, counts, strict=True)]
+    return all(
+        node is not None and all(ln.world == size and ln.time > after for ln in node)
+        for node in lasts
+    )
+
+
+@pytest.mark.timeout(180)
+def test_an_elastic_node_of_3_workers_joining_nodes_of_1_and_2_makes_a_world_of_6(tmp_path):
+    script, ctl = tmp_path / "worker.py", tmp_path / "ctl"
+    script.write_text(ELASTIC_WORKER)
+    ctl.mkdir()
+    counts = (1, 2, 3)
+    dirs = [tmp_path / f"l{i}" for i in range(3)]
+    port = fixed_ports(1)
+    with netns_cluster(3) as cluster:
+        master = f"{cluster.nodes[0].addr}:{port}"
+
+        def start(i: int) -> subprocess.Popen[bytes]:
+            argv = [sys.executable, "-m", "paddlike.launch", "--nnodes", "2:3", "--master",
+                    master, "--nproc_per_node", str(counts[i]), "--rdzv_last_call", "1",
+                    "--heartbeat_timeout", "3", "--rdzv_timeout", "60", "--log_dir",
+                    str(dirs[i]), "--kill_timeout", "2", str(script), str(ctl)]  # fmt: skip
+            out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            return cluster.nodes[i].popen(argv, env=clean_env(), **out)
+
+        procs = [start(0), start(1)]
+        _wait_until("a round of 3 ranks", lambda: _world_of(dirs[:2], (1, 2), 3, 0.0), 60, procs)
+        joined = time.time()
+        procs.append(start(2))
+        _wait_until("a round of 6 ranks", lambda: _world_of(dirs, counts, 6, joined), 60, procs)
+        (ctl / "stop").write_text("")
+        outs = [p.communicate(timeout=60)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    lasts = [_last_lines(d, n) for d, n in zip(dirs, counts, strict=True)]
+    assert len({ln.endpoints for node in lasts for ln in node}) == 1  # one world everywhere
+    ranks = [sorted(ln.rank for ln in node) for node in lasts]
+    assert sorted(r for node in ranks for r in node) == list(range(6))
+    for node in ranks:  # each node's ranks are consecutive (node-major), its own count of them
+        assert node == list(range(node[0], node[0] + len(node)))
+    assert [len(node) for node in ranks] == list(counts)
