@@ -1,0 +1,45 @@
+"""DeepSpeed's hostfile: ``host slots=N`` a line, ``#`` comments; mistakes name the line."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlike.launch.cluster.hostfile import Host, parse_hostfile, read_hostfile
+from paddlike.launch.context.options import UsageError
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("worker-0 slots=4\nworker-1 slots=4\n", (Host("worker-0", 4), Host("worker-1", 4))),
+        ("# the cluster\n\nh0 slots=2  # fast\n  h1\n", (Host("h0", 2), Host("h1", None))),
+        ("h0 slots=1\nh1 slots=8\n", (Host("h0", 1), Host("h1", 8))),
+        ("10.0.0.2\t slots=2", (Host("10.0.0.2", 2),)),
+    ],
+)
+def test_a_hostfile_lists_hosts_in_its_order_with_their_slots(text, hosts) -> None:
+    assert parse_hostfile(text) == hosts
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("h0 slots=0\n", "--hostfile: hf line 1: slots must be a positive integer, got '0'"),
+        ("h0 slots=two\n", "--hostfile: hf line 1: slots must be a positive integer, got 'two'"),
+        ("h0 slots=2\n# x\nh0 slots=2\n", "host 'h0' is listed twice (first on line 1)"),
+        (
+            "h0 gpus=2\n",
+            "--hostfile: hf line 1: expected 'host' or 'host slots=N', got 'h0 gpus=2'",
+        ),
+        ("h0 slots=1 slots=2\n", "slots= given twice"),
+        ("# nothing\n\n", "--hostfile: hf lists no host"),
+    ],
+)
+def test_a_hostfile_mistake_names_the_file_and_the_line(text, message) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_hostfile(text, "hf")
+
+
+def test_a_hostfile_that_cannot_be_read_is_a_usage_error(tmp_path) -> None:
+    with pytest.raises(UsageError, match=r"--hostfile: cannot read '.*/missing' \(No such file"):
+        read_hostfile(str(tmp_path / "missing"))

@@ -1,0 +1,48 @@
+"""Each host's command: the same directory, Python, environment, options and job id; its
+own node rank and worker count."""
+
+from __future__ import annotations
+
+import shlex
+
+from paddlike.launch.cluster.remote import RemoteJob, check_command, check_failure, host_command
+from paddlike.launch.cluster.selection import Pick
+
+JOB = RemoteJob(
+    picks=(Pick("h0", 2), Pick("h1", None, (0, 3)), Pick("h2", None)),
+    launcher_args=("--log_dir", "my log"),
+    script=("train.py", "--lr", "0.1"),
+    cwd="/home/u/proj",
+    python="/opt/py/bin/python3",
+    environment={"NCCL_DEBUG": "INFO", "ODD": "a b'c"},
+    job_id="job-1",
+)
+
+
+def test_each_host_runs_the_launcher_with_its_rank_and_its_own_workers() -> None:
+    words = [shlex.split(host_command(JOB, i)) for i in range(3)]
+    for i, w in enumerate(words):
+        assert w[:4] == ["cd", "/home/u/proj", "&&", "exec"]
+        assert w[4:8] == ["env", "NCCL_DEBUG=INFO", "ODD=a b'c", "PADDLIKE_STDIN_EOF_ENDS=1"]
+        launcher = w[8:]
+        assert launcher[:9] == [
+            "/opt/py/bin/python3", "-m", "paddlike.launch", "--ips", "h0,h1,h2",
+            "--node_rank", str(i), "--job_id", "job-1",
+        ]  # fmt: skip
+        assert launcher[-5:] == ["--log_dir", "my log", "train.py", "--lr", "0.1"]
+    assert words[0][17:19] == ["--nproc_per_node", "2"]
+    assert words[1][17:19] == ["--gpus", "0,3"]
+    assert words[2][17:19] == ["--log_dir", "my log"]  # its launcher's own default
+
+
+def test_without_the_eof_watch_the_command_carries_only_the_users_environment() -> None:
+    assert "PADDLIKE_STDIN_EOF_ENDS" not in host_command(JOB, 0, end_on_eof=False)
+
+
+def test_the_preflight_checks_directory_python_and_paddlike_by_exit_code() -> None:
+    text = check_command("/d", "/p/python")
+    assert text.startswith("cd /d 2>/dev/null || exit 201; [ -x /p/python ] || exit 202;")
+    assert check_failure(0, "/d", "/p") is None
+    assert check_failure(201, "/d", "/p").startswith("the working directory /d does not exist")
+    assert check_failure(202, "/d", "/p") == "no Python at /p there (give --remote_python PATH)"
+    assert "cannot import paddlike" in check_failure(203, "/d", "/p")

@@ -1,0 +1,42 @@
+"""ssh's complaints as one line a user acts on, naming the host; its options."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlike.launch.cluster.ssh import session_argv, ssh_base, ssh_failure
+
+CHANGED = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+Host key verification failed."""
+
+
+@pytest.mark.parametrize(
+    ("stderr", "line"),
+    [
+        (CHANGED, "host h1: its ssh host key has changed since it was recorded"),
+        ("Host key verification failed.", "host h1: its ssh host key is not known here"),
+        ("root@h1: Permission denied (publickey,password).", "host h1: ssh refused the login"),
+        ("ssh: connect to host h1 port 22: Connection refused", "host h1: ssh: connection refused"),
+        ("ssh: connect to host h1 port 22: No route to host", "host h1: ssh: no route to it"),
+        ("ssh: connect to host h1 port 22: Connection timed out", "host h1: ssh: no answer within"),
+        (
+            "ssh: Could not resolve hostname h1: Name or service not known",
+            "host h1: ssh: its name does not resolve",
+        ),
+        ("kex_exchange_identification: read: Connection reset", "host h1: ssh failed: kex_"),
+        ("", "host h1: ssh failed: no message"),
+    ],
+)
+def test_ssh_failures_become_one_line_naming_the_host(stderr, line) -> None:
+    message = ssh_failure("h1", stderr)
+    assert message.startswith(line)
+    assert "\n" not in message
+
+
+def test_the_users_ssh_options_come_first_so_that_they_win() -> None:
+    base = ssh_base("-F /my/config -p 2222", "/tmp/c")
+    assert base[:5] == ["ssh", "-F", "/my/config", "-p", "2222"]
+    assert "BatchMode=yes" in base and "ControlPath=/tmp/c/%C" in base
+    assert session_argv(base, "h0", "cmd")[-4:] == ["-T", "-x", "h0", "cmd"]

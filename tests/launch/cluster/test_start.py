@@ -1,0 +1,148 @@
+"""The cluster flow's decisions before anything starts, and --dry_run's commands."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from paddlike.launch.cluster.start import forwarded_args, plan_remote_job
+from paddlike.launch.context.options import UsageError, parse_options
+
+LAUNCH = [sys.executable, "-m", "paddlike.launch"]
+
+
+def test_the_cluster_options_stay_here_and_the_rest_goes_to_every_host() -> None:
+    argv = [
+        "-H", "hf", "--log-dir", "L", "--include=h0", "--launcher", "ssh", "--dry_run",
+        "--ssh_args=-p 22", "--export", "A,B", "--max_restarts", "1", "--job_id", "J",
+        "--log_overwrite", "train.py", "--hostfile", "x",
+    ]  # fmt: skip
+    assert forwarded_args(argv) == (
+        ("--log_dir", "L", "--max_restarts", "1", "--log_overwrite"),
+        ("train.py", "--hostfile", "x"),  # the script's own arguments are its own
+    )
+
+
+def _plan(tmp_path, hostfile: str, *args: str, environ=None):
+    path = tmp_path / "hf"
+    path.write_text(hostfile)
+    argv = ["--hostfile", str(path), *args, "train.py"]
+    env = environ or {}
+    return plan_remote_job(
+        parse_options(argv, env), argv, env, python="/py", cwd=str(tmp_path), home=str(tmp_path)
+    )
+
+
+def test_a_plan_gives_every_host_the_same_job_id_and_python(tmp_path) -> None:
+    job = _plan(tmp_path, "h0 slots=2\nh1 slots=2\n", "--job_id", "mine")
+    assert job.hosts == ("h0", "h1") and job.job_id == "mine" and job.python == "/py"
+    assert job.launcher_args == () and job.script == ("train.py",)
+    other = _plan(tmp_path, "h0\n", "--remote_python", "/other/python")
+    assert other.python == "/other/python" and other.job_id.startswith("job-")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--ips", "a,b"), "--ips: each host's launcher is given its own with --hostfile"),
+        (("--node_rank", "0"), "--node_rank: each host's launcher is given its own"),
+        (("--nproc_per_node", "2"), "--nproc_per_node: the hostfile's slots"),
+    ],
+)
+def test_what_each_host_is_told_itself_cannot_be_given_for_all(tmp_path, args, message) -> None:
+    with pytest.raises(UsageError, match=message):
+        _plan(tmp_path, "h0 slots=1\nh1 slots=1\n", *args)
+
+
+def test_nproc_per_node_passes_through_when_the_hostfile_has_no_slots(tmp_path) -> None:
+    job = _plan(tmp_path, "h0\nh1\n", "--nproc_per_node", "2")
+    assert job.launcher_args == ("--nproc_per_node", "2")
+
+
+def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "hf").write_text("h0 slots=2\nh1 slots=2\n")
+    return subprocess.run(
+        [*LAUNCH, "--hostfile", str(tmp_path / "hf"), "--dry_run", *args, "train.py", "--x", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "HOME": str(tmp_path), **(env or {})},
+    )
+
+
+def test_dry_run_prints_each_hosts_ssh_command_and_starts_nothing(tmp_path) -> None:
+    (tmp_path / ".paddlike_env").write_text("FROM_FILE=1\n")
+    done = _dry_run(tmp_path, "--export", "MINE", env={"MINE": "v"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["[h0]", "[h1]"]
+    for rank, line in enumerate(lines):
+        words = shlex.split(line.split(" ", 1)[1])
+        assert words[0] == "ssh" and "BatchMode=yes" in words
+        remote = shlex.split(words[-1])
+        assert remote[:7] == [
+            "cd", str(tmp_path), "&&", "exec", "env", "FROM_FILE=1", "MINE=v",
+        ]  # fmt: skip
+        assert remote[remote.index("--node_rank") + 1] == str(rank)
+        assert remote[-3:] == ["train.py", "--x", "1"]
+    assert not any(tmp_path.glob("paddlike-ssh-*"))
+
+
+def test_dry_run_with_pdsh_prints_its_one_command(tmp_path) -> None:
+    done = _dry_run(tmp_path, "--launcher", "pdsh")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS=")
+    assert "pdsh -S -f 32 -w h0,h1 'case %h in h0)" in done.stdout
+
+
+def test_dry_run_with_slurm_prints_the_srun_command_line(tmp_path) -> None:
+    done = _dry_run(tmp_path, "--launcher", "slurm")
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout)
+    assert words[:12] == [
+        "srun", "--nodes", "2", "--ntasks-per-node", "1", "--nodelist", "h0,h1",
+        "--kill-on-bad-exit=1", "--chdir", str(tmp_path), sys.executable, "-m",
+    ]  # fmt: skip
+    assert words[12:][:5] == ["paddlike.launch", "--job_id", words[14], "--nproc_per_node", "2"]
+    assert words[-3:] == ["train.py", "--x", "1"]
+
+
+def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
+    env = {**os.environ, "SLURM_JOB_NUM_NODES": "3"}
+    done = subprocess.run(
+        [*LAUNCH, "--launcher", "slurm", "--dry_run", "train.py"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("srun --nodes 3 --ntasks-per-node 1 --kill-on-bad-exit=1")
+    env.pop("SLURM_JOB_NUM_NODES")
+    env.pop("SLURM_NNODES", None)
+    done = subprocess.run(
+        [*LAUNCH, "--launcher", "slurm", "--dry_run", "train.py"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "paddlike.launch: error: --launcher slurm: not inside a Slurm allocation (no "
+        "SLURM_JOB_NUM_NODES): run it under salloc or sbatch, or give --num_nodes"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--launcher", "ssh"), "--launcher ssh: needs --hostfile FILE"),
+        (("--hostfile", "/nonexistent/hf"), "--hostfile: cannot read '/nonexistent/hf'"),
+        (("--launcher", "openmpi"), "--launcher: MPI launchers start every rank themselves"),
+    ],
+)
+def test_bad_cluster_input_is_one_line_and_exit_2(args, line) -> None:
+    done = subprocess.run([*LAUNCH, *args, "train.py"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1
+    assert line in done.stderr

@@ -1,0 +1,41 @@
+"""Every session's output comes back a line at a time with its host's name in front."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from paddlike.launch.cluster.stream import Consoles, Session
+
+
+def _session(host: str, code: str) -> Session:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    return Session(host, proc)
+
+
+def test_lines_are_prefixed_split_writes_joined_and_a_last_partial_line_ended() -> None:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    sessions = [
+        _session("a", "import sys,time; sys.stdout.write('he'); sys.stdout.flush(); "
+                 "time.sleep(0.1); print('llo'); sys.stderr.write('oops'); sys.exit(3)"),
+        _session("b", "print('one'); print('two')"),
+    ]  # fmt: skip
+    consoles = Consoles(sessions, wake_r, out=out_w, err=err_w)
+    exited = []
+    while consoles.running:
+        exited += consoles.wait(10).exited
+    consoles.close()
+    for fd in (out_w, err_w, wake_w):
+        os.close(fd)
+    out = os.read(out_r, 65536).decode().splitlines()
+    err = os.read(err_r, 65536).decode()
+    assert sorted(out) == ["[a] hello", "[b] one", "[b] two"]
+    assert err == "[a] oops\n"
+    assert {s.host: s.returncode for s in exited} == {"a": 3, "b": 0}
+    for fd in (out_r, err_r, wake_r):
+        os.close(fd)
