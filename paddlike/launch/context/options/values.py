@@ -361,9 +361,6 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "export": lambda text: variable_names(text),
     "remote_python": non_empty,
     "ssh_args": non_empty,
-    "numa_binding": numa_mode,
-    "bind_core_list": cpu_list,
-    "gpu_log_interval": POSITIVE_SECONDS,
 }
 # What else a value may be, said after the value given.
 HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
