@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from paddlike import netaddr
 from paddlike.contract import POD_IP
 from paddlike.launch.context.addresses import (
     LocalAddresses,
@@ -22,8 +23,8 @@ from paddlike.launch.context.options.record import LaunchOptions, UsageError
 
 
 def _split_entry(entry: str) -> tuple[str, int | None]:
-    host, sep, port = entry.rpartition(":")
-    return (host, int(port)) if sep else (entry, None)
+    host, port = netaddr.split(entry)  # [fd00::1]:6170, or fd00::1 with no port
+    return (host, int(port)) if port else (host, None)
 
 
 def match_role_lists(

@@ -148,12 +148,12 @@ def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
         used.setdefault(host, set()).add(port)
         return port
 
-    trainers = [f"{h}:{p if p is not None else next_port(h)}" for h, p in node.trainers]
-    servers = tuple(f"{h}:{p}" for h, p in node.servers)
+    trainers = [netaddr.join(h, p if p is not None else next_port(h)) for h, p in node.trainers]
+    servers = tuple(netaddr.join(h, p) for h, p in node.servers)
     gloo_host = node.servers[0][0]
-    gloo_endpoint = f"{gloo_host}:{next_port(gloo_host)}"
+    gloo_endpoint = netaddr.join(gloo_host, next_port(gloo_host))
     hosts = tuple(dict.fromkeys(h for h, _ in (*node.servers, *node.trainers, *heters)))
-    stages = tuple(tuple(f"{h}:{p}" for h, p in s) for s in node.heter_stages)
+    stages = tuple(tuple(netaddr.join(h, p) for h, p in s) for s in node.heter_stages)
     _check_heter_endpoints(servers, trainers, stages)
     return PsLayout(
         servers,
