@@ -6,6 +6,7 @@ written ``[addr]:port``, MASTER_ADDR bare."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -202,7 +203,9 @@ def _ula_nodes(n: int) -> Iterator[tuple[netns.Cluster, list[str]]]:
     """`n` namespace nodes, each with a ULA IPv6 address on its link to the others (the
     cluster's own bridge: the addresses are private to this test)."""
     with netns.netns_cluster(n) as cluster:
-        addrs = [f"fd00:5eed:{cluster.tag[-4:]}::{i + 1}" for i in range(n)]
+        # canonical spelling (no leading zeros), as the servers' and stores' lines print it
+        tag = int(cluster.tag[-4:], 16)
+        addrs = [str(ipaddress.IPv6Address(f"fd00:5eed:{tag:x}::{i + 1}")) for i in range(n)]
         for node, addr in zip(cluster.nodes, addrs, strict=True):
             # nodad: usable at once, not after duplicate address detection's second or so
             node.run(["ip", "-6", "addr", "add", f"{addr}/64", "dev", "eth0", "nodad"],
@@ -335,3 +338,45 @@ def test_a_parameter_server_refuses_a_trainer_whose_ipv6_address_is_not_a_job_ho
     assert code != 0, trainer_log
     assert "PsAuthError" in trainer_log, trainer_log
     assert f"refused peer {addrs[1]}" in server_log, server_log
+
+
+# --- through the launcher: python -m paddlike.launch --ips ::1 ----------------------------
+
+
+def _launch(tmp: Path, argv: Sequence[str], env: dict[str, str]) -> str:
+    """Run the launcher to its end (its whole session killed if it overstays); its output."""
+    cmd = [sys.executable, "-m", "paddlike.launch", "--ips", "::1", "--log_dir", str(tmp / "log"),
+           *argv]  # fmt: skip
+    with _processes() as procs:
+        with (tmp / "launcher.out").open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+        procs.append(proc)
+        code = proc.wait(100)
+    text = (tmp / "launcher.out").read_text(errors="replace")
+    logs = "".join(f"--- {p.name}\n{p.read_text(errors='replace')}"
+                   for p in sorted((tmp / "log").glob("*log.*")))  # fmt: skip
+    assert code == 0, text + logs
+    return text + logs
+
+
+@pytest.mark.timeout(120)
+def test_the_launcher_with_ips_ipv6_loopback_runs_all_reduce_over_tcp_on_ipv6(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(_clean_env(), PADDLIKE_CPU_TRANSPORT="tcp")
+    _launch(tmp_path, ["--nproc_per_node", "4", str(WORKER), str(out)], env)
+    _check_reports(out, 4, "::1")
+
+
+@pytest.mark.timeout(120)
+def test_the_launcher_with_ips_ipv6_loopback_runs_a_ps_job(tmp_path: Path) -> None:
+    env = dict(_clean_env(), PYTHONPATH=os.pathsep.join([str(REPO), str(PS_WORKERS)]))
+    model = tmp_path / "model"
+    script = [str(PS_WORKERS / "ctr_train.py"), str(model), "--steps", "8"]
+    text = _launch(tmp_path, ["--server_num", "2", "--worker_num", "2", *script], env)
+    assert text.count("serving on tcp://[::1]:") == 2, text
+    losses = json.loads(Path(f"{model}.trainer0.json").read_text())["losses"]
+    assert losses[-1] < losses[0], losses
