@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options.record import UsageError
 
 ENV_FILES = (".deepspeed_env", ".paddlike_env")
 

@@ -11,7 +11,7 @@ is the user's mistake: `UsageError` naming the file, the line number and the lin
 from __future__ import annotations
 
 from paddlike.launch import NamedTuple
-from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options.record import UsageError
 
 
 class Host(NamedTuple):

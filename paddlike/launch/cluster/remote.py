@@ -16,7 +16,10 @@ from collections.abc import Mapping
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.cluster.eofwatch import STDIN_EOF_ENDS
-from paddlike.launch.cluster.selection import Pick
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.cluster.selection import Pick
 
 # The check before anything starts, and what each of its exit codes means.
 NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE = 201, 202, 203

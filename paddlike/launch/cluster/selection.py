@@ -17,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paddlike.launch import NamedTuple
-from paddlike.launch.cluster.hostfile import Host
-from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options.record import UsageError
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.cluster.hostfile import Host
 
 HOST_SEP = "@"  # DeepSpeed's separators: host1:0,1@host2
 DEVICES_SEP = ":"

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from paddlike.launch.cluster.remote import RemoteJob
-from paddlike.launch.context.options import UsageError
+from paddlike.launch.context.options.record import UsageError
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.cluster.remote import RemoteJob
 
 SRUN = "srun"
 

@@ -28,8 +28,8 @@ from paddlike.launch.cluster.hostfile import read_hostfile
 from paddlike.launch.cluster.remote import RemoteJob
 from paddlike.launch.cluster.selection import select_hosts
 from paddlike.launch.cluster.stream import Consoles, Session
-from paddlike.launch.context.options import PROG, LaunchOptions, UsageError
 from paddlike.launch.context.options.parser import DEST, split_argv
+from paddlike.launch.context.options.record import PROG, LaunchOptions, UsageError
 
 # our options that say how to start the cluster: kept here, never passed to the hosts
 CLUSTER_DESTS = frozenset(
