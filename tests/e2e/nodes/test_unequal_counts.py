@@ -15,6 +15,7 @@ import pytest
 from tests.e2e.elastic.test_nodes import WORKER as ELASTIC_WORKER
 from tests.e2e.elastic.test_nodes import Line, _complete_lines, _wait_until
 from tests.e2e.nodes.test_start import clean_env
+from tests.e2e.test_gpu_nodes import dumped, start_on_node
 from tests.support.collective_workers.launching import WORKERS
 from tests.support.fixed_ports import fixed_ports
 from tests.support.multinode_common import ranks_and_endpoints, write_worker
@@ -159,3 +160,23 @@ def test_an_elastic_node_of_3_workers_joining_nodes_of_1_and_2_makes_a_world_of_
     for node in ranks:  # each node's ranks are consecutive (node-major), its own count of them
         assert node == list(range(node[0], node[0] + len(node)))
     assert [len(node) for node in ranks] == list(counts)
+
+
+@pytest.mark.timeout(150)
+def test_nodes_with_1_and_3_fake_gpus_give_every_rank_the_same_world_device_ids(tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    with netns_cluster(2, ["gpunodea", "gpunodeb"]) as cluster:
+        procs = [
+            start_on_node(node, gpus, "gpunodea,gpunodeb", tmp_path / f"log{i}", out)
+            for i, (node, gpus) in enumerate(zip(cluster.nodes, (1, 3), strict=True))
+        ]
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    envs = sorted(dumped(out), key=lambda e: int(e["PADDLE_TRAINER_ID"]))
+    assert [e["PADDLE_TRAINER_ID"] for e in envs] == ["0", "1", "2", "3"]
+    assert [e["NODE_RANK"] for e in envs] == ["0", "1", "1", "1"]
+    assert [e["FLAGS_selected_gpus"] for e in envs] == ["0", "0", "1", "2"]
+    assert {e["PADDLE_WORLD_DEVICE_IDS"] for e in envs} == {"0,0,1,2"}
+    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["1", "3", "3", "3"]
+    assert {e["PADDLE_DISTRI_BACKEND"] for e in envs} == {"nccl"}
