@@ -128,12 +128,10 @@ def match_node_in_list(
             "--node_rank",
         )
     _check_twice(entries, option)
-    hosts = _resolve_entries(
-        entries, option, node_rank, host, host_option, options, wait, resolve, route
-    )
+    local = local if local is not None else LocalAddresses.scan()
+    hosts = _resolve_entries(entries, option, node_rank, host, options, wait, resolve, route, local)
     _check_distinct(entries, hosts, option)
     check_one_family(entries, hosts, option)
-    local = local if local is not None else LocalAddresses.scan()
 
     def found(index: int, why: str) -> NodeMatch:
         return NodeMatch(
@@ -195,11 +193,11 @@ def _resolve_entries(
     option: str,
     node_rank: int | None,
     host: str | None,
-    host_option: str,
     options: LaunchOptions,
     wait: NameWait | None,
     resolve: Callable[[str], str],
     route: Callable[[str, int], str],
+    local: LocalAddresses,
 ) -> tuple[str, ...]:
     """The entries' addresses, same order; this node's own entry may be filled in from
     --host / POD_IP or the route (see `match_node_in_list`) when its name does not
@@ -222,7 +220,13 @@ def _resolve_entries(
             return False
         if node_rank is not None:
             return missing[0] == node_rank and (host_addr is not None or len(entries) > 1)
-        return host_addr is not None and host_addr not in found.values()
+        # --host / POD_IP alone: the missing entry is ours only if no resolved one is
+        # (an own name may resolve to another address of this node than POD_IP)
+        return (
+            host_addr is not None
+            and host_addr not in found.values()
+            and not any(local.is_local(found[e]) for e in entries if e in found)
+        )
 
     found = resolve_names(names, resolve, wait, enough=enough)
     missing = missing_entries(found)

@@ -199,3 +199,17 @@ def test_torchrun_style_waits_for_the_master_name_and_reads_brackets():
         env={"POD_IP": "fd00:198:18::2"},
     )
     assert node.address == "fd00:198:18::2"
+
+
+def test_pod_ip_does_not_claim_a_missing_peer_when_this_nodes_own_name_resolved():
+    # this node's name resolves to another of its addresses than POD_IP: the missing
+    # entry is a peer, still waited for
+    resolve = Late({"node-0": "198.18.0.1"})
+    with pytest.raises(NamesUnresolved, match=r"^--ips: 'node-1' still does not resolve"):
+        match(
+            ["--ips", "node-0,node-1"],
+            resolve=resolve,
+            local=machine(("198.18.0.1", "eth0"), ("198.18.0.9", "eth1")),
+            env={"POD_IP": "198.18.0.9"},
+            wait=fake_wait(5),
+        )
