@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from paddlike import netaddr
+from paddlike.distributed.ps.stage_channel import StageReceiver, StageSender
 from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.distributed.store.server import listen
 from tests.support import netns
@@ -338,6 +339,24 @@ def test_a_parameter_server_refuses_a_trainer_whose_ipv6_address_is_not_a_job_ho
     assert code != 0, trainer_log
     assert "PsAuthError" in trainer_log, trainer_log
     assert f"refused peer {addrs[1]}" in server_log, server_log
+
+
+@pytest.mark.timeout(60)
+def test_a_heter_stage_channel_carries_a_batch_and_its_answer_over_ipv6_loopback() -> None:
+    (port,) = _ports(1)
+    endpoint = netaddr.join("::1", port)
+    receiver = StageReceiver(endpoint, stage=2, index=0, senders={0: "[::1]:6100"}, timeout=20)
+    sender = StageSender(endpoint, stage=1, index=0, timeout=20)
+    try:
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        sender.send_forward(x, batch_id=3)
+        trainer_id, batch_id, got = receiver.recv_forward()
+        assert (trainer_id, batch_id) == (0, 3)
+        receiver.send_backward(got * 2, 3)
+        np.testing.assert_array_equal(sender.recv_backward(3), x * 2)
+    finally:
+        sender.close()
+        receiver.close()
 
 
 # --- through the launcher: python -m paddlike.launch --ips ::1 ----------------------------
