@@ -63,7 +63,7 @@ def describe_options(
 def _placed(options: LaunchOptions, job: NodeJob) -> NodeJob:
     """--numa_binding (this node's NUMA facts read here, once) and --virtual_local_rank,
     applied to every plan of the job: the preview and each round's (`plan.placement`)."""
-    if options.numa_binding is None and not options.virtual_local_rank:
+    if options.numa_binding is None and not (options.virtual_local_rank or options.console_streams):
         return job
     from paddlike.launch.plan.placement import with_placement
 

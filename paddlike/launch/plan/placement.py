@@ -1,6 +1,7 @@
-"""Where each worker runs and how it sees its GPU, on top of the round's plan:
---numa_binding (its CPUs, `plan.binding`) and torchrun's --virtual_local_rank (each
-worker alone with its GPUs: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its own).
+"""Where each worker runs and how it is seen, on top of the round's plan: --numa_binding
+(its CPUs, `plan.binding`), torchrun's --virtual_local_rank (each worker alone with its
+GPUs: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its own) and torchrun's -t/-r showing one stream
+of a worker on the console (`ProcessSpec.console_streams`).
 
 `with_placement` wraps a node job's plan function, so that the preview (--dry_run) and
 every round's plan get the same placement. Pure: the NUMA facts are read once, in context.
@@ -56,11 +57,27 @@ def _alone(p: ProcessSpec) -> ProcessSpec:
     return p._replace(env=dict(sorted(env.items())), device_ids=seen)
 
 
+def console_streams(plan: LaunchPlan, shown: tuple[tuple[int, int], ...]) -> LaunchPlan:
+    """Each trainer's streams on the console from `LaunchOptions.console_streams` (local
+    rank -1: every rank not named)."""
+    per_rank = dict(shown)
+    rest = per_rank.get(-1, 3)
+    return plan._replace(
+        processes=tuple(
+            p._replace(console_streams=per_rank.get(p.local_index, rest))
+            if p.role.value == "trainer"
+            else p
+            for p in plan.processes
+        )
+    )
+
+
 def with_placement(plan: PlanFn, options: LaunchOptions, topology: NumaTopology | None) -> PlanFn:
     """`plan`, its result bound (--numa_binding, given `topology`) and seen as
     --virtual_local_rank says; `plan` itself when neither option is given."""
     mode = options.numa_binding
-    if (mode is None or topology is None) and not options.virtual_local_rank:
+    bound = mode is not None and topology is not None
+    if not (bound or options.virtual_local_rank or options.console_streams):
         return plan
 
     def placed(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
@@ -69,6 +86,8 @@ def with_placement(plan: PlanFn, options: LaunchOptions, topology: NumaTopology 
             out = bind_plan(out, mode, topology, options.bind_core_list)
         if options.virtual_local_rank:
             out = virtual_local_ranks(out)
+        if options.console_streams:
+            out = console_streams(out, options.console_streams)
         return out
 
     return placed

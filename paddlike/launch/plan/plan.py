@@ -50,6 +50,9 @@ class ProcessSpec(NamedTuple):
     cpus: tuple[int, ...] = ()
     numa_nodes: tuple[int, ...] = ()
     binding: str = ""
+    # the streams the console shows of it when it is shown: 1 stdout, 2 stderr, 3 both
+    # (torchrun's -t/-r, `context.options.console.streams`; 1 or 2 only with split files)
+    console_streams: int = 3
 
     @property
     def label(self) -> str:

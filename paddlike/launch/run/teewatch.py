@@ -41,8 +41,10 @@ def start_tee(
     echo = TeeEcho(out)
     for proc in procs:
         if id(proc.spec) in targets and proc.popen is not None:
-            echo.follow(proc.spec, proc.log.path, proc.log.start)
-            if proc.log.err_path is not None:
+            shown = proc.spec.console_streams  # torchrun's -t/-r: one stream, or both
+            if shown & 1 or proc.log.err_path is None:
+                echo.follow(proc.spec, proc.log.path, proc.log.start)
+            if proc.log.err_path is not None and shown & 2:
                 echo.follow(proc.spec, proc.log.err_path, proc.log.err_start)
     if not echo:
         return None, None

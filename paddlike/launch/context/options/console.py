@@ -12,15 +12,18 @@ unnamed ranks are 0):
 
 So worker i's stream s is on the console when i passes the filter and s is not in
 R[i] - T[i]. Without any of torchrun's three, paddlike shows local worker 0 (Paddle's
-console); with -t or -r but no filter, every worker, as torchrun does. paddlike's log
-file holds both streams together, so a worker is shown whole or not at all: a choice
-that would show one stream of a worker (``-r 1``: stderr only) is refused with a reason.
+console); with -t or -r but no filter, every worker, as torchrun does. A choice that
+shows one stream of a worker (``-r 1``: stderr only; ``-r 0:2``: local rank 0's stdout)
+keeps the two streams in two files, as torchrun always does (stdout in workerlog.N,
+stderr in workerlog.N.err: --redirect_stdout_and_stderr), and the console follows only
+the file of the stream shown (`streams`, `ProcessSpec.console_streams`).
 
     no option                          -> "0"     (paddlike's default)
     --tee 3 / -t 3 / --tee 0 / -r 0    -> "all"   (torchrun's default console)
     -r 3 (--tee none)                  -> "none"
     --tee 3 --local_ranks_filter 0     -> "0"     (torchtitan's command line)
     -r 3 -t 0:3                        -> "0"
+    -r 2                               -> "all", stdout only (stderr in workerlog.N.err)
 """
 
 from __future__ import annotations
@@ -97,21 +100,8 @@ def choose(
             return _rest(r) & ~_rest(t)
         return _at(r, rank) & ~_at(t, rank)
 
-    for rank in [None, *sorted(named)]:
-        if rank is not None and shown is not None and rank not in shown:
-            continue
-        if off(rank) in _STREAM:
-            assert redirects is not None  # only a redirect keeps a stream off the console
-            who = "every local rank" if rank is None else f"local rank {rank}"
-            raise UsageError(
-                f"{redirects[1]}: {redirects[0]!r} would show only the "
-                f"{_STREAM[BOTH & ~off(rank)]} of {who} on the console; paddlike's console "
-                "shows a worker's whole output or none of it (stdout and stderr share "
-                "workerlog.N): use 0 or 3 (per rank: 0:3,1:0)",
-                _option(redirects[1]),
-            )
     if off(None) == BOTH:  # only named ranks can be on the console
-        visible = {rank for rank in named if off(rank) == 0}
+        visible = {rank for rank in named if off(rank) != BOTH}
     else:
         hidden = {rank for rank in named if off(rank) == BOTH}
         if shown is None and not hidden:
@@ -130,6 +120,25 @@ def choose(
     if shown is not None:
         visible &= shown
     return ",".join(map(str, sorted(visible))) if visible else "none"
+
+
+def streams(
+    tee: tuple[str, str] | None, redirects: tuple[str, str] | None
+) -> tuple[tuple[int, int], ...]:
+    """When some worker is shown with one stream only: the streams shown of each local rank
+    the choice names and of the rest (-1), ((rank, 0 none | 1 stdout | 2 stderr | 3 both),
+    ...). () when every worker shown is shown whole (nothing changes in the log layout)."""
+    if (tee is None and redirects is None) or (
+        tee is not None and tee[0].strip().lower() == "none"
+    ):
+        return ()
+    t, r = _parsed(tee), _parsed(redirects)
+    named = set(t if isinstance(t, dict) else ()) | set(r if isinstance(r, dict) else ())
+    shown = []
+    for rank in [None, *sorted(named)]:
+        off = _rest(r) & ~_rest(t) if rank is None else _at(r, rank) & ~_at(t, rank)
+        shown.append((-1 if rank is None else rank, BOTH & ~off))
+    return tuple(shown) if any(mask in _STREAM for _, mask in shown) else ()
 
 
 def _parsed(given: tuple[str, str] | None) -> int | dict[int, int]:

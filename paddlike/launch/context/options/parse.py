@@ -52,6 +52,9 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     raw["console"] = console.choose(raw.get("console"), tee, redirects, raw.get("nproc_per_node"))
     for dest in values.FLAGS:
         _switch(raw, dest, ns.get(dest), environ)
+    raw["console_streams"] = console.streams(tee, redirects)
+    if raw["console_streams"]:  # one stream of a worker shown: each stream in its own file
+        raw["redirect_stdout_and_stderr"] = True
     if "job_token_file" in raw:
         if "job_token" in given:
             raise UsageError(

@@ -119,6 +119,9 @@ class LaunchOptions(NamedTuple):
     # Paddle's --enable_gpu_log / --gpu_log_interval: seconds between the GPU-usage rows of
     # <log_dir>/<job id>.gpu.log (run/gpulog.py); None: no GPU log
     gpu_log_interval: float | None = None
+    # torchrun's -t/-r showing one stream of some workers: ((local rank or -1 for the rest,
+    # streams shown: 1 stdout, 2 stderr, 3 both), ...); () when workers are shown whole
+    console_streams: tuple[tuple[int, int], ...] = ()
     # torchrun's --signals_to_handle: the signals the launcher handles, as numbers; None:
     # the default (torchrun's, and SIGUSR1, SIGUSR2 under Slurm: run/signals.py)
     signals_to_handle: tuple[int, ...] | None = None

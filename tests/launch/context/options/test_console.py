@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from paddlike.launch.context.options import UsageError
-from paddlike.launch.context.options.console import choose, std
+from paddlike.launch.context.options import UsageError, parse_options
+from paddlike.launch.context.options.console import choose, std, streams
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -55,11 +55,40 @@ def test_the_console_choice_is_torchruns_rule(console, tee, redirects, nproc, sh
     assert choose(console, t, r, nproc) == shown
 
 
-def test_a_choice_showing_one_stream_of_a_worker_is_refused_naming_the_option():
-    with pytest.raises(UsageError, match=r"^-r: '2' would show only the stdout of every local "
-                       r"rank on the console") as err:  # fmt: skip
-        choose(None, None, ("2", "-r"), None)
+@pytest.mark.parametrize(
+    ("tee", "redirects", "shown", "console"),
+    [
+        (None, "2", ((-1, 1),), "all"),  # stderr to the files only: stdout on the console
+        (None, "1", ((-1, 2),), "all"),
+        (None, "0:2", ((-1, 3), (0, 1)), "all"),
+        ("0:3", "2", ((-1, 1), (0, 3)), "all"),  # rank 0 teed whole, the rest stdout only
+        (None, "0:2,1:3", ((-1, 3), (0, 1), (1, 0)), None),  # rank 1 hidden: needs nproc
+        ("3", "3", (), "all"),
+        (None, "3", (), "none"),
+        ("none", None, (), "none"),
+    ],
+)
+def test_one_stream_of_a_worker_on_the_console_is_chosen_per_local_rank(
+    tee, redirects, shown, console
+):
+    t = (tee, "--tee") if tee is not None else None
+    r = (redirects, "-r") if redirects is not None else None
+    assert streams(t, r) == shown
+    if console is not None:
+        assert choose(None, t, r, None) == console
+
+
+def test_a_map_that_hides_some_ranks_and_shows_the_rest_needs_the_rank_count():
+    with pytest.raises(UsageError, match=r"^-r: '0:2,1:3' keeps some local ranks off") as err:
+        choose(None, None, ("0:2,1:3", "-r"), None)
     assert err.value.option == "--redirects"
+    assert choose(None, None, ("0:2,1:3", "-r"), 3) == "0,2"
+
+
+def test_one_stream_shown_keeps_the_streams_in_two_files():
+    o = parse_options(["-r", "2", "t.py"], {})
+    assert o.redirect_stdout_and_stderr and o.console_streams == ((-1, 1),)
+    assert not parse_options(["-r", "3", "-t", "3", "t.py"], {}).redirect_stdout_and_stderr
 
 
 TRAIN = """
@@ -100,3 +129,33 @@ def test_torchtitans_command_line_shows_local_rank_0_and_logs_every_rank(tmp_pat
     log1 = (tmp_path / "log" / "workerlog.1").read_text()
     assert "[titan] rank 1 of 2 role rank args --job.config_file debug_model.toml" in log1
     assert "[titan] rank 1 says something on stderr" in log1
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("option", "console", "file_only"),
+    [
+        (["-r", "2"], "says something on stdout", "says something on stderr"),
+        (["--redirects", "1"], "says something on stderr", "says something on stdout"),
+    ],
+)
+def test_torchruns_redirect_of_one_stream_keeps_it_off_the_console(
+    tmp_path, option, console, file_only
+):
+    script = tmp_path / "t.py"
+    script.write_text(
+        "import sys\n"
+        "print('says something on stdout', flush=True)\n"
+        "print('says something on stderr', file=sys.stderr, flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    run = subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--log_dir", str(tmp_path / "log"), *option,
+         str(script)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert console in run.stdout and file_only not in run.stdout
+    log = tmp_path / "log"
+    both = (log / "workerlog.0").read_text() + (log / "workerlog.0.err").read_text()
+    assert console in both and file_only in both
