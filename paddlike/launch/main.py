@@ -249,7 +249,8 @@ def _print_dry_run(described: Described) -> None:
     print(format_plan(described.preview, described.log_dir), flush=True)
     if described.job.nnodes > 1 and not described.options.is_ps:
         print(
-            "(many nodes: ports shown from --start_port; a real launch negotiates them)",
+            "(many nodes: ports shown from --start_port, and the other nodes with this node's "
+            "worker count; a real launch trades both at the rendezvous)",
             flush=True,  # __main__ ends with os._exit: nothing is flushed after this
         )
     elastic = described.job.elastic
