@@ -53,31 +53,27 @@ def resolve_names(
     UsageError (exit 2), as for a typo. With it, the missing names are tried again until
     all resolve or `enough(found)` is true; past `wait.timeout` `NamesUnresolved`, one
     line naming each missing name and its option."""
-    found: dict[str, str] = {}
-    todo = list(names)
     if wait is None:
-        return {n: _resolve_now(names[n], n, resolve) for n in todo}
-    started = wait.clock()
-    deadline = started + wait.timeout
-    why: dict[str, str] = {}
+        return {n: _resolve_now(names[n], n, resolve) for n in names}
     try:
-        return _retry(names, todo, found, why, resolve, wait, enough, started, deadline)
+        return _wait_for(names, resolve, wait, enough)
     finally:
         wait.done()
 
 
-def _retry(
+def _wait_for(
     names: Mapping[str, str],
-    todo: list[str],
-    found: dict[str, str],
-    why: dict[str, str],
     resolve: Callable[[str], str],
     wait: NameWait,
     enough: Callable[[Mapping[str, str]], bool] | None,
-    started: float,
-    deadline: float,
 ) -> dict[str, str]:
-    delay = FIRST_DELAY
+    """The retry loop of `resolve_names`: back-off doubling to MAX_DELAY, no sleep past
+    the deadline."""
+    found: dict[str, str] = {}
+    why: dict[str, str] = {}
+    todo = list(names)
+    started = wait.clock()
+    deadline, delay = started + wait.timeout, FIRST_DELAY
     while True:
         for name in list(todo):
             try:
