@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,56 @@ def test_ipv6_loopback_alone_runs_two_workers(tmp_path: Path) -> None:
     got = _reports(out)
     assert sorted(got) == [0, 1], context
     assert all(r["correct"] and r["store_family"] == "ipv6" for r in got.values()), got
+
+
+ETCD = shutil.which("etcd")
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(ETCD is None, reason="etcd is not installed (Debian: etcd-server)")
+def test_two_ipv6_nodes_meet_through_etcd_at_a_bracketed_address(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    env = {**os.environ, "PADDLIKE_CPU_TRANSPORT": "tcp", "PYTHONPATH": str(REPO)}
+    with netns_cluster(3, ["node0", "node1", "etcd"], ipv6=True) as cluster:
+        a, b, e = cluster.nodes
+        url = f"http://[{e.addr6}]"
+        e.popen(
+            [str(ETCD), "--data-dir", str(tmp_path / "etcd-data"), "--name", "t",
+             "--listen-client-urls", f"{url}:2379", "--advertise-client-urls", f"{url}:2379",
+             "--listen-peer-urls", f"{url}:2380",
+             "--initial-advertise-peer-urls", f"{url}:2380",
+             "--initial-cluster", f"t={url}:2380"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        master = f"etcd://[{e.addr6}]:2379"
+        procs = [
+            node.popen(
+                [
+                    *LAUNCH,
+                    "--ips",
+                    f"{a.hostname6},{b.hostname6}",
+                    "--master",
+                    master,
+                    "--job_id",
+                    "ipv6-etcd",
+                    "--nproc_per_node",
+                    "1",
+                    "--log_dir",
+                    str(tmp_path / f"log{i}"),
+                    str(WORKER),
+                    str(out),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            for i, node in enumerate((a, b))
+        ]
+        outputs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    context = "\n".join(outputs) + _logs(tmp_path)
+    assert [p.returncode for p in procs] == [0, 0], context
+    got = _reports(out)
+    assert sorted(got) == [0, 1], context
+    assert all(r["correct"] and r["mesh_families"] == ["ipv6"] for r in got.values()), got
