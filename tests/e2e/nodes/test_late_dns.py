@@ -116,3 +116,30 @@ def test_a_name_that_never_resolves_is_named_at_the_deadline(tmp_path: Path) -> 
     assert "waiting for names to resolve, still missing: --ips: 'never-b'" in done.stderr
     assert took < 30, took
     assert not list((tmp_path / "log").glob("workerlog.*"))  # nothing started
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_a_node_whose_own_name_does_not_resolve_runs_by_its_pod_ip(tmp_path: Path) -> None:
+    # each node's hosts file names only the other node (a pod whose own record is not
+    # published yet); POD_IP says which address is this node's
+    worker = write_worker(tmp_path)
+    with netns_cluster(2, hostnames=["late-a", "late-b"], hosts=LOCALHOST) as cluster:
+        a, b = cluster.nodes
+        a.hosts_path.write_text(f"{LOCALHOST}{b.addr} {b.hostname}\n")
+        b.hosts_path.write_text(f"{LOCALHOST}{a.addr} {a.hostname}\n")
+        procs = [
+            node.popen(
+                [*LAUNCH, "--ips", "late-a,late-b", "--nproc_per_node", "2",
+                 "--log_dir", str(tmp_path / f"log{i}"), str(worker)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(REPO), "POD_IP": node.addr},
+            )
+            for i, node in enumerate(cluster.nodes)
+        ]  # fmt: skip
+        outputs = [p.communicate(timeout=90)[0].decode() for p in procs]
+    context = "\n".join(outputs)
+    assert [p.returncode for p in procs] == [0, 0], context
+    got = ranks_and_endpoints(tmp_path / "log0") + ranks_and_endpoints(tmp_path / "log1")
+    assert sorted(r for r, _ in got) == [0, 1, 2, 3], context
+    assert len({eps for _, eps in got}) == 1, got  # every node derived the same list
