@@ -43,9 +43,10 @@ _SCALE_BY_NODES = (
 )
 _AUTO_PARALLEL = "Paddle's auto-parallel rank mapping and tuner are not part of paddlike"
 _NO_STREAM_COPY = (
-    "no filtered copy of a stream: stdout and stderr share workerlog.N (with "
-    "--redirect_stdout_and_stderr stderr is workerlog.N.err), so a copy of one stream's "
-    "matching lines cannot be told apart from the other's; grep workerlog.N instead"
+    "no filtered copy of the console's lines is made: every worker's lines are already in "
+    "its log file (stdout in workerlog.N, stderr in workerlog.N.err with -r/-t choosing one "
+    "stream or --redirect_stdout_and_stderr); select them there, e.g. grep -h PATTERN "
+    "log/workerlog.*"
 )
 
 # Options refused whatever their value: name -> why (the user reads "--name: why").

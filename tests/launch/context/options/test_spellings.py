@@ -185,7 +185,7 @@ def test_torchruns_tee_redirects_and_filter_choose_the_console_as_in_torchrun(ar
          r"core-complex \(as in torchrun\) or none, got 'nodes'"),
         (["--signals-to-handle", "SIGFOO"], r"^--signals_to_handle: SIGFOO is not a signal name"),
         (["--duplicate-stdout-filters", "loss"], r"^--duplicate_stdout_filters: no filtered "
-         r"copy of a stream: stdout and stderr share workerlog.N"),
+         r"copy of the console's lines is made: every worker's lines are already in its log"),
         (["--logs-specs", "my_specs"], r"^--logs_specs: .*DefaultLogsSpecs does; a custom "
          r"LogsSpecs cannot apply"),
         (["--standalone=1"], r"^--standalone: takes no value, got '1'"),
