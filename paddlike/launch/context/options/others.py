@@ -567,6 +567,12 @@ def apply_extra(raw: dict[str, object], extra: dict, sources: dict[str, str]) ->
             f"{sources['run_path']}: runs the script by its path; cannot be combined with {other}",
             "--run_path",
         )
+    if raw.get("bind_core_list") is not None and raw.get("numa_binding") is None:
+        raise UsageError(
+            "--bind_core_list: only used to bind workers: add --numa_binding MODE (or "
+            "DeepSpeed's --bind_cores_to_rank, which is --numa_binding exclusive)",
+            "--bind_core_list",
+        )
     if "gpu_log" in extra:  # Paddle's --enable_gpu_log: on at its interval, unless ours says
         if extra["gpu_log"] and raw.get("gpu_log_interval") is None:
             raw["gpu_log_interval"] = PADDLE_GPU_LOG_INTERVAL
