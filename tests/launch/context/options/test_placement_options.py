@@ -38,7 +38,8 @@ def test_deepspeeds_binding_contradicting_ours_is_refused_naming_both():
 
 
 def test_bind_core_list_is_a_cpu_list_as_numactl_writes_it():
-    assert parse("--bind_core_list", "0-3,8,10-11").bind_core_list == (0, 1, 2, 3, 8, 10, 11)
+    o = parse("--bind_cores_to_rank", "--bind_core_list", "0-3,8,10-11")
+    assert o.bind_core_list == (0, 1, 2, 3, 8, 10, 11)
     with pytest.raises(UsageError, match=r"^--bind_core_list: expected CPU numbers and ranges"):
         parse("--bind_core_list", "3-1")
     with pytest.raises(UsageError, match=r"^--bind_core_list: only used to bind workers: add "
