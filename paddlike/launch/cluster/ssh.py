@@ -98,21 +98,27 @@ def preflight(
     ]
     deadline = time.monotonic() + timeout
     problems = []
-    for host, proc in zip(hosts, procs, strict=False):
-        try:
-            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            problems.append(f"host {host}: no answer from ssh within {timeout:g} s")
-            continue
-        text = err.decode(errors="replace")
-        if proc.returncode == SSH_FAILED:
-            problems.append(ssh_failure(host, text))
-            continue
-        failure = check_failure(proc.returncode, cwd, python)
-        if failure:
-            problems.append(f"host {host}: {failure}")
+    try:
+        for host, proc in zip(hosts, procs, strict=True):
+            try:
+                _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                problems.append(f"host {host}: no answer from ssh within {timeout:g} s")
+                continue
+            text = err.decode(errors="replace")
+            if proc.returncode == SSH_FAILED:
+                problems.append(ssh_failure(host, text))
+                continue
+            failure = check_failure(proc.returncode, cwd, python)
+            if failure:
+                problems.append(f"host {host}: {failure}")
+    finally:  # also on Ctrl-C: no check left running
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
     return problems
 
 

@@ -15,7 +15,6 @@ once.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -159,7 +158,7 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
     base = ssh.ssh_base(options.ssh_args, control)
     try:
         if options.dry_run:
-            _print_dry_run(job, launcher, base, environ)
+            _print_dry_run(job, launcher, base)
             return 0
         problems = ssh.preflight(
             base,
@@ -174,6 +173,9 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
                 _fail(f"--hostfile: {line}; nothing was started")
             return 2
         return _run_sessions(job, launcher, base, environ, options.kill_timeout)
+    except KeyboardInterrupt:  # Ctrl-C before the sessions started: nothing runs anywhere
+        _say("SIGINT: stopped before the job started on any host")
+        return 130
     finally:
         if not options.dry_run:
             ssh.close_masters(base, job.hosts)
@@ -182,9 +184,8 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
         shutil.rmtree(control, ignore_errors=True)
 
 
-def _print_dry_run(
-    job: RemoteJob, launcher: str, base: Sequence[str], environ: Mapping[str, str]
-) -> None:
+def _print_dry_run(job: RemoteJob, launcher: str, base: Sequence[str]) -> None:
+    """--dry_run: each host's ssh command, or pdsh's one command; nothing is started."""
     if launcher == "pdsh":
         env = pdsh.pdsh_environment({}, base)
         print(
@@ -247,7 +248,7 @@ def _start_sessions(
         proc = subprocess.Popen(
             pdsh.pdsh_argv(job), env=pdsh.pdsh_environment(environ, base), **common
         )
-        return [Session("pdsh", proc, pdsh.host_of_line)]
+        return [Session("pdsh", proc, pdsh.host_of_line, ended_by_sigterm=True)]
     return [
         Session(
             host,
@@ -307,11 +308,7 @@ def _kill(sessions: Sequence[Session]) -> None:
 
 def _close_stdins(sessions: Sequence[Session]) -> None:
     for s in sessions:
-        if s.proc.stdin is not None and not s.proc.stdin.closed:
-            with contextlib.suppress(BrokenPipeError):
-                s.proc.stdin.close()
-        if s.host == "pdsh" and s.proc.poll() is None:
-            s.proc.terminate()  # pdsh's sessions' stdins are its own: it closes them
+        s.end()
 
 
 def _say(message: str) -> None:

@@ -24,14 +24,30 @@ class Session:
     """One started command (an ssh to one host, or pdsh for all) and its output."""
 
     def __init__(
-        self, host: str, proc: subprocess.Popen[bytes], line_host: LineHost | None = None
+        self,
+        host: str,
+        proc: subprocess.Popen[bytes],
+        line_host: LineHost | None = None,
+        *,
+        ended_by_sigterm: bool = False,
     ) -> None:
         self.host = host
         self.proc = proc
         self.line_host = line_host
+        # how the job is ended through this session: its stdin closed (ssh: the remote
+        # launcher's stdin reaches EOF), or SIGTERM (pdsh: its sessions' stdins are its own)
+        self.ended_by_sigterm = ended_by_sigterm
         self.returncode: int | None = None
         self.pidfd = os.pidfd_open(proc.pid)
         self.partial: dict[int, bytes] = {}
+
+    def end(self) -> None:
+        """Ask this session's launchers to end the job (`eofwatch` on their side)."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        if self.ended_by_sigterm and self.proc.poll() is None:
+            self.proc.terminate()
 
     def prefixed(self, line: bytes) -> bytes:
         if self.line_host is not None:
@@ -89,16 +105,10 @@ class Consoles:
         except BlockingIOError:
             return
         if not data:
-            self.selector.unregister(fd)
-            rest = session.partial.pop(fd, b"")
-            if rest:
-                _write_all(dest, session.prefixed(rest + b"\n"))
+            self._copy_eof(fd, session, dest)
             return
-        data = session.partial.pop(fd, b"") + data
-        lines = data.split(b"\n")
-        session.partial[fd] = lines.pop()
-        if lines:
-            _write_all(dest, b"".join(session.prefixed(line + b"\n") for line in lines))
+        session.partial[fd] = session.partial.get(fd, b"") + data
+        self._flush_lines(fd, session, dest)
 
     def _drain(self, session: Session) -> None:
         """A session that exited: what is still in its pipes (the pipes' writers are gone
