@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from paddlike.launch.cluster.selection import Pick
 
 # The check before anything starts, and what each of its exit codes means.
-NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE = 201, 202, 203
+NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE, NO_SCRIPT = 201, 202, 203, 204
 
 
 class RemoteJob(NamedTuple):
@@ -73,18 +73,22 @@ def host_command(job: RemoteJob, index: int, *, end_on_eof: bool = True) -> str:
     return f"cd {shlex.quote(job.cwd)} && {prefix}{launch}"
 
 
-def check_command(cwd: str, python: str) -> str:
-    """The preflight: the directory, the Python and paddlike are there (exit codes above)."""
+def check_command(cwd: str, python: str, script: str | None = None) -> str:
+    """The preflight: the directory, the Python, paddlike and the training script (a file,
+    when it is one: not for -m or --no_python) are there (exit codes above)."""
     py = shlex.quote(python)
     found = f"[ -x {py} ]" if "/" in python else f"command -v {py} >/dev/null 2>&1"
-    return (
+    text = (
         f"cd {shlex.quote(cwd)} 2>/dev/null || exit {NO_DIRECTORY}; "
         f"{found} || exit {NO_PYTHON}; "
         f"{py} -c 'import paddlike.launch' 2>/dev/null || exit {NO_PADDLIKE}"
     )
+    if script:
+        text += f"; [ -f {shlex.quote(script)} ] || exit {NO_SCRIPT}"
+    return text
 
 
-def check_failure(code: int, cwd: str, python: str) -> str | None:
+def check_failure(code: int, cwd: str, python: str, script: str | None = None) -> str | None:
     """The preflight's exit code as the sentence a user acts on (None: it passed)."""
     return {
         0: None,
@@ -93,4 +97,5 @@ def check_failure(code: int, cwd: str, python: str) -> str | None:
         NO_PYTHON: f"no Python at {python} there (give --remote_python PATH)",
         NO_PADDLIKE: f"{python} there cannot import paddlike (install it there, or give "
         "--remote_python)",
+        NO_SCRIPT: f"the training script {script} is not there (in {cwd})",
     }.get(code, f"the check of the directory and Python exited with {code}")

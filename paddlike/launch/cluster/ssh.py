@@ -82,7 +82,13 @@ def ssh_failure(host: str, stderr: str) -> str:
 
 
 def preflight(
-    base: Sequence[str], hosts: Sequence[str], check: str, cwd: str, python: str, timeout: float
+    base: Sequence[str],
+    hosts: Sequence[str],
+    check: str,
+    cwd: str,
+    python: str,
+    timeout: float,
+    script: str | None = None,
 ) -> list[str]:
     """Connect to every host at once (opening the master connections) and run the check;
     the problems, one line each in host order (empty: every host is ready)."""
@@ -109,7 +115,7 @@ def preflight(
             if proc.returncode == SSH_FAILED:
                 problems.append(ssh_failure(host, text))
                 continue
-            failure = check_failure(proc.returncode, cwd, python)
+            failure = check_failure(proc.returncode, cwd, python, script)
             if failure:
                 problems.append(f"host {host}: {failure}")
     finally:  # also on Ctrl-C: no check left running

@@ -160,13 +160,15 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
         if options.dry_run:
             _print_dry_run(job, launcher, base)
             return 0
+        script = None if options.module or options.no_python else options.training_script
         problems = ssh.preflight(
             base,
             job.hosts,
-            remote.check_command(job.cwd, job.python),
+            remote.check_command(job.cwd, job.python, script),
             job.cwd,
             job.python,
             PREFLIGHT_TIMEOUT,
+            script,
         )
         if problems:
             for line in problems:

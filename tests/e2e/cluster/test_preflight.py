@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.cluster.common import site
+from tests.e2e.cluster.common import REPO, site
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,7 +55,7 @@ def test_a_host_whose_key_is_not_known_is_one_line_and_nothing_starts(tmp_path) 
         assert s.leftovers() == {}
 
 
-def test_a_missing_remote_python_is_named_before_anything_starts(tmp_path) -> None:
+def test_a_missing_remote_python_or_script_is_named_before_anything_starts(tmp_path) -> None:
     with site(tmp_path, hosts=2) as s:
         hostfile = s.hostfile("h0\nh1\n")
         done = s.run(s.argv(hostfile, "--remote_python", "/nonexistent/python3"))
@@ -65,4 +65,12 @@ def test_a_missing_remote_python_is_named_before_anything_starts(tmp_path) -> No
             "there (give --remote_python PATH); nothing was started"
             for h in ("h0", "h1")
         ]
+        argv = s.argv(hostfile)
+        argv[-1] = str(s.tmp / "missing.py")
+        done = s.run(argv)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert _error_lines(done.stderr)[0] == (
+            f"paddlike.launch: error: --hostfile: host h0: the training script {argv[-1]} is "
+            f"not there (in {REPO}); nothing was started"
+        )
         assert s.leftovers() == {}

@@ -46,3 +46,6 @@ def test_the_preflight_checks_directory_python_and_paddlike_by_exit_code() -> No
     assert check_failure(201, "/d", "/p").startswith("the working directory /d does not exist")
     assert check_failure(202, "/d", "/p") == "no Python at /p there (give --remote_python PATH)"
     assert "cannot import paddlike" in check_failure(203, "/d", "/p")
+    with_script = check_command("/d", "/p/python", "my train.py")
+    assert with_script.endswith("; [ -f 'my train.py' ] || exit 204")
+    assert check_failure(204, "/d", "/p", "t.py") == "the training script t.py is not there (in /d)"
