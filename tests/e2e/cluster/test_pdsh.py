@@ -4,6 +4,7 @@ as ``[host] line`` and the exit code is the job's."""
 from __future__ import annotations
 
 import shutil
+import signal
 
 import pytest
 
@@ -36,4 +37,20 @@ def test_pdsh_starts_every_host_and_passes_the_jobs_exit_code(tmp_path) -> None:
         )
         done = s.run(argv)
         assert done.returncode == 9, done.stdout + done.stderr
+        assert s.leftovers() == {}
+
+
+def test_ctrl_c_ends_a_pdsh_job_on_every_host_and_leaves_nothing(tmp_path) -> None:
+    with site(tmp_path, hosts=2) as s:
+        hostfile = s.hostfile("h0 slots=1\nh1 slots=1\n")
+        proc = s.start(s.argv(hostfile, "--launcher", "pdsh", script_args=["--sleep", "120"]))
+        assert proc.stdout is not None
+        started = 0
+        for line in proc.stdout:
+            started += b"] RANK " in line
+            if started == 2:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err.decode()
         assert s.leftovers() == {}
