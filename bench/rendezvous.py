@@ -1,12 +1,17 @@
 """Many-node rendezvous time and cross-node teardown latency, on network-namespace nodes.
 
     python bench/rendezvous.py [--runs 3] [--nodes 2,4,8,16]
-    python bench/rendezvous.py --simulated 64,256,1024 [--backends store,etcd]
+    python bench/rendezvous.py --simulated 1024,4096 [--backends store,etcd] [--no_baseline]
 
---simulated: N `Rendezvous` participants as threads of this process (no launchers, no
-workers) against node 0's store (a child process on loopback) and a loopback etcd (when
-the binary exists): time from a common start until every node has the verdict, and the
-key+value bytes and store calls all nodes made, with their growth from one size to the next.
+--simulated: N `Rendezvous` participants (no launchers, no workers) against node 0's
+store (a child process on loopback) and a loopback etcd (when the binary exists): time
+from a common start until every node has the verdict, and the key+value bytes and store
+calls per node, with their growth from one size to the next. The participants are
+threads of driver processes, 256 nodes each, each node with a connection of its own:
+thousands of threads in one interpreter would measure that interpreter's lock, which
+N launchers on N machines do not share. Each size runs the previous protocol in the
+same run as the baseline (`PreviousRendezvous`; on node 0's store also the previous
+store table, `NotifyAllTable`; on etcd the previous client, `PreviousEtcdStore`).
 
 Needs root and `ip netns` (skips with the reason otherwise). Each node is a namespace
 on a private bridge (tests/support/netns.py); one worker per node. Rows (median of --runs):
@@ -37,14 +42,19 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from paddlike.distributed.store import StoreClient  # noqa: E402
+from paddlike.distributed.store import StoreClient, StoreError  # noqa: E402
+from paddlike.distributed.store.commands import Table  # noqa: E402
+from paddlike.launch.peers import protocol  # noqa: E402
+from paddlike.launch.peers.errors import FingerprintMismatch  # noqa: E402
 from paddlike.launch.peers.etcd import EtcdStore  # noqa: E402
 from paddlike.launch.peers.rendezvous import Rendezvous  # noqa: E402
-from paddlike.launch.plan.world import NodeEntry  # noqa: E402
+from paddlike.launch.plan.agreement import claim_message, job_id_in_force  # noqa: E402
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult  # noqa: E402
 from tests.support.netns import Cluster, netns_cluster, netns_unavailable_reason  # noqa: E402
 
 PY = sys.executable
@@ -153,7 +163,7 @@ def _ok(value: float, target: float) -> str:
     return "ok" if value <= target else "SLOW"
 
 
-# --- simulated nodes: N `Rendezvous` participants in this process ------------------------
+# --- simulated nodes: N `Rendezvous` participants, threads of a few processes ------------
 
 SIM_FINGERPRINT = {  # about the size of a launcher's real fingerprint
     "nnodes": "",
@@ -165,6 +175,7 @@ SIM_FINGERPRINT = {  # about the size of a launcher's real fingerprint
     "job_id": "",
     "paddlike": "0.1.0",
 }
+_SIM = {"nodes_per_process": 256}  # simulated nodes per driver process (--nodes_per_process)
 
 
 class CountingKV:
@@ -174,8 +185,10 @@ class CountingKV:
     def __init__(self, kv) -> None:  # type: ignore[no-untyped-def]
         self.kv, self.address = kv, kv.address
         self.sent = self.received = self.calls = 0
-        if hasattr(kv, "missing"):  # node 0's store looks up many keys in one call; etcd not
+        if hasattr(kv, "missing"):  # node 0's store looks up many keys in one call; etcd too
             self.missing = self._missing
+        if hasattr(kv, "get_many"):
+            self.get_many = self._get_many
 
     def _missing(self, keys: list[str]) -> list[str]:
         lacking = self.kv.missing(keys)
@@ -183,6 +196,13 @@ class CountingKV:
         self.sent += sum(len(k) for k in keys)
         self.received += sum(len(k) for k in lacking)
         return lacking
+
+    def _get_many(self, keys: list[str], timeout: float | None = None) -> list[bytes]:
+        values = self.kv.get_many(keys, timeout=timeout)
+        self.calls += 1
+        self.sent += sum(len(k) for k in keys)
+        self.received += sum(len(v) for v in values)
+        return values
 
     def _count(self, key: str, value: bytes | str | None = None, reply: bytes | None = None):  # type: ignore[no-untyped-def]
         self.calls += 1
@@ -214,6 +234,65 @@ class CountingKV:
         self.kv.close()
 
 
+class PreviousRendezvous(Rendezvous):
+    """The previous protocol, kept here as the same-run baseline: the last arrival reads
+    the N entries with one `get` each (N store calls in a row) before writing the world."""
+
+    def _join(self, entry: NodeEntry, round_: int) -> RendezvousResult:
+        started = self.clock()
+        deadline = started + self.timeout
+        mine = protocol.encode_entry(entry)
+        complete = protocol.complete_key(round_)
+        try:
+            stored = self.kv.compare_set(protocol.node_key(round_, entry.index), None, mine)
+            if stored != mine:
+                raise FingerprintMismatch(claim_message(protocol.decode_entry(stored), entry))
+            if self.kv.add(protocol.count_key(round_), 1) == self.nnodes:
+                left = max(1.0, deadline - self.clock())
+                everyone = [
+                    protocol.decode_entry(self.kv.get(protocol.node_key(round_, i), timeout=left))
+                    for i in range(self.nnodes)
+                ]
+                self.kv.set(protocol.world_key(round_), protocol.encode_world(everyone))
+                self.kv.compare_set(complete, None, protocol.COMPLETE_OK)
+            protocol.check_verdict(self._wait_complete(round_, started, deadline))
+            left = max(1.0, deadline - self.clock())
+            entries = protocol.decode_world(self.kv.get(protocol.world_key(round_), timeout=left))
+        except StoreError as exc:
+            raise self._store_failed(exc, round_, deadline) from exc
+        return RendezvousResult(
+            round_, entries, job_id_in_force(entries), self.clock() - started, entry.index
+        )
+
+
+class NotifyAllTable(Table):
+    """The previous store table, kept here as the same-run baseline: one condition that
+    every write notifies, so every waiter wakes on every write (O(N²) wake-ups a round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = threading.Condition(self.lock)
+
+    def put(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+        self.changed.notify_all()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.changed.notify_all()
+
+    def wait_for(self, keys, deadline: float, alive) -> bool:  # type: ignore[no-untyped-def]
+        with self.changed:
+            while not all(k in self.data for k in keys):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    return False
+                if not self.changed.wait(min(left, 1.0)) and not alive():
+                    return False
+            return True
+
+
 def _sim_entry(i: int, n: int) -> NodeEntry:
     host = f"198.18.{i // 250}.{i % 250 + 1}"
     return NodeEntry(
@@ -221,18 +300,26 @@ def _sim_entry(i: int, n: int) -> NodeEntry:
     )
 
 
-def simulate(n: int, connect, timeout: float) -> tuple[float, int, int, str]:  # type: ignore[no-untyped-def]
-    """N launchers' rendezvous as threads of this process, against one store reached with
-    `connect()`: (seconds from the common start to the last node's verdict, bytes moved,
-    store calls, "" or the first error)."""
-    kvs = [CountingKV(connect()) for _ in range(n)]
+def _connect(spec: dict):  # type: ignore[no-untyped-def]
+    if spec["backend"] == "store":
+        return StoreClient(*spec["address"], timeout=spec["timeout"])
+    return EtcdStore([tuple(spec["address"])], job_id=spec["job_id"], timeout=spec["timeout"])
+
+
+def sim_driver(spec: dict) -> dict:
+    """One driver process: its share of the N nodes as threads, each with its own store
+    connection, started together when the parent writes "go"; what they moved and when
+    the last had its verdict (CLOCK_MONOTONIC, which every process of the machine shares)."""
+    n, timeout = spec["n"], spec["timeout"]
+    kind = PreviousRendezvous if spec["previous"] else Rendezvous
     hosts = [_sim_entry(i, n).host for i in range(n)]
-    go = threading.Barrier(n + 1)
+    kvs = {i: CountingKV(_connect(spec)) for i in spec["nodes"]}
+    go = threading.Event()
     errors: list[str] = []
     done: list[float] = []
 
     def node(i: int) -> None:
-        rdzv = Rendezvous(kvs[i], i, n, hosts, timeout)
+        rdzv = kind(kvs[i], i, n, hosts, timeout)
         go.wait()
         try:
             result = rdzv.join(_sim_entry(i, n))
@@ -242,29 +329,83 @@ def simulate(n: int, connect, timeout: float) -> tuple[float, int, int, str]:  #
             errors.append(f"node {i}: {type(exc).__name__}: {exc}"[:200])
         done.append(time.monotonic())
 
-    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in range(n)]
+    threads = [threading.Thread(target=node, args=(i,), daemon=True) for i in kvs]
     for t in threads:
         t.start()
-    go.wait()
-    started = time.monotonic()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    go.set()
     for t in threads:
         t.join(timeout + 30)
-    for kv in kvs:
+    for kv in kvs.values():
         with contextlib.suppress(Exception):
             kv.close()
-    elapsed = (max(done) if len(done) == n else time.monotonic()) - started
-    moved = sum(kv.sent + kv.received for kv in kvs)
-    return elapsed, moved, sum(kv.calls for kv in kvs), errors[0] if errors else ""
+    return {
+        "last": max(done) if len(done) == len(kvs) else None,
+        "bytes": sum(kv.sent + kv.received for kv in kvs.values()),
+        "calls": sum(kv.calls for kv in kvs.values()),
+        "error": errors[0] if errors else "",
+    }
+
+
+class SimResult(NamedTuple):
+    elapsed: float  # from the common start to the last node's verdict (or the give-up)
+    moved: int  # key and value bytes, both ways, all nodes
+    calls: int
+    error: str
+
+
+def simulate(n: int, spec: dict, previous: bool) -> SimResult:
+    """N nodes' rendezvous against one store, as threads of ceil(N / NODES_PER_PROCESS)
+    driver processes started beforehand and released together."""
+    share = -(-n // _SIM["nodes_per_process"])
+    drivers = []
+    try:
+        for k in range(share):
+            nodes = list(range(k, n, share))
+            argv = [PY, __file__, "--_sim_driver"]
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env(), text=True
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps({**spec, "n": n, "nodes": nodes, "previous": previous}))
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            drivers.append(proc)
+        for proc in drivers:
+            if proc.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+                raise SystemExit("a simulation driver did not start")
+        started = time.monotonic()
+        for proc in drivers:
+            proc.stdin.write("go\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        reports = [json.loads(proc.stdout.readline()) for proc in drivers]  # type: ignore[union-attr]
+    finally:
+        for proc in drivers:
+            _stop(proc)
+    lasts = [r["last"] for r in reports]
+    elapsed = (max(lasts) if None not in lasts else time.monotonic()) - started
+    error = next((r["error"] for r in reports if r["error"]), "")
+    return SimResult(
+        elapsed, sum(r["bytes"] for r in reports), sum(r["calls"] for r in reports), error
+    )
+
+
+def _etcd_port() -> int:
+    """A port with its neighbour free (etcd's peer port), below the ephemeral range."""
+    from tests.support.fixed_ports import fixed_ports
+
+    return fixed_ports(2)
 
 
 @contextlib.contextmanager
 def _loopback_etcd() -> Iterator[tuple[str, int]]:
     """An etcd on loopback for the simulation, killed at the end whatever happens."""
-    from tests.launch.peers.test_etcd import _etcd_argv, _free_port
+    from tests.launch.peers.test_etcd import _etcd_argv
 
     with tempfile.TemporaryDirectory(prefix="bench-etcd-") as tmp:
-        port = _free_port()
-        argv = _etcd_argv(Path(tmp) / "etcd", "127.0.0.1", port, _free_port())
+        port = _etcd_port()
+        argv = _etcd_argv(Path(tmp) / "etcd", "127.0.0.1", port, port + 1)
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 20
@@ -284,19 +425,17 @@ def _loopback_etcd() -> Iterator[tuple[str, int]]:
             _stop(proc)
 
 
-def _growth(rows: list[tuple[int, float, int]], i: int) -> str:
-    if i == 0:
-        return "-"
-    (n0, t0, b0), (n1, t1, b1) = rows[i - 1], rows[i]
-    k = n1 / n0
-    return f"x{t1 / t0:.1f} time, x{b1 / b0:.1f} bytes for x{k:g} nodes"
-
-
 # node 0's store in a process of its own, as on a cluster (there it runs in node 0's
-# launcher, not in the process of the other nodes' launchers)
+# launcher, not in the process of the other nodes' launchers); argv[1] "previous": with
+# the previous table
 STORE_PROCESS = """
 import sys
 from paddlike.distributed.store import StoreServer
+if sys.argv[1] == "previous":
+    import paddlike.distributed.store.server as server
+    sys.path.insert(0, "bench")
+    from rendezvous import NotifyAllTable
+    server.Table = NotifyAllTable
 server = StoreServer("127.0.0.1", 0).start()
 print(server.address[1], flush=True)
 sys.stdin.read()  # until the benchmark closes our stdin (or dies)
@@ -304,10 +443,12 @@ sys.stdin.read()  # until the benchmark closes our stdin (or dies)
 
 
 @contextlib.contextmanager
-def _store_process() -> Iterator[tuple[str, int]]:
+def _store_process(previous: bool) -> Iterator[tuple[str, int]]:
     """Node 0's store on loopback in a child process, killed at the end whatever happens."""
-    argv = [PY, "-c", STORE_PROCESS]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env())
+    argv = [PY, "-c", STORE_PROCESS, "previous" if previous else "new"]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env(), cwd=ROOT
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -324,36 +465,58 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-def _backend(backend: str, n: int, stack: contextlib.ExitStack, timeout: float):  # type: ignore[no-untyped-def]
-    """A connect() for one size: a fresh store, or a fresh key prefix on the one etcd."""
-    if backend == "store":
-        address = stack.enter_context(_store_process())
-        return lambda: StoreClient(*address, timeout=timeout)
-    endpoint = stack.enter_context(_loopback_etcd())
-    return lambda: EtcdStore([endpoint], job_id=f"sim{n}", timeout=timeout)
+def _run(backend: str, n: int, timeout: float, previous: bool) -> SimResult:
+    """One size, one protocol: a fresh store (or etcd) for it."""
+    with contextlib.ExitStack() as stack:
+        if backend == "store":
+            address = stack.enter_context(_store_process(previous))
+        else:
+            address = stack.enter_context(_loopback_etcd())
+        spec = {"backend": backend, "address": address, "timeout": timeout, "job_id": f"sim{n}"}
+        return simulate(n, spec, previous)
 
 
-def simulated_main(sizes: list[int], backends: list[str], timeout: float) -> None:
-    """The table of simulated-node rendezvous per backend and N."""
-    print(f"simulated nodes: threads of one process, {os.cpu_count()} cores, loopback; node 0's")
-    print("store in a process of its own (as in node 0's launcher), etcd as a local server;")
-    print("bytes = keys and values moved between the nodes and the store (both ways)\n")
-    print(f"{'backend':<8} {'nodes':>6} {'time':>9} {'bytes':>13} {'calls':>10}  growth / note")
+def _cell(r: SimResult, n: int) -> str:
+    if r.error:
+        return f"{r.elapsed:.2f} s, failed: {r.error[:90]}"
+    return f"{r.elapsed:.3f} s, {r.moved / n:,.0f} B/node, {r.calls / n:.1f} calls/node"
+
+
+def simulated_main(sizes: list[int], backends: list[str], timeout: float, baseline: bool) -> None:
+    """The table of simulated-node rendezvous per backend and N, the previous protocol
+    (and, for node 0's store, the previous store table) in the same run."""
+    cores, each = os.cpu_count(), _SIM["nodes_per_process"]
+    print(f"simulated nodes: threads of driver processes ({each} nodes each, each")
+    print(f"with its own connection), released together; loopback, {cores} cores; node 0's")
+    print("store in a process of its own (as in node 0's launcher), etcd a local server;")
+    print("bytes = keys and values moved between the nodes and the store (both ways); time =")
+    print("from the common start to the last node's verdict\n")
+    head = f"{'backend':<8} {'nodes':>6} {'time':>8} {'bytes/node':>11} {'calls/node':>10}"
+    print(f"{head}  growth (x nodes: time, bytes/node) | previous protocol, same run (ratio)")
     for backend in backends:
         if backend == "etcd" and shutil.which("etcd") is None:
             print(f"{backend:<8} skipped: no etcd binary")
             continue
-        rows: list[tuple[int, float, int]] = []
+        rows: list[tuple[int, SimResult]] = []
         for n in sizes:
-            with contextlib.ExitStack() as stack:
-                elapsed, moved, calls, error = simulate(
-                    n, _backend(backend, n, stack, timeout), timeout
+            r = _run(backend, n, timeout, previous=False)
+            rows.append((n, r))
+            growth = "-"
+            if len(rows) > 1:
+                n0, r0 = rows[-2]
+                growth = (
+                    f"x{n / n0:g}: x{r.elapsed / r0.elapsed:.1f}, "
+                    f"x{(r.moved / n) / (r0.moved / n0):.1f}"
                 )
-            rows.append((n, elapsed, moved))
-            note = error or _growth(rows, len(rows) - 1)
-            goal = "  (goal <= 2 s)" if backend == "store" and n == 1024 else ""
-            print(f"{backend:<8} {n:>6} {elapsed:>8.3f}s {moved:>13,} {calls:>10,}  {note}{goal}")
-            sys.stdout.flush()
+            line = (
+                f"{backend:<8} {n:>6} {r.elapsed:>7.3f}s {r.moved / n:>11,.0f} "
+                f"{r.calls / n:>10.1f}  {r.error[:100] or growth}"
+            )
+            print(line, flush=True)
+            if baseline:
+                old = _run(backend, n, timeout, previous=True)
+                ratio = f" (x{old.elapsed / r.elapsed:.1f} the time)" if not old.error else ""
+                print(f"{'':<8} {'':>6} previous: {_cell(old, n)}{ratio}", flush=True)
 
 
 def main() -> None:
@@ -363,14 +526,25 @@ def main() -> None:
     parser.add_argument(
         "--simulated",
         metavar="N,N,...",
-        help="instead: N simulated nodes (threads of this process) per size, e.g. 64,256,1024",
+        help="instead: N simulated nodes (threads of driver processes) per size, e.g. 1024,4096",
     )
     parser.add_argument("--backends", default="store,etcd", help="for --simulated")
     parser.add_argument("--sim_timeout", type=float, default=60.0, help="for --simulated")
+    parser.add_argument(
+        "--no_baseline", action="store_true", help="for --simulated: not the previous protocol"
+    )
+    parser.add_argument(
+        "--nodes_per_process", type=int, default=_SIM["nodes_per_process"], help="for --simulated"
+    )
+    parser.add_argument("--_sim_driver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args._sim_driver:  # one driver process of --simulated: its spec on stdin
+        print(json.dumps(sim_driver(json.loads(sys.stdin.readline()))), flush=True)
+        return
     if args.simulated:
+        _SIM["nodes_per_process"] = args.nodes_per_process
         sizes = [int(n) for n in args.simulated.split(",")]
-        simulated_main(sizes, args.backends.split(","), args.sim_timeout)
+        simulated_main(sizes, args.backends.split(","), args.sim_timeout, not args.no_baseline)
         return
     reason = netns_unavailable_reason()
     if reason:

@@ -20,6 +20,7 @@ from .commands import (
     CompareSet,
     Delete,
     Get,
+    GetMany,
     Lookup,
     Ping,
     Reply,
@@ -205,6 +206,12 @@ class StoreClient:
         """Return once every key exists; StoreTimeoutError names the missing ones."""
         command = Wait(keys, self.timeout if timeout is None else timeout)
         command.result(self._call(command))
+
+    def get_many(self, keys: Sequence[str], timeout: float | None = None) -> list[bytes]:
+        """Every key's value in one call, waiting up to `timeout` (default: the client's)
+        until all exist; StoreTimeoutError names the missing ones."""
+        command = GetMany(keys, self.timeout if timeout is None else timeout)
+        return command.result(self._call(command))
 
     def missing(self, keys: Sequence[str]) -> list[str]:
         """Which of `keys` the store lacks right now, in one call instead of one per key.

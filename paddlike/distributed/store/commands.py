@@ -32,25 +32,62 @@ Alive = Callable[[], bool]  # whether the client that sent the request is still 
 
 
 class Table:
-    """Keys to values, with one condition variable that every change notifies."""
+    """Keys to values. A waiter is woken only by a change to the key it waits for, not by
+    every write: with thousands of launchers waiting on one store, waking each waiter on
+    each write cost O(N) wake-ups a write, O(N²) a rendezvous."""
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
-        self.changed = threading.Condition()
+        self.lock = threading.Lock()
         self.closed = False
+        self._waiters: dict[str, set[threading.Event]] = {}
+
+    def put(self, key: str, value: bytes) -> None:
+        """Store `value` and wake the key's waiters (the caller holds `lock`)."""
+        self.data[key] = value
+        for event in self._waiters.pop(key, ()):
+            event.set()
+
+    def close(self) -> None:
+        """Wake every waiter: each answers TIMEOUT at once."""
+        with self.lock:
+            self.closed = True
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
+            self._waiters.clear()
 
     def wait_for(self, keys: Sequence[str], deadline: float, alive: Alive) -> bool:
         """True once every key exists; False at the deadline, when the server closes, or when
         the waiting client went away (checked each second, so abandoned waits free their thread).
-        """
-        with self.changed:
-            while not all(k in self.data for k in keys):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.closed:
+        Waits for one missing key at a time, so a write wakes only its own key's waiters."""
+        first = 0  # the keys before it were there; all are checked again before True
+        while True:
+            with self.lock:
+                if self.closed:
                     return False
-                if not self.changed.wait(min(left, 1.0)) and not alive():
+                while first < len(keys) and keys[first] in self.data:
+                    first += 1
+                if first == len(keys):
+                    if all(k in self.data for k in keys):
+                        return True
+                    first = 0  # one was deleted meanwhile: look again from the start
+                    continue
+                event = threading.Event()
+                self._waiters.setdefault(keys[first], set()).add(event)
+            while not event.wait(max(0.0, min(deadline - time.monotonic(), 1.0))):
+                if time.monotonic() >= deadline or not alive():
+                    self._forget(keys[first], event)
                     return False
-            return True
+
+    def _forget(self, key: str, event: threading.Event) -> None:
+        """A waiter that gives up takes itself off its key's set."""
+        with self.lock:
+            events = self._waiters.get(key)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiters[key]
 
 
 class Reply:
@@ -113,9 +150,8 @@ class Set(Command):
         return cls(r.key(), r.bytes_())
 
     def apply(self, table: Table, alive: Alive) -> bytes:
-        with table.changed:
-            table.data[self.key] = self.value
-            table.changed.notify_all()
+        with table.lock:
+            table.put(self.key, self.value)
         return status(OK)
 
     def result(self, reply: Reply) -> None:
@@ -146,7 +182,7 @@ class Get(Command):
     def apply(self, table: Table, alive: Alive) -> bytes:
         if not table.wait_for([self.key], time.monotonic() + self.timeout, alive):
             return status(TIMEOUT)
-        with table.changed:
+        with table.lock:
             value = table.data.get(self.key)
         if value is None:  # deleted between the wake-up and now
             return status(TIMEOUT)
@@ -188,7 +224,7 @@ class TryGet(_OneKey):
     verb = "get"
 
     def look_up(self, table: Table) -> bytes | None:
-        with table.changed:
+        with table.lock:
             return table.data.get(self.key)
 
     def apply(self, table: Table, alive: Alive) -> bytes:
@@ -220,7 +256,7 @@ class Add(Command):
         return cls(r.key(), r.i64())
 
     def apply(self, table: Table, alive: Alive) -> bytes:
-        with table.changed:
+        with table.lock:
             old = table.data.get(self.key, b"0")
             try:
                 now = int(old) + self.amount
@@ -228,8 +264,7 @@ class Add(Command):
                 return error_reply("value is not an integer counter")
             if not -(2**63) <= now < 2**63:
                 return error_reply("counter overflow")
-            table.data[self.key] = str(now).encode()
-            table.changed.notify_all()
+            table.put(self.key, str(now).encode())
         return status(OK) + I64.pack(now)
 
     def result(self, reply: Reply) -> int:
@@ -267,11 +302,10 @@ class CompareSet(Command):
 
     def swap(self, table: Table) -> bytes | None:
         """The effect, also run by the hosting process itself: the value now stored."""
-        with table.changed:
+        with table.lock:
             current = table.data.get(self.key)
             if current == self.expected:
-                table.data[self.key] = self.desired
-                table.changed.notify_all()
+                table.put(self.key, self.desired)
                 current = self.desired
             return current
 
@@ -290,9 +324,8 @@ class Delete(_OneKey):
     verb = "delete"
 
     def apply(self, table: Table, alive: Alive) -> bytes:
-        with table.changed:
+        with table.lock:  # no waiter to wake: waits are for keys to appear
             existed = table.data.pop(self.key, None) is not None
-            table.changed.notify_all()
         return status(OK) + U8.pack(int(existed))
 
     def result(self, reply: Reply) -> bool:
@@ -329,7 +362,7 @@ class Wait(Command):
     def apply(self, table: Table, alive: Alive) -> bytes:
         if table.wait_for(self.keys, time.monotonic() + self.timeout, alive):
             return status(OK)
-        with table.changed:
+        with table.lock:
             missing = [k for k in self.keys if k not in table.data]
         return status(TIMEOUT) + field(",".join(missing).encode())
 
@@ -365,6 +398,55 @@ class Lookup(Command):
         return listed.split(",") if listed else []
 
 
+class GetMany(Command):
+    """Wait up to `timeout` s until every key exists, then answer every value at once: a
+    rendezvous's last arrival reads N nodes' entries in one call rather than N.
+    request: u32 timeout_ms, u32 count, `count` keys.
+    reply: OK, u32 count, `count` values in the keys' order | TIMEOUT, the keys still
+    missing joined by "," (as `Wait`)."""
+
+    opcode = 9
+
+    def __init__(self, keys: Sequence[str], timeout: float) -> None:
+        self.keys, self.timeout = list(keys), timeout
+        self.wait = timeout
+
+    @property
+    def what(self) -> str:
+        return f"get of {len(self.keys)} keys"
+
+    def request(self) -> bytes:
+        head = U8.pack(self.opcode) + U32.pack(_ms(self.timeout)) + U32.pack(len(self.keys))
+        return head + b"".join(_key(k) for k in self.keys)
+
+    @classmethod
+    def parse(cls, r: Reader) -> GetMany:
+        ms, count = r.u32(), r.u32()
+        if count > MAX_FRAME // 4:
+            raise ProtocolError(f"{count} keys cannot fit in one frame")
+        return cls([r.key() for _ in range(count)], ms / 1000.0)
+
+    def apply(self, table: Table, alive: Alive) -> bytes:
+        if table.wait_for(self.keys, time.monotonic() + self.timeout, alive):
+            with table.lock:
+                values = [table.data.get(k) for k in self.keys]
+            found = [v for v in values if v is not None]
+            if len(found) == len(values):  # else one was deleted since the wait: TIMEOUT
+                return status(OK) + U32.pack(len(found)) + b"".join(field(v) for v in found)
+        with table.lock:
+            missing = [k for k in self.keys if k not in table.data]
+        return status(TIMEOUT) + field(",".join(missing).encode())
+
+    def result(self, reply: Reply) -> list[bytes]:
+        if reply.status == TIMEOUT:
+            missing = reply.fields.bytes_().decode()
+            raise StoreTimeoutError(
+                f"keys {missing} did not appear in the store at {reply.address} "
+                f"within {self.timeout:g} s"
+            )
+        return [reply.fields.bytes_() for _ in range(reply.fields.u32())]
+
+
 class Ping(Command):
     """request: nothing. reply: OK."""
 
@@ -389,7 +471,7 @@ class Ping(Command):
 
 
 _BY_OPCODE: dict[int, type[Command]] = {
-    c.opcode: c for c in (Set, Get, TryGet, Add, CompareSet, Delete, Wait, Ping)
+    c.opcode: c for c in (Set, Get, TryGet, Add, CompareSet, Delete, Wait, Ping, GetMany)
 }
 
 

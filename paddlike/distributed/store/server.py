@@ -156,9 +156,7 @@ class StoreServer:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
-        with self._table.changed:
-            self._table.closed = True
-            self._table.changed.notify_all()
+        self._table.close()
         deadline = time.monotonic() + grace
         with self._idle:
             while self._busy and (left := deadline - time.monotonic()) > 0:

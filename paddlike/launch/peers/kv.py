@@ -45,6 +45,17 @@ def wait_keys(kv: KV, keys: Sequence[str], timeout: float) -> None:
         kv.get(k, timeout=max(0.001, deadline - time.monotonic()))
 
 
+def get_all(kv: KV, keys: Sequence[str], timeout: float) -> list[bytes]:
+    """Every key's value, in order, waiting up to `timeout` (once for all keys) for those
+    not there yet: one `get_many` call where the backend has it (node 0's store, etcd: a
+    rendezvous's last arrival reads N entries in one call), else one waiting `get` per key."""
+    get_many = getattr(kv, "get_many", None)
+    if get_many is not None:
+        return get_many(list(keys), timeout=timeout)
+    deadline = time.monotonic() + timeout
+    return [kv.get(k, timeout=max(0.001, deadline - time.monotonic())) for k in keys]
+
+
 def connect_with_progress(
     master: tuple[str, int],
     token: bytes | None,

@@ -39,7 +39,7 @@ from paddlike.launch.peers.errors import (
     RendezvousFull,
     RendezvousTimeout,
 )
-from paddlike.launch.peers.kv import KV, wait_keys
+from paddlike.launch.peers.kv import KV, get_all, wait_keys
 from paddlike.launch.plan.agreement import (
     assign_ranks,
     check_fingerprints,
@@ -134,10 +134,8 @@ class Rendezvous:
                 raise FingerprintMismatch(message)
             if self.kv.add(p.count_key(round_), 1) == self.nnodes:
                 left = max(1.0, deadline - self.clock())
-                everyone = [
-                    p.decode_entry(self.kv.get(p.node_key(round_, i), timeout=left))
-                    for i in range(self.nnodes)
-                ]
+                keys = [p.node_key(round_, i) for i in range(self.nnodes)]
+                everyone = [p.decode_entry(raw) for raw in get_all(self.kv, keys, left)]
                 self.kv.set(p.world_key(round_), p.encode_world(everyone))
                 self.kv.compare_set(complete, None, p.COMPLETE_OK)
             p.check_verdict(self._wait_complete(round_, started, deadline))
@@ -163,10 +161,9 @@ class Rendezvous:
         try:
             self.kv.set(p.ticket_key(round_, ticket), p.encode_entry(entry))
             if self.kv.add(p.count_key(round_), 1) == self.nnodes:
-                arrivals = [
-                    (t, p.decode_entry(self.kv.get(p.ticket_key(round_, t), timeout=5.0)))
-                    for t in range(1, self.nnodes + 1)
-                ]
+                tickets = range(1, self.nnodes + 1)
+                raws = get_all(self.kv, [p.ticket_key(round_, t) for t in tickets], 5.0)
+                arrivals = [(t, p.decode_entry(raw)) for t, raw in zip(tickets, raws, strict=True)]
                 order = assign_ranks(arrivals, self.nnodes)
                 if isinstance(order, str):
                     self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + order.encode())

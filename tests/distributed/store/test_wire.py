@@ -116,6 +116,20 @@ CASES: list[Case] = [
     ),
     ("ping", lambda c: c.ping(), b"\x08", b"\x00", None),
     (
+        "get_many",
+        lambda c: c.get_many(["k", "n"], timeout=2),
+        b"\x09" + _u32(2000) + _u32(2) + _f(b"k") + _f(b"n"),
+        b"\x00" + _u32(2) + _f(b"v") + _f(b"-2"),
+        [b"v", b"-2"],
+    ),
+    (
+        "get_many none",
+        lambda c: c.get_many([], timeout=0),
+        b"\x09" + _u32(0) + _u32(0),
+        b"\x00" + _u32(0),
+        [],
+    ),
+    (
         "get times out",
         lambda c: c.get("absent", timeout=0.05),
         b"\x02" + _f(b"absent") + _u32(50),
@@ -128,6 +142,13 @@ CASES: list[Case] = [
         b"\x07" + _u32(50) + _u32(2) + _f(b"k") + _f(b"absent"),
         b"\x01" + _f(b"absent"),
         Raises(StoreTimeoutError, r"keys absent did not appear .* within 0.05 s"),
+    ),
+    (
+        "get_many times out",
+        lambda c: c.get_many(["k", "absent", "gone"], timeout=0.05),
+        b"\x09" + _u32(50) + _u32(3) + _f(b"k") + _f(b"absent") + _f(b"gone"),
+        b"\x01" + _f(b"absent,gone"),
+        Raises(StoreTimeoutError, r"keys absent,gone did not appear .* within 0.05 s"),
     ),
     (
         "add to text",
@@ -229,8 +250,8 @@ def test_the_server_answers_the_pinned_requests_with_the_pinned_replies(
 def test_the_server_answers_an_unknown_command_with_error_and_closes(
     raw_client: socket.socket,
 ) -> None:
-    raw_client.sendall(_f(b"\x09"))
-    assert _recv_frame(raw_client) == b"\x03" + _f(b"unknown command 9")
+    raw_client.sendall(_f(b"\x7f"))
+    assert _recv_frame(raw_client) == b"\x03" + _f(b"unknown command 127")
     assert raw_client.recv(1) == b""
 
 
