@@ -90,14 +90,14 @@ def one_run(cluster, ssh, hosts: int, work: Path, run: int) -> tuple[float, floa
                 str(stamps),
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             cwd=ROOT,
         )
         for i, node in enumerate(nodes)
     ]
-    codes = [p.wait(timeout=120) for p in procs]
-    if any(codes):
-        raise RuntimeError(f"direct launchers exited with {codes}")
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"direct launchers failed: {errors[0].decode()[-2000:]}")
     direct = _last_start(stamps, hosts) - start
     # one command on the login node
     stamps = work / f"ssh{run}"
