@@ -2,14 +2,15 @@
 the server's table and its reply decoder side by side.
 
 A client builds a command from its arguments, sends `request()` and reads the answer
-with `result(reply)`; the server rebuilds the command from the request with `parse`
-and answers with `apply(table, alive)`. Each class's docstring gives its fields.
+with `result(reply)`; the server rebuilds the command from the request with `parse_request`
+and answers with `apply(table)`, which never blocks: a command that may wait for keys
+names them (`awaited`), and the server parks it until they are there or its `wait` is
+over, then applies it. Each class's docstring gives its fields.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from .wire import (
@@ -28,65 +29,45 @@ from .wire import (
     status,
 )
 
-Alive = Callable[[], bool]  # whether the client that sent the request is still connected
+Wake = Callable[[], None]  # told that a key a parked request waits for was written
 
 
 class Table:
-    """Keys to values. A waiter is woken only by a change to the key it waits for, not by
-    every write: with thousands of launchers waiting on one store, waking each waiter on
-    each write cost O(N) wake-ups a write, O(N²) a rendezvous."""
+    """Keys to values. A request that waits for keys is parked on the first one missing and
+    woken by a write to that key only, not by every write: with thousands of launchers
+    waiting on one store, waking each waiter on each write cost O(N²) wake-ups a round."""
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
         self.lock = threading.Lock()
-        self.closed = False
-        self._waiters: dict[str, set[threading.Event]] = {}
+        self._waiters: dict[str, set[Wake]] = {}
 
     def put(self, key: str, value: bytes) -> None:
-        """Store `value` and wake the key's waiters (the caller holds `lock`)."""
+        """Store `value` and wake the key's waiters (the caller holds `lock`; a `wake`
+        must not take it)."""
         self.data[key] = value
-        for event in self._waiters.pop(key, ()):
-            event.set()
+        for wake in self._waiters.pop(key, ()):
+            wake()
 
-    def close(self) -> None:
-        """Wake every waiter: each answers TIMEOUT at once."""
+    def first_missing(self, keys: Sequence[str], start: int = 0) -> int:
+        """The index of the first of `keys[start:]` not stored; len(keys) if none is
+        (the caller holds `lock`)."""
+        data = self.data
+        while start < len(keys) and keys[start] in data:
+            start += 1
+        return start
+
+    def notify(self, key: str, wake: Wake) -> None:
+        """Call `wake` once `key` is written (the caller holds `lock`)."""
+        self._waiters.setdefault(key, set()).add(wake)
+
+    def forget(self, key: str, wake: Wake) -> None:
+        """A waiter that gives up (deadline, client gone) leaves its key's set."""
         with self.lock:
-            self.closed = True
-            for events in self._waiters.values():
-                for event in events:
-                    event.set()
-            self._waiters.clear()
-
-    def wait_for(self, keys: Sequence[str], deadline: float, alive: Alive) -> bool:
-        """True once every key exists; False at the deadline, when the server closes, or when
-        the waiting client went away (checked each second, so abandoned waits free their thread).
-        Waits for one missing key at a time, so a write wakes only its own key's waiters."""
-        first = 0  # the keys before it were there; all are checked again before True
-        while True:
-            with self.lock:
-                if self.closed:
-                    return False
-                while first < len(keys) and keys[first] in self.data:
-                    first += 1
-                if first == len(keys):
-                    if all(k in self.data for k in keys):
-                        return True
-                    first = 0  # one was deleted meanwhile: look again from the start
-                    continue
-                event = threading.Event()
-                self._waiters.setdefault(keys[first], set()).add(event)
-            while not event.wait(max(0.0, min(deadline - time.monotonic(), 1.0))):
-                if time.monotonic() >= deadline or not alive():
-                    self._forget(keys[first], event)
-                    return False
-
-    def _forget(self, key: str, event: threading.Event) -> None:
-        """A waiter that gives up takes itself off its key's set."""
-        with self.lock:
-            events = self._waiters.get(key)
-            if events is not None:
-                events.discard(event)
-                if not events:
+            wakes = self._waiters.get(key)
+            if wakes is not None:
+                wakes.discard(wake)
+                if not wakes:
                     del self._waiters[key]
 
 
@@ -108,10 +89,15 @@ def _key(key: str) -> bytes:
 
 
 class Command:
-    """One request of the wire; `wait` is how long the server may hold it before answering."""
+    """One request of the wire; `wait` is how long the server may hold it before answering,
+    parked until the keys it `awaited` are all stored."""
 
     opcode: int = -1
     wait: float = 0.0
+
+    def awaited(self) -> Sequence[str]:
+        """The keys whose arrival the reply waits for (up to `wait` s)."""
+        return ()
 
     @property
     def what(self) -> str:
@@ -125,8 +111,8 @@ class Command:
     def parse(cls, r: Reader) -> Command:
         raise NotImplementedError
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
-        """Act on `table`; the response payload."""
+    def apply(self, table: Table) -> bytes:
+        """Act on `table` now; the response payload."""
         raise NotImplementedError
 
 
@@ -149,7 +135,7 @@ class Set(Command):
     def parse(cls, r: Reader) -> Set:
         return cls(r.key(), r.bytes_())
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
+    def apply(self, table: Table) -> bytes:
         with table.lock:
             table.put(self.key, self.value)
         return status(OK)
@@ -179,14 +165,13 @@ class Get(Command):
     def parse(cls, r: Reader) -> Get:
         return cls(r.key(), r.u32() / 1000.0)
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
-        if not table.wait_for([self.key], time.monotonic() + self.timeout, alive):
-            return status(TIMEOUT)
+    def awaited(self) -> Sequence[str]:
+        return (self.key,)
+
+    def apply(self, table: Table) -> bytes:
         with table.lock:
             value = table.data.get(self.key)
-        if value is None:  # deleted between the wake-up and now
-            return status(TIMEOUT)
-        return status(OK) + field(value)
+        return status(TIMEOUT) if value is None else status(OK) + field(value)
 
     def result(self, reply: Reply) -> bytes:
         if reply.status == TIMEOUT:
@@ -227,7 +212,7 @@ class TryGet(_OneKey):
         with table.lock:
             return table.data.get(self.key)
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
+    def apply(self, table: Table) -> bytes:
         value = self.look_up(table)
         return status(MISSING) if value is None else status(OK) + field(value)
 
@@ -255,7 +240,7 @@ class Add(Command):
     def parse(cls, r: Reader) -> Add:
         return cls(r.key(), r.i64())
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
+    def apply(self, table: Table) -> bytes:
         with table.lock:
             old = table.data.get(self.key, b"0")
             try:
@@ -309,7 +294,7 @@ class CompareSet(Command):
                 current = self.desired
             return current
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
+    def apply(self, table: Table) -> bytes:
         current = self.swap(table)
         return status(MISSING) if current is None else status(OK) + field(current)
 
@@ -323,7 +308,7 @@ class Delete(_OneKey):
     opcode = 6
     verb = "delete"
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
+    def apply(self, table: Table) -> bytes:
         with table.lock:  # no waiter to wake: waits are for keys to appear
             existed = table.data.pop(self.key, None) is not None
         return status(OK) + U8.pack(int(existed))
@@ -359,11 +344,14 @@ class Wait(Command):
             raise ProtocolError(f"{count} keys cannot fit in one frame")
         return cls([r.key() for _ in range(count)], ms / 1000.0)
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
-        if table.wait_for(self.keys, time.monotonic() + self.timeout, alive):
-            return status(OK)
+    def awaited(self) -> Sequence[str]:
+        return self.keys
+
+    def apply(self, table: Table) -> bytes:
         with table.lock:
             missing = [k for k in self.keys if k not in table.data]
+        if not missing:
+            return status(OK)
         return status(TIMEOUT) + field(",".join(missing).encode())
 
     def result(self, reply: Reply) -> None:
@@ -426,15 +414,16 @@ class GetMany(Command):
             raise ProtocolError(f"{count} keys cannot fit in one frame")
         return cls([r.key() for _ in range(count)], ms / 1000.0)
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
-        if table.wait_for(self.keys, time.monotonic() + self.timeout, alive):
-            with table.lock:
-                values = [table.data.get(k) for k in self.keys]
-            found = [v for v in values if v is not None]
-            if len(found) == len(values):  # else one was deleted since the wait: TIMEOUT
-                return status(OK) + U32.pack(len(found)) + b"".join(field(v) for v in found)
+    def awaited(self) -> Sequence[str]:
+        return self.keys
+
+    def apply(self, table: Table) -> bytes:
         with table.lock:
-            missing = [k for k in self.keys if k not in table.data]
+            values = [table.data.get(k) for k in self.keys]
+        found = [v for v in values if v is not None]
+        if len(found) == len(values):
+            return status(OK) + U32.pack(len(found)) + b"".join(field(v) for v in found)
+        missing = [k for k, v in zip(self.keys, values, strict=True) if v is None]
         return status(TIMEOUT) + field(",".join(missing).encode())
 
     def result(self, reply: Reply) -> list[bytes]:
@@ -463,7 +452,7 @@ class Ping(Command):
     def parse(cls, r: Reader) -> Ping:
         return cls()
 
-    def apply(self, table: Table, alive: Alive) -> bytes:
+    def apply(self, table: Table) -> bytes:
         return status(OK)
 
     def result(self, reply: Reply) -> None:
@@ -475,8 +464,8 @@ _BY_OPCODE: dict[int, type[Command]] = {
 }
 
 
-def serve(table: Table, payload: bytes, alive: Alive) -> bytes:
-    """The server's side of one request: decode it, apply it, the response payload."""
+def parse_request(payload: bytes) -> Command:
+    """The server's side of one request: the command it asks for (ProtocolError if none)."""
     r = Reader(payload)
     opcode = r.u8()
     command = _BY_OPCODE.get(opcode)
@@ -484,4 +473,4 @@ def serve(table: Table, payload: bytes, alive: Alive) -> bytes:
         raise ProtocolError(f"unknown command {opcode}")
     parsed = command.parse(r)
     r.end()
-    return parsed.apply(table, alive)
+    return parsed

@@ -1,4 +1,5 @@
-"""The store's server: one key-value table served from daemon threads of its host process.
+"""The store's server: one key-value table served from a daemon thread of its host process
+(`loop.ServeLoop`: one thread for every connection).
 
 Security, checked before a peer is served:
 - `allowed_hosts`: only peers whose address is one of the job's nodes (and loopback);
@@ -12,24 +13,23 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import os
-import select
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
 
 from paddlike import netaddr
 
-from . import wire
-from .commands import CompareSet, Table, TryGet, serve
-from .wire import HANDSHAKE_TIMEOUT, NONCE_SIZE, ProtocolError, read_frame
+from .commands import CompareSet, Table, TryGet
+from .loop import WRONG_TOKEN, ServeLoop
 
-MAX_CONNECTIONS = 4096
+# Connections served at once: a few per launcher, for jobs of thousands of nodes (each costs
+# a descriptor and a few hundred bytes, no thread).
+MAX_CONNECTIONS = 65536
+BACKLOG = 4096  # connections the kernel queues before accepting (capped by net.core.somaxconn)
 CLOSE_GRACE = 1.0  # seconds `StoreServer.close` lets replies to requests in flight go out
-WRONG_TOKEN = "wrong or missing job token"  # the reason given to `StoreServer.on_refused`
+__all__ = ["CLOSE_GRACE", "MAX_CONNECTIONS", "WRONG_TOKEN", "StoreServer", "listen"]
 
 
 def _log(message: str) -> None:
@@ -64,18 +64,6 @@ def _normalize(addr: str) -> str:
     return addr[7:] if addr.startswith("::ffff:") else addr
 
 
-def _still_connected(conn: socket.socket) -> bool:
-    """False once the peer has closed (EOF pending) or the socket failed."""
-    try:
-        poller = select.poll()
-        poller.register(conn, select.POLLIN)
-        if not poller.poll(0):
-            return True
-        return conn.recv(1, socket.MSG_PEEK) != b""  # readable: returns at once
-    except (OSError, ValueError):
-        return False
-
-
 def listen(host: str, port: int, backlog: int | None = None) -> socket.socket:
     """A TCP socket bound to (host, port) in the host's own family: IPv4, or IPv6 for an
     IPv6 address (bracketed or not) or a name that resolves only to one. Each address
@@ -99,11 +87,11 @@ def listen(host: str, port: int, backlog: int | None = None) -> socket.socket:
 
 
 class StoreServer:
-    """Serve one key-value table from daemon threads of this process.
+    """Serve one key-value table from a daemon thread of this process.
 
-    One thread accepts; each connection gets a thread, so a client blocked in `get`
-    or `wait` never delays another. `close()` wakes every waiter and drops every
-    connection.
+    The thread (`loop.ServeLoop`) accepts and serves every connection; a client waiting
+    in `get` or `wait` is parked on the table, so it never delays another. `close()`
+    answers every waiter and drops every connection.
     """
 
     def __init__(
@@ -122,14 +110,12 @@ class StoreServer:
         self._allowed = None if allowed_hosts is None else _resolve_all(allowed_hosts)
         self._token = token or None
         self._table = Table()
-        self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)  # notified when a request's reply is out
-        self._busy: set[socket.socket] = set()  # connections between a request and its reply
-        self._accept_thread: threading.Thread | None = None
+        self._loop: ServeLoop | None = None
         self._closed = False
+        self.max_connections = MAX_CONNECTIONS
         self.refused: list[str] = []  # peers refused so far (address: reason), for diagnostics
-        # Called (from a connection thread) with (address, reason) for each refused peer, so
+        # Called (from the serving thread) with (address, reason) for each refused peer, so
         # the host can act on it, e.g. node 0 ending a rendezvous that peer would never join.
         self.on_refused: Callable[[str, str], None] | None = None
 
@@ -138,11 +124,9 @@ class StoreServer:
         return netaddr.join(*self.address)
 
     def start(self) -> StoreServer:
-        self._sock.listen(256)
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name=f"store-accept-{self.address[1]}", daemon=True
-        )
-        self._accept_thread.start()
+        self._sock.listen(BACKLOG)
+        self._loop = ServeLoop(self._sock, self._table, self, f"store-{self.address[1]}")
+        self._loop.start()
         return self
 
     def close(self, grace: float = CLOSE_GRACE) -> None:
@@ -153,20 +137,10 @@ class StoreServer:
             if self._closed:
                 return
             self._closed = True
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._table.close()
-        deadline = time.monotonic() + grace
-        with self._idle:
-            while self._busy and (left := deadline - time.monotonic()) > 0:
-                self._idle.wait(left)
-            conns = list(self._conns)
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._accept_thread is not None:
-            self._accept_thread.join(timeout=5)
+        if self._loop is not None:
+            self._loop.stop(grace)
+        else:
+            self._sock.close()
 
     def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes | None:
         """`StoreClient.compare_set` from the hosting process itself, without a connection
@@ -185,34 +159,24 @@ class StoreServer:
     ) -> None:
         self.close()
 
-    # -- accepting and serving --
+    # -- the gate: what the loop asks about each peer (`loop.Gate`) --
 
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                conn, peer = self._sock.accept()
-            except OSError:
-                return  # closed
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    return
-                crowded = len(self._conns) >= MAX_CONNECTIONS
-                if not crowded:
-                    self._conns.add(conn)
-            if crowded:
-                self._refuse(conn, str(peer[0]), f"more than {MAX_CONNECTIONS} connections")
-                continue
-            threading.Thread(
-                target=self._serve_connection, args=(conn, str(peer[0])), daemon=True
-            ).start()
+    @property
+    def token_required(self) -> bool:
+        return bool(self._token)
 
-    def _peer_allowed(self, addr: str) -> bool:
+    def refusal(self, addr: str) -> str | None:
         if self._allowed is None or _is_loopback(addr):
-            return True
-        return addr in self._allowed or _normalize(addr) in self._allowed
+            return None
+        if addr in self._allowed or _normalize(addr) in self._allowed:
+            return None
+        return "its address is not one of the job's hosts"
 
-    def _refused(self, addr: str, reason: str) -> None:
+    def authentic(self, nonce: bytes, mac: bytes) -> bool:
+        assert self._token is not None
+        return hmac.compare_digest(mac, hmac.new(self._token, nonce, hashlib.sha256).digest())
+
+    def turned_away(self, addr: str, reason: str) -> None:
         self.refused.append(f"{addr}: {reason}")
         _log(f"{self.address_str} refused peer {addr}: {reason}")
         if self.on_refused is not None:
@@ -220,60 +184,3 @@ class StoreServer:
                 self.on_refused(addr, reason)
             except Exception as exc:  # the host's reaction must not take the server down
                 _log(f"reacting to the refusal of {addr} failed: {exc}")
-
-    def _refuse(self, conn: socket.socket, addr: str, reason: str) -> None:
-        with contextlib.suppress(OSError):  # answer first, as in `_handshake`
-            conn.settimeout(1.0)
-            conn.sendall(wire.refusal(reason))
-        conn.close()
-        self._refused(addr, reason)
-
-    def _handshake(self, conn: socket.socket, addr: str) -> bool:
-        if not self._peer_allowed(addr):
-            self._refuse(conn, addr, "its address is not one of the job's hosts")
-            return False
-        nonce = os.urandom(NONCE_SIZE)
-        conn.settimeout(HANDSHAKE_TIMEOUT)
-        conn.sendall(wire.hello(nonce, token_required=bool(self._token)))
-        mac = read_frame(conn, HANDSHAKE_TIMEOUT)
-        if self._token:
-            good = hmac.new(self._token, nonce, hashlib.sha256).digest()
-            if not hmac.compare_digest(mac, good):
-                # Answer first: reacting to the refusal may end the host's job and close
-                # this store, and the client must learn why rather than see a closed socket.
-                with contextlib.suppress(OSError):
-                    conn.sendall(wire.verdict(accepted=False))
-                self._refused(addr, WRONG_TOKEN)
-                return False
-        conn.sendall(wire.verdict(accepted=True))
-        return True
-
-    def _serve_connection(self, conn: socket.socket, addr: str) -> None:
-        try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if not self._handshake(conn, addr):
-                return
-            while True:
-                payload = read_frame(conn, None)
-                with self._lock:
-                    if self._closed:
-                        return  # came after close(): no answer
-                    self._busy.add(conn)
-                try:
-                    reply = serve(self._table, payload, lambda: _still_connected(conn))
-                except ProtocolError as exc:
-                    conn.sendall(wire.frame(wire.error_reply(str(exc))))
-                    return
-                conn.sendall(wire.frame(reply))
-                with self._idle:
-                    self._busy.discard(conn)
-                    self._idle.notify_all()
-        except (OSError, EOFError, ProtocolError):
-            return
-        finally:
-            with self._idle:
-                self._busy.discard(conn)
-                self._idle.notify_all()
-                self._conns.discard(conn)
-            with contextlib.suppress(OSError):
-                conn.close()
