@@ -21,6 +21,8 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.cluster.selection import Pick
 
+# A gated session's word that its host passed the check and waits for GO on its stdin.
+READY, GO = b"paddlike-cluster-ready\n", b"go\n"
 # The check before anything starts, and what each of its exit codes means.
 NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE, NO_SCRIPT = 201, 202, 203, 204
 
@@ -99,3 +101,18 @@ def check_failure(code: int, cwd: str, python: str, script: str | None = None) -
         "--remote_python)",
         NO_SCRIPT: f"the training script {script} is not there (in {cwd})",
     }.get(code, f"the check of the directory and Python exited with {code}")
+
+
+def gated_command(job: RemoteJob, index: int, script: str | None = None) -> str:
+    """The check, then the launcher once every host has passed it: one session per host.
+
+    The host prints `READY` after the check and waits for one line on its stdin: ``go``
+    starts its launcher; end of file (another host failed its check, or Ctrl-C) ends the
+    session with nothing started. `read` takes one byte at a time from a pipe, so the
+    launcher's stdin (watched by `eofwatch`) is left as it was.
+    """
+    ready = READY.decode().strip()
+    return (
+        f"{check_command(job.cwd, job.python, script)}; echo {ready}; "
+        f'read -r go && [ "$go" = go ] || exit 0; {host_command(job, index)}'
+    )

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.cluster import pdsh, remote, srun, ssh
+from paddlike.launch.cluster import gate, pdsh, remote, srun, ssh
 from paddlike.launch.cluster.hostfile import read_hostfile
 from paddlike.launch.cluster.remote import RemoteJob
 from paddlike.launch.cluster.selection import select_hosts
@@ -161,20 +161,19 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
             _print_dry_run(job, launcher, base)
             return 0
         script = None if options.module or options.no_python else options.training_script
-        problems = ssh.preflight(
-            base,
-            job.hosts,
-            remote.check_command(job.cwd, job.python, script),
-            job.cwd,
-            job.python,
-            PREFLIGHT_TIMEOUT,
-            script,
-        )
-        if problems:
-            for line in problems:
-                _fail(f"--hostfile: {line}; nothing was started")
-            return 2
-        return _run_sessions(job, launcher, base, environ, options.kill_timeout)
+        if launcher == "pdsh":  # pdsh cannot hold its hosts at a gate: check them first
+            problems = ssh.preflight(
+                base,
+                job.hosts,
+                remote.check_command(job.cwd, job.python, script),
+                job.cwd,
+                job.python,
+                PREFLIGHT_TIMEOUT,
+                script,
+            )
+            if problems:
+                return _refuse(problems)
+        return _run_sessions(job, launcher, base, environ, options.kill_timeout, script)
     except KeyboardInterrupt:  # Ctrl-C before the sessions started: nothing runs anywhere
         _say("SIGINT: stopped before the job started on any host")
         return 130
@@ -203,12 +202,19 @@ def _print_dry_run(job: RemoteJob, launcher: str, base: Sequence[str]) -> None:
         )
 
 
+def _refuse(problems: Sequence[str]) -> int:
+    for line in problems:
+        _fail(f"--hostfile: {line}; nothing was started")
+    return 2
+
+
 def _run_sessions(
     job: RemoteJob,
     launcher: str,
     base: Sequence[str],
     environ: Mapping[str, str],
     kill_timeout: float,
+    script: str | None,
 ) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -216,7 +222,25 @@ def _run_sessions(
     old_wake = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     sessions: list[Session] = []
     try:
-        sessions = _start_sessions(job, launcher, base, environ)
+        sessions = _start_sessions(job, launcher, base, environ, script)
+        if launcher == "ssh":
+            verdict = gate.wait_ready(
+                sessions, wake_r, PREFLIGHT_TIMEOUT, job.cwd, job.python, script
+            )
+            if verdict.problems or verdict.signal is not None:
+                _end_unstarted(sessions)
+                if verdict.signal is not None:
+                    name = signal.Signals(verdict.signal).name
+                    _say(f"{name}: stopped before the job started on any host")
+                    return 128 + verdict.signal
+                return _refuse(verdict.problems)
+            for host, text in verdict.stderr.items():  # ssh's warnings, as they came
+                sys.stderr.write(
+                    "".join(
+                        f"[{host}] {line}\n" for line in text.decode(errors="replace").splitlines()
+                    )
+                )
+            gate.start(sessions)
         consoles = Consoles(sessions, wake_r)
         try:
             return _watch(consoles, kill_timeout)
@@ -237,8 +261,25 @@ def _run_sessions(
         os.close(wake_w)
 
 
+def _end_unstarted(sessions: Sequence[Session], timeout: float = 10) -> None:
+    """Sessions held at the gate: their stdin closed, they end without starting."""
+    for s in sessions:
+        s.end()
+    deadline = time.monotonic() + timeout
+    for s in sessions:
+        try:
+            s.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait()
+
+
 def _start_sessions(
-    job: RemoteJob, launcher: str, base: Sequence[str], environ: Mapping[str, str]
+    job: RemoteJob,
+    launcher: str,
+    base: Sequence[str],
+    environ: Mapping[str, str],
+    script: str | None,
 ) -> list[Session]:
     common = dict(
         stdin=subprocess.PIPE,
@@ -254,7 +295,9 @@ def _start_sessions(
     return [
         Session(
             host,
-            subprocess.Popen(ssh.session_argv(base, host, remote.host_command(job, i)), **common),
+            subprocess.Popen(
+                ssh.session_argv(base, host, remote.gated_command(job, i, script)), **common
+            ),
         )
         for i, host in enumerate(job.hosts)
     ]

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import shlex
 
-from paddlike.launch.cluster.remote import RemoteJob, check_command, check_failure, host_command
+from paddlike.launch.cluster.remote import (
+    RemoteJob,
+    check_command,
+    check_failure,
+    gated_command,
+    host_command,
+)
 from paddlike.launch.cluster.selection import Pick
 
 JOB = RemoteJob(
@@ -49,3 +55,10 @@ def test_the_preflight_checks_directory_python_and_paddlike_by_exit_code() -> No
     with_script = check_command("/d", "/p/python", "my train.py")
     assert with_script.endswith("; [ -f 'my train.py' ] || exit 204")
     assert check_failure(204, "/d", "/p", "t.py") == "the training script t.py is not there (in /d)"
+
+
+def test_a_gated_command_checks_says_ready_and_starts_only_on_go() -> None:
+    text = gated_command(JOB, 1, "train.py")
+    check, rest = text.split("; echo paddlike-cluster-ready; ")
+    assert check == check_command("/home/u/proj", "/opt/py/bin/python3", "train.py")
+    assert rest == 'read -r go && [ "$go" = go ] || exit 0; ' + host_command(JOB, 1)
