@@ -3,8 +3,10 @@ consoles, end them together, exit with the job's code.
 
     options ─► hosts (hostfile, filters) ─► each host's command (remote)
             ─► --dry_run: print them | slurm: exec srun
-            ─► ssh/pdsh: preflight of every host at once (one line each, exit 2, nothing
-               started) ─► sessions ─► the console loop ─► the job's exit code
+            ─► ssh: one session per host: the check, then GO when every host passed it
+               (`gate`) | pdsh: the check of every host, then pdsh
+            ─► the console loop ─► the job's exit code
+    A host that fails the check: one line each, exit 2, nothing started anywhere.
 
 Ending: Ctrl-C (SIGINT), SIGTERM or SIGHUP here, a host's ssh connection lost (ssh's 255),
 or a host's launcher failing without the others ending within the grace: every session's
