@@ -45,6 +45,13 @@ def ssh_base(ssh_args: str | None, control_dir: str) -> list[str]:
     ]
 
 
+def users_masters(ssh_args: str | None) -> bool:
+    """The user named their own ControlPath (``--ssh_args='-o ControlPath=~/.ssh/cm-%C -o
+    ControlPersist=1h'``): the master connections are theirs to keep between jobs (a
+    later job then starts without new handshakes), and are not closed at the end."""
+    return any(a.lower().startswith("controlpath=") for a in shlex.split(ssh_args or ""))
+
+
 def session_argv(base: Sequence[str], host: str, command: str) -> list[str]:
     """One host's job session: no terminal (-T), no X11 (-x)."""
     return [*base, "-T", "-x", host, command]

@@ -180,7 +180,7 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
         _say("SIGINT: stopped before the job started on any host")
         return 130
     finally:
-        if not options.dry_run:
+        if not options.dry_run and not ssh.users_masters(options.ssh_args):
             ssh.close_masters(base, job.hosts)
         import shutil
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from paddlike.launch.cluster.ssh import session_argv, ssh_base, ssh_failure
+from paddlike.launch.cluster.ssh import session_argv, ssh_base, ssh_failure, users_masters
 
 CHANGED = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
@@ -40,3 +40,10 @@ def test_the_users_ssh_options_come_first_so_that_they_win() -> None:
     assert base[:5] == ["ssh", "-F", "/my/config", "-p", "2222"]
     assert "BatchMode=yes" in base and "ControlPath=/tmp/c/%C" in base
     assert session_argv(base, "h0", "cmd")[-4:] == ["-T", "-x", "h0", "cmd"]
+
+
+def test_masters_under_the_users_own_control_path_are_theirs_to_keep() -> None:
+    assert users_masters("-o ControlPath=~/.ssh/cm-%C -o ControlPersist=1h")
+    assert users_masters("-F cfg -o controlpath=/x/%C")
+    assert not users_masters("-F cfg -p 22")
+    assert not users_masters(None)
