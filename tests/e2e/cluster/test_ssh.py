@@ -5,6 +5,7 @@ running on any machine."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -120,9 +121,13 @@ def test_a_lost_ssh_connection_ends_the_job_on_every_host(tmp_path) -> None:
             ["ip", "netns", "pids", s.hosts[1].netns], capture_output=True, text=True
         ).stdout.split()
         for pid in pids:
-            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            try:
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+            except FileNotFoundError:  # a process that ended meanwhile (the check's shell)
+                continue
             if name == "sshd" and int(pid) != s.ssh.daemons["h1"]:
-                os.kill(int(pid), signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
         # h1's launcher hangs up at once (its stdin closed): the others may hear it from
         # the rendezvous (129) before this side's ssh notices the connection is gone (255)
