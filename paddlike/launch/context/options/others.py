@@ -480,11 +480,14 @@ def their_options(
 
 # our dest -> the other launchers' variables for the same option, in the order they
 # are read (below the flag and PADDLIKE_<OPTION>): torchrun's PET_ first, then Paddle's.
-# Paddle's launcher (args_envs.py's env_args_mapping) reads PADDLE_<OPTION> for its options;
-# PADDLE_NNODES, PADDLE_MASTER and POD_IP are read as PaddleCloud's (context/schedulers.py,
-# context/master.py), whose meaning is the same.
+# Paddle's launcher (args_envs.py's env_args_mapping) reads PADDLE_<OPTION> for its options,
+# PADDLE_NNODES and PADDLE_MASTER among them. Under PaddleCloud (PADDLE_TRAINERS set) those
+# two are read as PaddleCloud's instead (context/schedulers.py, context/master.py): the
+# same meaning, checked against its node list (`PADDLECLOUD_READS`).
 THEIR_VARIABLES = {
-    "nnodes": ("PET_NNODES", "PADDLE_ELASTIC_NP"),  # fleet's legacy elastic: MIN[:MAX]
+    # fleet's legacy elastic PADDLE_ELASTIC_NP: MIN[:MAX]
+    "nnodes": ("PET_NNODES", "PADDLE_NNODES", "PADDLE_ELASTIC_NP"),
+    "master": ("PADDLE_MASTER",),
     "nproc_per_node": ("PET_NPROC_PER_NODE", "PADDLE_NPROC_PER_NODE"),
     "node_rank": ("PET_NODE_RANK", "PADDLE_RANK"),
     "master_addr": ("PET_MASTER_ADDR",),
@@ -520,15 +523,23 @@ THEIR_VARIABLES = {
 
 # Variables above that paddlike's launcher itself gives its workers (plan.py): inside a
 # worker they describe the outer job, so they are not read as options there (`_in_a_worker`).
-LAUNCHER_SET = frozenset({"PADDLE_JOB_ID", "PADDLE_LOG_DIR", "PADDLE_WITH_GLOO"})
+LAUNCHER_SET = frozenset(
+    {"PADDLE_JOB_ID", "PADDLE_LOG_DIR", "PADDLE_WITH_GLOO", "PADDLE_NNODES", "PADDLE_MASTER"}
+)
+# Paddle's variables that PaddleCloud sets beside its node list (PADDLE_TRAINERS): read
+# there by `context.schedulers` (and checked against that list), not as options.
+PADDLECLOUD_READS = frozenset({"PADDLE_NNODES", "PADDLE_MASTER"})
 
 
 def their_variables(dest: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     """`THEIR_VARIABLES[dest]` that count in `environ`: in a launched worker, not those the
-    launcher set (`LAUNCHER_SET`)."""
+    launcher set (`LAUNCHER_SET`); under PaddleCloud, not those it reads
+    (`PADDLECLOUD_READS`)."""
     names = THEIR_VARIABLES.get(dest, ())
     if _in_a_worker(environ):
-        return tuple(v for v in names if v not in LAUNCHER_SET)
+        names = tuple(v for v in names if v not in LAUNCHER_SET)
+    if environ.get("PADDLE_TRAINERS"):
+        names = tuple(v for v in names if v not in PADDLECLOUD_READS)
     return names
 
 

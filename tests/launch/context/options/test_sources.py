@@ -84,3 +84,43 @@ def test_a_message_names_the_source_it_came_from():
         parse_options(["t.py"], {"PADDLE_ELASTIC_NP": "many"})
     with pytest.raises(UsageError, match=r"^--dry_run \(from PADDLIKE_DRY_RUN\): expected 1/"):
         parse_options(["t.py"], {"PADDLIKE_DRY_RUN": "maybe"})
+
+
+def test_paddles_nnodes_and_master_variables_are_its_options_without_paddlecloud():
+    o = parse_options(
+        ["train.py"], {"PADDLE_NNODES": "2", "PADDLE_MASTER": "192.168.0.1:7000"}
+    )
+    assert (o.nnodes, o.master) == (2, "192.168.0.1:7000")
+
+
+def test_paddles_nnodes_is_below_torchruns_and_ours():
+    found = candidates("nnodes", None, None, {"PET_NNODES": "3", "PADDLE_NNODES": "2"})
+    assert found == [
+        ("3", Source(THEIR_VARIABLE, "PET_NNODES")),
+        ("2", Source(THEIR_VARIABLE, "PADDLE_NNODES")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("var", "text"), [("PADDLE_NNODES", "x"), ("PADDLE_MASTER", "nohostport")]
+)
+def test_a_bad_paddle_nnodes_or_master_names_the_variable(var, text):
+    with pytest.raises(UsageError, match=rf"^--\w+ \(from {var}\): expected .*, got '{text}'$"):
+        parse_options(["train.py"], {var: text})
+
+
+def test_under_paddlecloud_nnodes_and_master_are_its_own_not_options():
+    env = {
+        "PADDLE_TRAINERS": "10.0.0.1,10.0.0.2",
+        "PADDLE_TRAINER_ID": "1",
+        "PADDLE_NNODES": "2",
+        "PADDLE_MASTER": "10.0.0.1:6170",
+    }
+    o = parse_options(["train.py"], env)
+    assert (o.nnodes, o.master) == (None, None)  # context/schedulers.py reads them
+
+
+def test_in_a_launched_worker_the_launchers_nnodes_and_master_are_not_options():
+    env = {"PADDLE_JOB_ID": "j", "PADDLE_NNODES": "2", "PADDLE_MASTER": "10.0.0.1:6170"}
+    o = parse_options(["train.py"], {**env, "PADDLIKE_JOB_ID": "j"})
+    assert (o.nnodes, o.master) == (None, None)
