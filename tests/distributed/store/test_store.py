@@ -422,3 +422,86 @@ def test_a_get_waiting_when_the_store_closes_answers_timeout(server: StoreServer
         threading.Timer(0.2, server.close).start()
         with pytest.raises(StoreTimeoutError, match="'never'"):
             waiter.get("never", timeout=5)
+
+
+# --- get_many, parked requests, one serving thread ------------------------------------------
+
+
+def test_get_many_waits_for_the_last_key_then_returns_every_value_in_order(
+    server: StoreServer,
+) -> None:
+    result: list[list[bytes]] = []
+    with StoreClient(*server.address) as reader, StoreClient(*server.address) as writer:
+        writer.set("n/1", b"one")
+        t = threading.Thread(
+            target=lambda: result.append(reader.get_many(["n/0", "n/1", "n/2"], timeout=30))
+        )
+        t.start()
+        writer.set("n/2", b"two")
+        writer.set("n/0", b"zero")
+        t.join(timeout=30)
+    assert result == [[b"zero", b"one", b"two"]]
+
+
+def test_get_many_timeout_names_only_the_keys_still_missing(client: StoreClient) -> None:
+    client.set("here", b"1")
+    started = time.monotonic()
+    with pytest.raises(StoreTimeoutError, match=r"keys gone/a,gone/b did not appear .* 0.2 s"):
+        client.get_many(["here", "gone/a", "gone/b"], timeout=0.2)
+    assert 0.15 < time.monotonic() - started < 5
+
+
+def test_a_write_to_another_key_does_not_answer_a_waiting_get(server: StoreServer) -> None:
+    with StoreClient(*server.address) as waiter, StoreClient(*server.address) as writer:
+        got: list[bytes] = []
+        t = threading.Thread(target=lambda: got.append(waiter.get("mine", timeout=30)))
+        t.start()
+        for i in range(50):
+            writer.set(f"other/{i}", b"x")
+        writer.ping()  # every write above is applied; the get still waits
+        assert got == [] and t.is_alive()
+        writer.set("mine", b"now")
+        t.join(timeout=30)
+    assert got == [b"now"]
+
+
+def test_hundreds_of_waiting_clients_are_answered_by_one_write_from_one_thread(
+    server: StoreServer,
+) -> None:
+    n = 300
+    clients = [StoreClient(*server.address, timeout=30) for _ in range(n)]
+    answers: list[bytes] = []
+    try:
+        before = {t.name for t in threading.enumerate()}
+        threads = [
+            threading.Thread(target=lambda c=c: answers.append(c.get("go", timeout=30)))
+            for c in clients
+        ]
+        for t in threads:
+            t.start()
+        # the server's side of 300 connections is one thread, whatever waits on it
+        serving = [t for t in threading.enumerate() if t.name == f"store-{server.address[1]}"]
+        assert len(serving) == 1 and not any(t.name in before for t in threads)
+        with StoreClient(*server.address) as writer:
+            writer.set("go", b"1")
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        for c in clients:
+            c.close()
+    assert answers == [b"1"] * n
+
+
+def test_a_client_that_leaves_while_waiting_does_not_hold_the_key_or_the_server(
+    server: StoreServer,
+) -> None:
+    sock = socket.create_connection(server.address, timeout=5)
+    _handshake(sock)
+    key = b"never"
+    sock.sendall(struct.pack(">I", 1 + 4 + len(key) + 4) + b"\x02" + struct.pack(">I", len(key)))
+    sock.sendall(key + struct.pack(">I", 60_000))  # get "never", 60 s
+    sock.close()
+    with StoreClient(*server.address) as c:
+        c.set("never", b"came")  # no reply goes to the gone client; the server goes on
+        assert c.get("never", timeout=5) == b"came"
+        assert c.get_many(["never"], timeout=5) == [b"came"]

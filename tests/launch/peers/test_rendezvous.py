@@ -206,3 +206,40 @@ def test_every_launcher_marks_that_it_read_the_verdict_even_when_it_fails(store)
     with StoreClient(*store.address) as kv:
         assert kv.try_get("rdzv/0/arrived") == b"2"
         assert kv.try_get("rdzv/0/left/1") == kv.try_get("rdzv/0/left/2") == b"1"
+
+
+class _Counting(StoreClient):
+    """A store connection that counts its calls (each a request and its answer)."""
+
+    calls = 0
+
+    def _call(self, command):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super()._call(command)
+
+
+def test_every_node_reads_one_world_in_a_few_calls_however_many_nodes(store) -> None:
+    """The last arrival reads the N entries in one call and writes one world; each node
+    reads that: the calls a node makes do not grow with N, and all get the same world."""
+    n = 40
+    hosts = [f"10.0.{i // 200}.{i % 200 + 1}" for i in range(n)]
+    results: dict[int, object] = {}
+    calls: dict[int, int] = {}
+
+    def node(i: int) -> None:
+        with _Counting(*store.address) as kv:
+            entry = NodeEntry(i, hosts[i], f"node{i}", 100 + i, (5000 + i,), _fp())
+            results[i] = Rendezvous(kv, i, n, hosts, 20).join(entry)
+            calls[i] = kv.calls
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    worlds = [r.nodes for r in results.values()]  # type: ignore[union-attr]
+    assert len(results) == n and all(w == worlds[0] for w in worlds)
+    assert [e.ports for e in worlds[0]] == [(5000 + i,) for i in range(n)]
+    # each: arrive, publish, count, verdict, world, left; the last also reads the entries
+    # (one call), writes the world and the verdict
+    assert max(calls.values()) <= 9 and sum(calls.values()) <= 6 * n + 3
