@@ -218,7 +218,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
             (
                 ("--ssh_args",),
-                "more options for ssh (and pdsh's ssh), e.g. --ssh_args='-F cfg -p 2222'",
+                "more options for ssh (and pdsh's ssh), before ours, e.g. --ssh_args='-F cfg'",
             ),
         ),
     ),
