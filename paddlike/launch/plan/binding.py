@@ -155,12 +155,32 @@ def bind_workers(
     )
 
 
+def _unreadable(gpus_per_worker: Sequence[Sequence[str]], topology: NumaTopology) -> str | None:
+    """The first GPU whose NUMA node this machine could not read; None when all are known."""
+    return next((g for gpus in gpus_per_worker for g in gpus if g not in topology.gpu_nodes), None)
+
+
 def bind_plan(
-    plan: LaunchPlan, mode: str, topology: NumaTopology, core_list: Sequence[int] | None = None
+    plan: LaunchPlan,
+    mode: str,
+    topology: NumaTopology,
+    core_list: Sequence[int] | None = None,
+    *,
+    preview: bool = False,
 ) -> LaunchPlan:
     """`plan` with every process's CPUs and memory nodes set (`ProcessSpec.cpus`,
-    `ProcessSpec.numa_nodes`), in the plan's order of processes."""
-    bindings = bind_workers(mode, [p.physical_devices for p in plan.processes], topology, core_list)
+    `ProcessSpec.numa_nodes`), in the plan's order of processes.
+
+    `preview` (--dry_run): a GPU whose NUMA node cannot be read here (a plan made on a
+    machine without the node's GPUs) does not refuse the plan: the binding is shown as
+    decided on the node, and a real launch there refuses it if it still cannot read it.
+    """
+    gpus_per_worker = [p.physical_devices for p in plan.processes]
+    unknown = _unreadable(gpus_per_worker, topology) if preview else None
+    if unknown is not None:
+        why = f"decided on the node (GPU {unknown}'s NUMA node not readable here)"
+        return plan._replace(processes=tuple(p._replace(binding=why) for p in plan.processes))
+    bindings = bind_workers(mode, gpus_per_worker, topology, core_list)
     processes = tuple(
         p._replace(cpus=b.cpus, numa_nodes=b.nodes, binding=b.text())
         for p, b in zip(plan.processes, bindings, strict=True)

@@ -83,7 +83,7 @@ def with_placement(plan: PlanFn, options: LaunchOptions, topology: NumaTopology 
     def placed(result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
         out = plan(result, facts)
         if mode is not None and topology is not None:
-            out = bind_plan(out, mode, topology, options.bind_core_list)
+            out = bind_plan(out, mode, topology, options.bind_core_list, preview=options.dry_run)
         if options.virtual_local_rank:
             out = virtual_local_ranks(out)
         if options.console_streams:

@@ -3,9 +3,11 @@ wrapped around a node job's plan function (the preview and every round alike).""
 
 from __future__ import annotations
 
+import pytest
+
 from paddlike.launch.context.devices import DeviceAssignment
 from paddlike.launch.context.numa import NumaTopology
-from paddlike.launch.context.options import parse_options
+from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.plan.placement import virtual_local_ranks, with_placement
 from paddlike.launch.plan.plan import EndpointLayout, JobFacts, format_plan, plan_collective
 
@@ -54,3 +56,25 @@ def test_without_either_option_the_plan_function_is_untouched():
         raise AssertionError("not called")
 
     assert with_placement(plan, options(), TWO_NODES) is plan
+
+
+NO_GPUS_HERE = NumaTopology({0: (0, 1)}, {}, {}, {}, {})  # a machine without the node's GPUs
+
+
+def test_a_dry_run_previews_a_gpu_node_whose_numa_nodes_cannot_be_read_here():
+    def plan(result, facts):
+        return plan_collective(options(), LAYOUT, GPUS, facts)
+
+    placed = with_placement(plan, options("--numa_binding", "node", "--dry_run"), NO_GPUS_HERE)
+    shown = format_plan(placed(None, FACTS), "/abs/log")
+    line = "  numa binding: decided on the node (GPU 2's NUMA node not readable here)"
+    assert shown.count(line) == 2
+
+
+def test_a_real_launch_on_such_a_node_keeps_the_clear_error():
+    def plan(result, facts):
+        return plan_collective(options(), LAYOUT, GPUS, facts)
+
+    placed = with_placement(plan, options("--numa_binding", "node"), NO_GPUS_HERE)
+    with pytest.raises(UsageError, match=r"^--numa_binding: GPU 2's NUMA node is unknown"):
+        placed(None, FACTS)
