@@ -91,11 +91,6 @@ def test_hosts_with_different_slots_make_one_node_major_world(tmp_path) -> None:
     with site(tmp_path) as s:
         hostfile = s.hostfile("h0 slots=1\nh1 slots=3\nh2 slots=2\n")
         done = s.run(s.argv(hostfile))
-        if done.returncode != 0 and "nproc" in done.stdout + done.stderr:
-            pytest.xfail(
-                "the per-node launcher does not yet take different --nproc_per_node on the "
-                "nodes of one job (another part of issue 24): " + done.stdout[-300:]
-            )
         assert done.returncode == 0, done.stdout + done.stderr
         assert worker_ranks(s.tmp / "log") == [0, 1, 2, 3, 4, 5]
         assert "[h0] RANK 0 " in done.stdout
