@@ -31,7 +31,12 @@ def format_banner(
         counts[spec.role] = counts.get(spec.role, 0) + 1
     names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter trainer"}
     parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
-    devices = sorted({d for s in plan.processes for d in s.device_ids})
+    # the GPUs by their physical ids: under --virtual_local_rank every worker sees its
+    # own as 0, which says nothing about which GPUs the job holds
+    devices = sorted(
+        {d for s in plan.processes for d in (s.physical_devices or s.device_ids)},
+        key=lambda d: (not d.isdigit(), int(d) if d.isdigit() else 0, d),
+    )
     device_text = "gpus " + ",".join(devices) if devices else "cpu"
     sizes = node_sizes_text(plan.node_sizes)  # only when the nodes' counts differ
     return (
