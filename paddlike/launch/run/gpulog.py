@@ -15,8 +15,8 @@ The file, in Paddle's layout (its launch/controllers/watcher.py), from nvidia-sm
 Which GPUs: --gpus, else CUDA_VISIBLE_DEVICES's entries (nvidia-smi -i takes indices and
 UUIDs alike), else every GPU nvidia-smi sees. A thread of its own, started when the job
 starts and stopped when it ends (an event, not a sleep, paces it); each nvidia-smi has a
-deadline. Without nvidia-smi the file says so in one line and the console warns once: the
-job runs on.
+deadline. Without nvidia-smi the file holds one line saying so (no rows) and the console
+warns once, naming the option the user gave: the job runs on.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ class GpuLog:
         gpus: Sequence[str],
         environ: Mapping[str, str],
         warn: Callable[[str], None],
+        name: str = "--gpu_log_interval",
     ) -> None:
+        self.name = name  # the option as the user gave it: --enable_gpu_log, PADDLIKE_...
         self.path = path
         self.interval = interval
         self.gpus = tuple(gpus)
@@ -103,8 +105,11 @@ class GpuLog:
         found = shutil.which(NVIDIA_SMI, path=self.environ.get("PATH"))
         try:
             if found is None:
-                self._note("nvidia-smi not found on PATH: no GPU log")
-                self.warn(f"--gpu_log_interval: nvidia-smi not found on PATH; no {self.path}")
+                self._note("nvidia-smi not found on PATH: no GPU rows")
+                self.warn(
+                    f"{self.name}: nvidia-smi not found on PATH; {self.path} holds only "
+                    "that note, no GPU rows"
+                )
                 return
             self.smi = found
             self._header()
@@ -115,7 +120,7 @@ class GpuLog:
                         f.write("".join(row + "\n" for row in rows))
                 self.stopped.wait(self.interval)
         except OSError as exc:  # the log directory's disk: the job runs on without its log
-            self.warn(f"--gpu_log_interval: cannot write {self.path} ({exc}); GPU log stopped")
+            self.warn(f"{self.name}: cannot write {self.path} ({exc}); GPU log stopped")
 
     def _header(self) -> None:
         info = self._query("gpu", INFO_FIELDS) or []
@@ -134,13 +139,15 @@ def gpu_log(
     gpus: Sequence[str],
     environ: Mapping[str, str],
     warn: Callable[[str], None],
+    name: str = "--gpu_log_interval",
 ) -> Iterator[GpuLog | None]:
-    """The GPU log while the block runs (the job's rounds); nothing when `interval` is None."""
+    """The GPU log while the block runs (the job's rounds); nothing when `interval` is None.
+    `name`: the option as the user gave it, for the warnings."""
     if interval is None:
         yield None
         return
     path = os.path.join(os.fspath(log_dir), gpu_log_name(job_id))
-    log = GpuLog(path, interval, gpus, environ, warn).start()
+    log = GpuLog(path, interval, gpus, environ, warn, name).start()
     try:
         yield log
     finally:

@@ -183,10 +183,18 @@ def _gpu_log(
     from paddlike.launch.run.gpulog import gpu_log, job_gpus
 
     if options.cpu_only or options.nproc_per_node_kind == "cpu":
-        console.say("--gpu_log_interval: CPU workers, no GPU log")
+        console.say(f"{options.gpu_log_from}: CPU workers, no GPU log")
         return contextlib.nullcontext()
     gpus = job_gpus(options.gpus, environ)
-    return gpu_log(options.gpu_log_interval, logdir.path, job_id, gpus, environ, console.warn)
+    return gpu_log(
+        options.gpu_log_interval,
+        logdir.path,
+        job_id,
+        gpus,
+        environ,
+        console.warn,
+        options.gpu_log_from,
+    )
 
 
 def _cannot_start(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from paddlike.launch.context.options import parse_options
 from paddlike.launch.run.gpulog import GpuLog, job_gpus
 
 REPO = Path(__file__).resolve().parents[3]
@@ -85,12 +86,36 @@ def test_stop_ends_the_thread_at_once_even_with_a_long_interval(tmp_path, smi_pa
 
 
 def test_without_nvidia_smi_the_file_says_so_and_the_console_warns_once(tmp_path):
+    """The file and the warning agree: the file is there, with the note and no rows."""
     path = tmp_path / "job.gpu.log"
     warnings: list[str] = []
     log = GpuLog(str(path), 0.05, (), {"PATH": str(tmp_path)}, warn=warnings.append).start()
     log.thread.join(10)
-    assert path.read_text() == "# nvidia-smi not found on PATH: no GPU log\n"
-    assert warnings == [f"--gpu_log_interval: nvidia-smi not found on PATH; no {path}"]
+    assert path.read_text() == "# nvidia-smi not found on PATH: no GPU rows\n"
+    assert warnings == [
+        f"--gpu_log_interval: nvidia-smi not found on PATH; {path} holds only that note, "
+        "no GPU rows"
+    ]
+
+
+def test_the_warning_names_the_option_the_user_gave(tmp_path):
+    path = tmp_path / "job.gpu.log"
+    warnings: list[str] = []
+    environ = {"PATH": str(tmp_path)}
+    GpuLog(str(path), 1, (), environ, warnings.append, "--enable_gpu_log").start().thread.join(10)
+    assert warnings[0].startswith("--enable_gpu_log: nvidia-smi not found on PATH;")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [(["--enable_gpu_log", "true"], {}, "--enable_gpu_log"),
+     (["--gpu_log_interval", "5"], {}, "--gpu_log_interval"),
+     (["--enable_gpu_log", "true", "--gpu_log_interval", "5"], {}, "--gpu_log_interval"),
+     ([], {"PADDLIKE_GPU_LOG_INTERVAL": "5"},
+      "--gpu_log_interval (from PADDLIKE_GPU_LOG_INTERVAL)")],
+)  # fmt: skip
+def test_the_options_record_which_option_turned_the_gpu_log_on(argv, env, named):
+    assert parse_options([*argv, "train.py"], env).gpu_log_from == named
 
 
 @pytest.mark.parametrize(

@@ -587,6 +587,10 @@ def apply_extra(raw: dict[str, object], extra: dict, sources: dict[str, str]) ->
     if "gpu_log" in extra:  # Paddle's --enable_gpu_log: on at its interval, unless ours says
         if extra["gpu_log"] and raw.get("gpu_log_interval") is None:
             raw["gpu_log_interval"] = PADDLE_GPU_LOG_INTERVAL
+            option = sources["enable_gpu_log"]
+            raw["gpu_log_from"] = (
+                option if option.startswith("-") else f"--enable_gpu_log (from {option})"
+            )
         elif not extra["gpu_log"] and raw.get("gpu_log_interval") is not None:
             raise UsageError(
                 f"{sources['enable_gpu_log']}: false contradicts --gpu_log_interval "

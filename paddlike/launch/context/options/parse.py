@@ -47,6 +47,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         sources[dest] = source
         if dest == "start_port":
             raw["start_port_from"] = source.name
+        if dest == "gpu_log_interval":
+            raw["gpu_log_from"] = source.label(dest)
     others.paddlecloud_ports(raw, environ)
     tee, redirects = console.their_console(extra, environ)
     raw["console"] = console.choose(raw.get("console"), tee, redirects, raw.get("nproc_per_node"))

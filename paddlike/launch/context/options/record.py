@@ -119,6 +119,9 @@ class LaunchOptions(NamedTuple):
     # Paddle's --enable_gpu_log / --gpu_log_interval: seconds between the GPU-usage rows of
     # <log_dir>/<job id>.gpu.log (run/gpulog.py); None: no GPU log
     gpu_log_interval: float | None = None
+    # how messages name the GPU log's option: "--gpu_log_interval", "--enable_gpu_log",
+    # "--gpu_log_interval (from PADDLIKE_GPU_LOG_INTERVAL)" (what the user gave)
+    gpu_log_from: str = "--gpu_log_interval"
     # torchrun's -t/-r showing one stream of some workers: ((local rank or -1 for the rest,
     # streams shown: 1 stdout, 2 stderr, 3 both), ...); () when workers are shown whole
     console_streams: tuple[tuple[int, int], ...] = ()
