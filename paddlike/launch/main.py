@@ -173,10 +173,17 @@ def _check_tee(options: LaunchOptions, plan: LaunchPlan) -> None:
     """--console names local trainers by index; an index this node does not have is a typo."""
     from paddlike.launch.plan.plan import Role
 
+    local = sum(1 for p in plan.processes if p.role is Role.TRAINER)
+    for given, rank in options.console_ranks:  # torchrun's -t/-r maps: the same check
+        if rank >= max(local, 1):
+            raise UsageError(
+                f"{given}: this node runs {local} trainer(s) (local indices 0..{local - 1}), "
+                f"got local rank {rank}",
+                given.partition(" ")[0],
+            )
     chosen = options.tee_indices
     if chosen == "all":
         return
-    local = sum(1 for p in plan.processes if p.role is Role.TRAINER)
     missing = sorted(i for i in chosen if i >= max(local, 1))
     if missing:
         raise UsageError(

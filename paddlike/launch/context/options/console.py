@@ -54,13 +54,31 @@ def std(text: str) -> int | dict[int, int]:
         )
     if ":" not in text:
         raise ValueError(expected)
-    out = {}
+    out: dict[int, int] = {}
     for item in text.split(","):
         rank, sep, value = item.strip().partition(":")
         if not (sep and rank.isdigit() and value in ("0", "1", "2", "3")):
             raise ValueError(expected)
+        if int(rank) in out:
+            raise ValueError(f"local rank {int(rank)} is listed twice, got {text!r}")
         out[int(rank)] = int(value)
     return out
+
+
+def named_ranks(
+    tee: tuple[str, str] | None, redirects: tuple[str, str] | None
+) -> tuple[tuple[str, int], ...]:
+    """The local ranks torchrun's maps name, each with the option that names it
+    (``-t 2:3`` -> (("-t", 2),)): a rank this node does not run is refused once the plan
+    knows how many it runs (launch/main.py's check of --console)."""
+    found = []
+    for given in (tee, redirects):
+        if given is None or given[0].strip().lower() == "none":
+            continue
+        parsed = _parsed(given)
+        if isinstance(parsed, dict):
+            found.extend((given[1], rank) for rank in sorted(parsed))
+    return tuple(found)
 
 
 def _rest(choice: int | dict[int, int]) -> int:

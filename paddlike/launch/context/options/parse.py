@@ -55,6 +55,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     for dest in values.FLAGS:
         _switch(raw, dest, ns.get(dest), environ)
     raw["console_streams"] = console.streams(tee, redirects)
+    raw["console_ranks"] = console.named_ranks(tee, redirects)
     if raw["console_streams"]:  # one stream of a worker shown: each stream in its own file
         raw["redirect_stdout_and_stderr"] = True
     if "job_token_file" in raw:

@@ -125,6 +125,9 @@ class LaunchOptions(NamedTuple):
     # torchrun's -t/-r showing one stream of some workers: ((local rank or -1 for the rest,
     # streams shown: 1 stdout, 2 stderr, 3 both), ...); () when workers are shown whole
     console_streams: tuple[tuple[int, int], ...] = ()
+    # the local ranks torchrun's -t/-r maps name, with the option as given (("-t", 2), ...):
+    # each must be one this node runs, as --console's (checked against the plan)
+    console_ranks: tuple[tuple[str, int], ...] = ()
     # torchrun's --signals_to_handle: the signals the launcher handles, as numbers; None:
     # the default (torchrun's, and SIGUSR1, SIGUSR2 under Slurm: run/signals.py)
     signals_to_handle: tuple[int, ...] | None = None

@@ -200,6 +200,9 @@ def console(text: str) -> str:
     items = [t.strip() for t in text.split(",")]
     if not text or not all(t.isdigit() for t in items):
         raise BadValue("expected 'all', 'none' or a comma-separated list of local worker indices")
+    twice = sorted({int(t) for t in items if [int(u) for u in items].count(int(t)) > 1})
+    if twice:
+        raise BadValue(f"local worker {twice[0]} is listed twice")
     return ",".join(str(int(t)) for t in items)
 
 

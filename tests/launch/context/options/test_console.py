@@ -159,3 +159,45 @@ def test_torchruns_redirect_of_one_stream_keeps_it_off_the_console(
     log = tmp_path / "log"
     both = (log / "workerlog.0").read_text() + (log / "workerlog.0.err").read_text()
     assert console in both and file_only in both
+
+
+@pytest.mark.parametrize(("text", "rank"), [("0:3,0:1", 0), ("1:1, 2:3,1:3", 1)])
+def test_a_local_rank_listed_twice_in_a_map_is_refused(text, rank):
+    with pytest.raises(ValueError, match=rf"^local rank {rank} is listed twice, got "):
+        std(text)
+
+
+def test_a_worker_listed_twice_in_console_is_refused():
+    with pytest.raises(UsageError, match=r"^--console: local worker 0 is listed twice, got '0,0'$"):
+        parse_options(["--console", "0,0", "train.py"], {})
+
+
+def test_the_ranks_a_map_names_are_kept_with_the_option_that_names_them():
+    o = parse_options(["-t", "0:3,2:1", "-r", "1:2", "train.py"], {})
+    assert o.console_ranks == (("-t", 0), ("-t", 2), ("-r", 1))
+
+
+def _dry_run(tmp_path: Path, *argv: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "train.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2", *argv, "--dry_run",
+         "train.py"],
+        cwd=tmp_path, env={**env, **environ}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [(["--console", "3"], {}, "--console (--local_ranks_filter): this node runs 2 trainer(s) "
+      "(local indices 0..1), got '3'"),
+     (["-t", "2:3"], {}, "-t: this node runs 2 trainer(s) (local indices 0..1), got local rank 2"),
+     ([], {"PET_REDIRECTS": "0:3,5:1"}, "--redirects (from PET_REDIRECTS): this node runs 2 "
+      "trainer(s) (local indices 0..1), got local rank 5")],
+)  # fmt: skip
+def test_a_local_rank_the_node_does_not_run_is_refused_by_every_console_option(
+    tmp_path, argv, environ, message
+):
+    run = _dry_run(tmp_path, *argv, **environ)
+    assert run.returncode == 2 and run.stderr == f"paddlike.launch: error: {message}\n"

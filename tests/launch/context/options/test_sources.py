@@ -87,9 +87,7 @@ def test_a_message_names_the_source_it_came_from():
 
 
 def test_paddles_nnodes_and_master_variables_are_its_options_without_paddlecloud():
-    o = parse_options(
-        ["train.py"], {"PADDLE_NNODES": "2", "PADDLE_MASTER": "192.168.0.1:7000"}
-    )
+    o = parse_options(["train.py"], {"PADDLE_NNODES": "2", "PADDLE_MASTER": "192.168.0.1:7000"})
     assert (o.nnodes, o.master) == (2, "192.168.0.1:7000")
 
 
@@ -101,9 +99,7 @@ def test_paddles_nnodes_is_below_torchruns_and_ours():
     ]
 
 
-@pytest.mark.parametrize(
-    ("var", "text"), [("PADDLE_NNODES", "x"), ("PADDLE_MASTER", "nohostport")]
-)
+@pytest.mark.parametrize(("var", "text"), [("PADDLE_NNODES", "x"), ("PADDLE_MASTER", "nohostport")])
 def test_a_bad_paddle_nnodes_or_master_names_the_variable(var, text):
     with pytest.raises(UsageError, match=rf"^--\w+ \(from {var}\): expected .*, got '{text}'$"):
         parse_options(["train.py"], {var: text})
