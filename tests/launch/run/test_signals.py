@@ -92,7 +92,13 @@ def test_signals_to_handle_from_the_flag_torchrun_s_spelling_and_variables(argv,
         ("SIGFOO", r"^--signals_to_handle: SIGFOO is not a signal name; expected a comma-"),
         ("SIGTERM,,SIGINT", r"^--signals_to_handle: an empty entry is not a signal name"),
         ("SIGKILL", r"^--signals_to_handle: SIGKILL cannot be handled by the launcher"),
-        ("SIGRTMIN", r"^--signals_to_handle: SIGRTMIN is not a signal name"),
+        ("SIGRTMIN", r"^--signals_to_handle: real-time signals are not handled \(SIGRTMIN\+4 "),
+        (
+            "SIGRTMIN+4",
+            r"^--signals_to_handle: real-time signals are not handled \(SIGRTMIN\+4 takes "
+            r"stacks\), got 'SIGRTMIN\+4'$",
+        ),
+        ("rtmax-1", r"^--signals_to_handle: real-time signals are not handled"),
     ],
 )
 def test_a_bad_signal_list_is_one_line_naming_the_option_and_the_value(value, message):
