@@ -2,9 +2,10 @@
 stacks.
 
     signal                               what the launcher does
-    SIGINT, SIGTERM, SIGHUP              ends the job: 130, 143 or 129, the other nodes told
-    SIGQUIT (when --signals_to_handle    the same, 131
-      lists it: torchrun's default does)
+    SIGINT, SIGTERM, SIGHUP, SIGQUIT     ends the job: 130, 143, 129 or 131, the other nodes
+                                         told; listed in --signals_to_handle or not (a
+                                         SIGQUIT unhandled would dump the launcher's core
+                                         and leave its workers without a report)
     others in --signals_to_handle        passed on to every running worker; the job goes on
       (default under Slurm: SIGUSR1, SIGUSR2, for `sbatch --signal=USR1@90`)
     STACKS_SIGNAL (SIGRTMIN+4)           writes the stacks of the workers (what
@@ -36,7 +37,10 @@ from collections.abc import Iterator, Mapping
 
 from paddlike.launch import NamedTuple
 
-LAUNCHER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Always handled. SIGQUIT is among them whatever --signals_to_handle says: its default
+# action kills the launcher with a core dump, with no summary and no word to the other
+# nodes, which is never what a user sending it wants.
+LAUNCHER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # Stacks on request: a real-time signal that nothing else sends, so that a scheduler's
 # SIGUSR1 (Slurm's warning before a time limit) can be the workers' without a collision.
 STACKS_SIGNAL = signal.SIGRTMIN + 4

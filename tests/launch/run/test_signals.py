@@ -32,11 +32,12 @@ CGROUP_STEP = "4:freezer:/slurm/uid_0/job_7/step_0/task_0\n"
         (None, {}, (INT, TERM, HUP, QUIT), (), (STACKS_SIGNAL, USR1)),
         # under Slurm, SIGUSR1 and SIGUSR2 are the workers' (`--signal=USR1@90`)
         (None, SLURM, (INT, TERM, HUP, QUIT), (USR1, USR2), (STACKS_SIGNAL,)),
-        # a list without the ending ones does not turn them off
-        ((USR1,), {}, (INT, TERM, HUP), (USR1,), (STACKS_SIGNAL,)),
-        ((USR2,), {}, (INT, TERM, HUP), (USR2,), (STACKS_SIGNAL, USR1)),
+        # a list without the ending ones does not turn them off (SIGQUIT included: its
+        # default action would dump the launcher's core with no report)
+        ((USR1,), {}, (INT, TERM, HUP, QUIT), (USR1,), (STACKS_SIGNAL,)),
+        ((USR2,), {}, (INT, TERM, HUP, QUIT), (USR2,), (STACKS_SIGNAL, USR1)),
         # a list given under Slurm is the list: SIGUSR1 stays a stack trigger
-        ((TERM, INT), SLURM, (INT, TERM, HUP), (), (STACKS_SIGNAL, USR1)),
+        ((TERM, INT), SLURM, (INT, TERM, HUP, QUIT), (), (STACKS_SIGNAL, USR1)),
     ],
 )
 def test_signal_policy_table(handled, environ, ending, forward, stacks):

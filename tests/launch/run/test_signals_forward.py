@@ -113,3 +113,25 @@ def test_a_bad_signal_name_is_one_line_and_exit_2_with_nothing_started(tmp_path)
     assert "got 'SIGFOO'" in lines[0]
     assert not list(out.iterdir()) and not (tmp_path / "log").exists()
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.timeout(120)
+def test_sigquit_ends_the_job_with_a_report_when_the_list_leaves_it_out(tmp_path):
+    """--signals_to_handle SIGUSR1 (no SIGQUIT): SIGQUIT still ends the job like SIGTERM,
+    exit 131 and a summary, instead of a core dump with nothing said."""
+    out = tmp_path / "out"
+    out.mkdir()
+    job = _launch(tmp_path, out, "--signals_to_handle", "SIGUSR1")
+    try:
+        wait_until(
+            "both workers ready", lambda: len(list(out.glob("ready.[0-9]"))) == 2, job, tmp_path
+        )
+        job.send_signal(signal.SIGQUIT)
+        console = job.communicate(timeout=60)[0]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+    assert job.returncode == 131, console + logs(tmp_path)
+    assert "SIGQUIT" in console
+    assert (tmp_path / "log" / "summary.json").exists()
