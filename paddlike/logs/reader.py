@@ -376,12 +376,16 @@ def load_node(log_dir: str | os.PathLike[str]) -> NodeView:
 
 
 def _launcher_gone(path: Path, procs: list[ProcessView]) -> str:
-    """What the reader says of a node whose launcher died without recording the end."""
+    """What the reader says of a node whose launcher died without recording the end.
+
+    Only its parent saw how it died; the reader names the possible causes, not a guess
+    (SIGKILL is one, but so is any signal the launcher does not handle)."""
     pid = launcher_pid(path)
     who = f"the launcher (pid {pid})" if pid is not None else "the launcher"
     text = (
-        f"{who} is gone without recording how the job ended (killed by SIGKILL or the OOM "
-        "killer, or its machine restarted)"
+        f"{who} is gone without recording how the job ended (why cannot be read here: a "
+        "signal it does not handle, such as SIGKILL or the OOM killer's, or a restart of "
+        "its machine)"
     )
     left = [p for p in procs if p.status == ProcessStatus.RUNNING]
     if not left:

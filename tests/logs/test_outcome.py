@@ -182,8 +182,9 @@ def test_a_sigkilled_launcher_and_its_workers_are_said_to_be_gone(running_job):
     assert data["status"] == "gone"
     assert [p["status"] for p in data["nodes"][0]["processes"]] == ["gone", "gone"]
     assert data["nodes"][0]["notes"] == [
-        f"the launcher (pid {pid}) is gone without recording how the job ended (killed by "
-        "SIGKILL or the OOM killer, or its machine restarted); its processes are gone too"
+        f"the launcher (pid {pid}) is gone without recording how the job ended (why cannot "
+        "be read here: a signal it does not handle, such as SIGKILL or the OOM killer's, or "
+        "a restart of its machine); its processes are gone too"
     ]
     started = time.monotonic()
     followed = logs(log, "--follow", "--tail", "1")
