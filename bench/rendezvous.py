@@ -11,7 +11,8 @@ threads of driver processes, 256 nodes each, each node with a connection of its 
 thousands of threads in one interpreter would measure that interpreter's lock, which
 N launchers on N machines do not share. Each size runs the previous protocol in the
 same run as the baseline (`PreviousRendezvous`; on node 0's store also the previous
-store table, `NotifyAllTable`; on etcd the previous client, `PreviousEtcdStore`).
+store server, read from git at PREVIOUS_STORE_REV: a thread per connection, every write
+waking every waiter).
 
 Needs root and `ip netns` (skips with the reason otherwise). Each node is a namespace
 on a private bridge (tests/support/netns.py); one worker per node. Rows (median of --runs):
@@ -48,7 +49,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from paddlike.distributed.store import StoreClient, StoreError  # noqa: E402
-from paddlike.distributed.store.commands import Table  # noqa: E402
 from paddlike.launch.peers import protocol  # noqa: E402
 from paddlike.launch.peers.errors import FingerprintMismatch  # noqa: E402
 from paddlike.launch.peers.etcd import EtcdStore  # noqa: E402
@@ -265,34 +265,6 @@ class PreviousRendezvous(Rendezvous):
         )
 
 
-class NotifyAllTable(Table):
-    """The previous store table, kept here as the same-run baseline: one condition that
-    every write notifies, so every waiter wakes on every write (O(N²) wake-ups a round)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = threading.Condition(self.lock)
-
-    def put(self, key: str, value: bytes) -> None:
-        self.data[key] = value
-        self.changed.notify_all()
-
-    def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            self.changed.notify_all()
-
-    def wait_for(self, keys, deadline: float, alive) -> bool:  # type: ignore[no-untyped-def]
-        with self.changed:
-            while not all(k in self.data for k in keys):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.closed:
-                    return False
-                if not self.changed.wait(min(left, 1.0)) and not alive():
-                    return False
-            return True
-
-
 def _sim_entry(i: int, n: int) -> NodeEntry:
     host = f"198.18.{i // 250}.{i % 250 + 1}"
     return NodeEntry(
@@ -426,37 +398,53 @@ def _loopback_etcd() -> Iterator[tuple[str, int]]:
 
 
 # node 0's store in a process of its own, as on a cluster (there it runs in node 0's
-# launcher, not in the process of the other nodes' launchers); argv[1] "previous": with
-# the previous table
+# launcher, not in the process of the other nodes' launchers); argv[1]: the directory of
+# the store package to serve with ("" for this one)
 STORE_PROCESS = """
 import sys
-from paddlike.distributed.store import StoreServer
-if sys.argv[1] == "previous":
-    import paddlike.distributed.store.server as server
-    sys.path.insert(0, "bench")
-    from rendezvous import NotifyAllTable
-    server.Table = NotifyAllTable
+if sys.argv[1]:
+    sys.path.insert(0, sys.argv[1])
+    from prevstore import StoreServer
+else:
+    from paddlike.distributed.store import StoreServer
 server = StoreServer("127.0.0.1", 0).start()
 print(server.address[1], flush=True)
 sys.stdin.read()  # until the benchmark closes our stdin (or dies)
 """
+# The store as it was before the per-key wake-ups, get_many and the one serving thread
+# (a thread per connection, every write waking every waiter): the baseline's server,
+# read from git so that the package keeps no copy of it.
+PREVIOUS_STORE_REV = "0d960f4"
+
+
+def _previous_store(tmp: Path) -> Path:
+    """The previous store package, as `prevstore` under `tmp`."""
+    package = tmp / "prevstore"
+    package.mkdir()
+    for name in ("__init__", "wire", "commands", "server", "client"):
+        path = f"{PREVIOUS_STORE_REV}:paddlike/distributed/store/{name}.py"
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", path], check=True, capture_output=True, text=True
+        ).stdout
+        (package / f"{name}.py").write_text(text)
+    return tmp
 
 
 @contextlib.contextmanager
 def _store_process(previous: bool) -> Iterator[tuple[str, int]]:
     """Node 0's store on loopback in a child process, killed at the end whatever happens."""
-    argv = [PY, "-c", STORE_PROCESS, "previous" if previous else "new"]
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env(), cwd=ROOT
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            raise SystemExit("the store process did not start")
-        yield ("127.0.0.1", int(line))
-    finally:
-        _stop(proc)
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
+        where = str(_previous_store(Path(tmp))) if previous else ""
+        argv = [PY, "-c", STORE_PROCESS, where]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env())
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit("the store process did not start")
+            yield ("127.0.0.1", int(line))
+        finally:
+            _stop(proc)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -484,7 +472,7 @@ def _cell(r: SimResult, n: int) -> str:
 
 def simulated_main(sizes: list[int], backends: list[str], timeout: float, baseline: bool) -> None:
     """The table of simulated-node rendezvous per backend and N, the previous protocol
-    (and, for node 0's store, the previous store table) in the same run."""
+    (and, for node 0's store, the previous store server) in the same run."""
     cores, each = os.cpu_count(), _SIM["nodes_per_process"]
     print(f"simulated nodes: threads of driver processes ({each} nodes each, each")
     print(f"with its own connection), released together; loopback, {cores} cores; node 0's")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -301,11 +302,20 @@ def linger(kv: KV, round_: int, timeout: float) -> None:
         wait_keys(kv, keys, timeout)
 
 
-@functools.lru_cache(maxsize=8)
+_AGREEING = threading.Lock()
+
+
 def _agreement(world: bytes) -> tuple[tuple[NodeEntry, ...], str | None]:
     """The round's entries and the fingerprint verdict on them (None: they agree), the
     same pure function of the same bytes on every node. Cached, like `decode_world`: N
-    launchers simulated in one process check one world once."""
+    launchers simulated in one process check one world once; under a lock, or hundreds
+    of threads that read the world together would all decode it before the first is done."""
+    with _AGREEING:
+        return _agreement_of(world)
+
+
+@functools.lru_cache(maxsize=8)
+def _agreement_of(world: bytes) -> tuple[tuple[NodeEntry, ...], str | None]:
     entries = p.decode_world(world)
     return entries, check_fingerprints(entries)
 
