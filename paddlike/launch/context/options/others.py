@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paddlike.contract import JOB_ID
+from paddlike.contract import JOB_ID, OPTION_ENV_PREFIX
 from paddlike.launch.context.options.record import (
     THEIR_FLAG,
     THEIR_OPTION_VARIABLE,
@@ -30,6 +30,7 @@ from paddlike.launch.context.options.values import (
     FLAG_TRUE,
     PORT,
     POSITIVE_INT,
+    SWITCH_WORDS,
     BadValue,
     host_port,
     in_range,
@@ -124,7 +125,7 @@ ONLY_VALUES = {
     ),
     "legacy": (
         BOOL_TRUE | BOOL_FALSE,
-        "expected a boolean",
+        "expected a boolean (true/false)",
     ),  # both launchers' options are ours
 }
 
@@ -193,20 +194,27 @@ def compat_name(arg: str) -> tuple[str, str | None] | None:
 
 
 def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[str, tuple]:
-    """torchrun's options from PET_<NAME>, for those not given as flags."""
+    """The table's options from variables, for those not given as flags: PADDLIKE_<NAME>
+    (every option of the table, as every option of ours: above the others), torchrun's
+    PET_<NAME>, then Paddle's (`PADDLE_OPTION_VARIABLES`). torchrun's -t/-r are read by
+    `console.their_console`."""
     found = {}
-    for name in TORCHRUN_OPTIONS:
-        var = pet_name(name)
-        if name not in given and var in environ:
-            value = environ[var]
-            if name in COMPAT_SWITCHES:  # as our switches' variables: a word, or refused
-                word = value.strip().lower()
-                if word not in FLAG_TRUE | FLAG_FALSE:
-                    raise CompatError(var, f"expected 1/true/yes or 0/false/no, got {value!r}")
-                if word in FLAG_FALSE:
-                    continue
-                value = None
-            found[name] = (value, var)
+    ours = [(name, OPTION_ENV_PREFIX + name.upper()) for name in sorted(COMPAT_OPTIONS)]
+    pets = [(name, pet_name(name)) for name in sorted(TORCHRUN_OPTIONS)]
+    for name, var in (*ours, *pets):
+        if name in given or name in found or var not in environ:
+            continue
+        if var.startswith(OPTION_ENV_PREFIX) and name in ("tee", "redirects"):
+            continue
+        value = environ[var]
+        if name in COMPAT_SWITCHES:  # as our switches' variables: a word, or refused
+            word = value.strip().lower()
+            if word not in FLAG_TRUE | FLAG_FALSE:
+                raise CompatError(var, f"expected {SWITCH_WORDS}, got {value!r}")
+            if word in FLAG_FALSE:
+                continue
+            value = None
+        found[name] = (value, var)
     for name, var in PADDLE_OPTION_VARIABLES.items():
         if name not in given and name not in found and var in environ:
             if var in LAUNCHER_SET and _in_a_worker(environ):
@@ -227,8 +235,9 @@ def variable_option(var: str) -> str:
     for name, paddle in PADDLE_OPTION_VARIABLES.items():
         if var == paddle:
             return "--" + name
-    if var.startswith(PET_PREFIX):
-        return "--" + var[len(PET_PREFIX) :].lower()
+    for prefix in (PET_PREFIX, OPTION_ENV_PREFIX):
+        if var.startswith(prefix):
+            return "--" + var[len(prefix) :].lower()
     if var in _ENV_ORIGINS:
         return "--elastic_server"
     return var
@@ -335,6 +344,8 @@ def _compat_one(name: str, value: str | None, ours: dict[str, str], extra: dict)
     if name in ONLY_VALUES:
         allowed, why = ONLY_VALUES[name]
         if (value or "").strip().lower() not in allowed:
+            if why.startswith("expected"):  # the reason is the list
+                raise CompatError(f"{why}, got {value!r}")
             if allowed == BOOL_FALSE:
                 shown = "false, 0 or no"
             elif allowed == BOOL_TRUE | BOOL_FALSE:

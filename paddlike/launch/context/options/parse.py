@@ -39,7 +39,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         try:
             raw[dest] = check(text)
         except values.BadValue as bad:
-            hint = values.HINTS.get(dest, "")
+            hint = values.HINTS.get(dest, "") if str(bad).startswith("expected") else ""
             raise UsageError(
                 f"{source.label(dest)}: {bad}, got {text!r}{hint}", f"--{dest}"
             ) from None
@@ -94,7 +94,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
 def _switch(
     raw: dict[str, object], dest: str, flag: bool | None, environ: Mapping[str, str]
 ) -> None:
-    """A switch (store_true option) from its flag or its variables (1/true/yes, 0/false/no)."""
+    """A switch (store_true option) from its flag or its variables (`values.SWITCH_WORDS`)."""
     if flag is not None:
         raw[dest] = bool(flag)
         return
@@ -105,7 +105,7 @@ def _switch(
     word = text.strip().lower()
     if word not in values.FLAG_TRUE | values.FLAG_FALSE:
         raise UsageError(
-            f"{source.label(dest)}: expected 1/true/yes or 0/false/no, got {text!r}",
+            f"{source.label(dest)}: expected {values.SWITCH_WORDS}, got {text!r}",
             f"--{dest}",
         )
     raw[dest] = word in values.FLAG_TRUE

@@ -88,6 +88,11 @@ def nproc(text: str) -> int | str:
     word = text.strip().lower()
     if word in NPROC_KINDS:
         return word
+    if word == "xpu":  # torchrun's word for Intel GPUs
+        raise BadValue(
+            "xpu is refused (no XPUs: paddlike runs on NVIDIA GPUs or CPUs); expected a "
+            "positive integer, or gpu, cpu, auto"
+        )
     return POSITIVE_INT(text)  # + HINTS' words
 
 
@@ -381,3 +386,4 @@ FLAGS = (
 )
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"0", "false", "no", "off", ""})
+SWITCH_WORDS = "1/true/yes/on, or 0/false/no/off or empty"  # for messages: the two sets

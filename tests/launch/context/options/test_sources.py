@@ -120,3 +120,45 @@ def test_in_a_launched_worker_the_launchers_nnodes_and_master_are_not_options():
     env = {"PADDLE_JOB_ID": "j", "PADDLE_NNODES": "2", "PADDLE_MASTER": "10.0.0.1:6170"}
     o = parse_options(["train.py"], {**env, "PADDLIKE_JOB_ID": "j"})
     assert (o.nnodes, o.master) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("var", "message"),
+    [("PADDLIKE_START_METHOD", "--start_method (from PADDLIKE_START_METHOD): expected spawn, "
+      "fork or forkserver, got 'bogus'"),
+     ("PADDLIKE_LOGS_SPECS", "--logs_specs (from PADDLIKE_LOGS_SPECS): paddlike's log layout"),
+     ("PADDLIKE_MONITOR_INTERVAL", "--monitor_interval (from PADDLIKE_MONITOR_INTERVAL): "
+      "expected a number of seconds > 0, got 'bogus'"),
+     ("PADDLIKE_ENABLE_GPU_LOG", "--enable_gpu_log (from PADDLIKE_ENABLE_GPU_LOG): expected a "
+      "boolean (true/false), got 'bogus'"),
+     ("PADDLIKE_BIND_CORES_TO_RANK", "--bind_cores_to_rank (from PADDLIKE_BIND_CORES_TO_RANK): "
+      "expected 1/true/yes/on, or 0/false/no/off or empty, got 'bogus'")],
+)  # fmt: skip
+def test_every_other_launchers_option_is_read_from_paddlike_option_too(var, message):
+    with pytest.raises(UsageError) as err:
+        parse_options(["train.py"], {var: "bogus"})
+    assert str(err.value).startswith(message)
+
+
+def test_paddlike_option_of_another_launchers_option_is_above_its_pet_variable():
+    env = {"PADDLIKE_BIND_CORES_TO_RANK": "1", "PADDLIKE_ENABLE_GPU_LOG": "true"}
+    o = parse_options(["train.py"], env)
+    assert (o.numa_binding, o.gpu_log_interval) == ("exclusive", 30.0)
+    o = parse_options(["train.py"], {"PADDLIKE_START_METHOD": "fork", "PET_START_METHOD": "x"})
+    assert o.training_script == "train.py"  # PET_START_METHOD's bad value is not read
+
+
+def test_a_list_of_accepted_values_is_said_once():
+    with pytest.raises(UsageError) as err:
+        parse_options(["--start_method", "thread", "train.py"], {})
+    assert str(err.value) == "--start_method: expected spawn, fork or forkserver, got 'thread'"
+
+
+def test_a_switch_variable_names_every_word_it_takes():
+    with pytest.raises(UsageError) as err:
+        parse_options(["train.py"], {"PADDLIKE_DRY_RUN": "maybe"})
+    assert str(err.value) == (
+        "--dry_run (from PADDLIKE_DRY_RUN): expected 1/true/yes/on, or 0/false/no/off or "
+        "empty, got 'maybe'"
+    )
+    assert parse_options(["train.py"], {"PADDLIKE_DRY_RUN": "on"}).dry_run

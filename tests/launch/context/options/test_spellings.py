@@ -123,7 +123,7 @@ def test_standalone_is_one_node_without_a_shared_rendezvous():
          r"^--master: '127.0.0.1:1' contradicts --rdzv_endpoint \(which means --master "
          r"127.0.0.1:2\)"),
         (["--nnodes", "4:1"], r"^--nnodes: MIN \(4\) is above MAX \(1\)"),
-        (["--nproc-per-node", "xpu"], r"^--nproc_per_node: expected a positive integer"),
+        (["--nproc-per-node", "xpu"], r"^--nproc_per_node: xpu is refused \(no XPUs: "),
     ],
 )  # fmt: skip
 def test_rendezvous_forms_paddlike_cannot_honour_are_refused_with_a_reason(argv, message):
@@ -332,8 +332,8 @@ def test_a_pet_switch_that_is_no_word_is_one_line_naming_it_and_exit_2(var, tmp_
     )  # fmt: skip
     option = "--" + var[4:].lower()
     assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [
-        f"paddlike.launch: error: {option} (from {var}): expected 1/true/yes or 0/false/no, "
-        "got 'banana'"
+        f"paddlike.launch: error: {option} (from {var}): expected 1/true/yes/on, or "
+        "0/false/no/off or empty, got 'banana'"
     ])  # fmt: skip
 
 
