@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from paddlike import netaddr
 from paddlike.launch.context.options.record import (
     HETER_OPTIONS,
     PS_OPTIONS,
@@ -20,9 +21,18 @@ from paddlike.launch.context.options.record import (
 )
 
 
-def elastic_fields(raw: dict[str, object], given: set[str]) -> None:
+def elastic_fields(
+    raw: dict[str, object], given: set[str], labels: Mapping[str, str] | None = None
+) -> None:
     """--nnodes MIN:MAX and --elastic_level into `nnodes` (MAX) and `min_nnodes` (MIN, set
-    for an elastic job); --node_rank is dropped there (ranks come from each round)."""
+    for an elastic job); --node_rank is dropped there (ranks come from each round).
+    `labels`: how messages name an option given other than by our flag
+    (`LaunchOptions.labels`)."""
+    labels = labels or {}
+
+    def label(dest: str) -> str:
+        return labels.get(dest, f"--{dest}")
+
     nnodes = raw.get("nnodes")
     if isinstance(nnodes, tuple):
         raw["min_nnodes"], raw["nnodes"] = nnodes
@@ -37,14 +47,15 @@ def elastic_fields(raw: dict[str, object], given: set[str]) -> None:
     shown = f"--nnodes {raw['min_nnodes']}:{count}" if ranged else f"--nnodes {count}"
     if ranged and level == -1 and "elastic_level" in given:
         raise UsageError(
-            f"--elastic_level: -1 (off) contradicts {shown}, an elastic range; drop "
+            f"{label('elastic_level')}: -1 (off) contradicts {shown}, an elastic range; drop "
             "--elastic_level -1, or give one node count for a fixed job",
             "--elastic_level",
         )
     if level == 1 and not ranged:
         got = shown if count is not None else "no --nnodes"
         raise UsageError(
-            f"--elastic_level: 1 (scale) needs a range of nodes, --nnodes MIN:MAX, got {got}; "
+            f"{label('elastic_level')}: 1 (scale) needs a range of nodes, --nnodes MIN:MAX, got "
+            f"{got}; "
             "for a fixed count that waits for replacements use --elastic_level 0",
             "--elastic_level",
         )
@@ -52,7 +63,7 @@ def elastic_fields(raw: dict[str, object], given: set[str]) -> None:
         if not isinstance(count, int) or count < 2:
             got = shown if count is not None else "no --nnodes"
             raise UsageError(
-                f"--elastic_level: 0 (fault tolerance) needs --nnodes N with N >= 2 (or "
+                f"{label('elastic_level')}: 0 (fault tolerance) needs --nnodes N with N >= 2 (or "
                 f"MIN:MAX), got {got}; one node has nothing to be elastic about",
                 "--elastic_level",
             )
@@ -60,7 +71,8 @@ def elastic_fields(raw: dict[str, object], given: set[str]) -> None:
     if raw.get("min_nnodes") is None:
         if "elastic_timeout" in given:
             raise UsageError(
-                f"--elastic_timeout: only meaningful for an elastic job (--nnodes MIN:MAX or "
+                f"{label('elastic_timeout')}: only meaningful for an elastic job (--nnodes "
+                "MIN:MAX or "
                 f"--elastic_level 0), got {raw['elastic_timeout']:g} for a fixed job, which "
                 "starts when all its nodes joined; drop it (or unset PADDLIKE_ELASTIC_TIMEOUT "
                 "and PADDLE_ELASTIC_TIMEOUT)",
@@ -74,7 +86,8 @@ def any_port_master(raw: dict[str, object], source: Source | None) -> None:
     """torchrun's ``--rdzv_endpoint localhost:0``: port 0 asks for any free port. On one
     node nobody else needs to find the launchers' store (a one-node job meets no one), so
     the endpoint is dropped, as torchrun picks a free port there; on many nodes the others
-    could not learn which port node 0 picked, so it is refused."""
+    could not learn which port node 0 picked, so it is refused. An IPv6 host stays this
+    node's address (``[::1]:0``: the job runs on ::1, not on the default 127.0.0.1)."""
     master = raw.get("master")
     if source is None or not isinstance(master, str) or not master.endswith(":0"):
         return
@@ -93,6 +106,9 @@ def any_port_master(raw: dict[str, object], source: Source | None) -> None:
             "--master",
         )
     del raw["master"]
+    host = netaddr.split(master)[0] if master.startswith("[") else ""
+    if host and netaddr.is_ipv6(host) and "ips" not in raw:
+        raw["ips"] = (host,)
 
 
 def infer_run_mode(raw: Mapping[str, object], given: set[str]) -> str:
@@ -131,23 +147,26 @@ def check_combinations(o: LaunchOptions) -> None:
     if o.is_ps:
         if o.gpus is not None:
             raise UsageError(
-                f"--gpus: parameter-server mode runs on CPUs, got {','.join(o.gpus)!r}",
+                f"{o.label('gpus')}: parameter-server mode runs on CPUs, got {','.join(o.gpus)!r}",
                 "--gpus",
             )
         if o.nproc_per_node is not None or o.nproc_per_node_kind is not None:
             raise UsageError(
-                f"--nproc_per_node: not used in parameter-server mode (use --worker_num), "
+                f"{o.label('nproc_per_node')}: not used in parameter-server mode (use "
+                "--worker_num), "
                 f"got '{o.nproc_per_node or o.nproc_per_node_kind}'",
                 "--nproc_per_node",
             )
         if o.servers is not None and o.server_num is not None and o.server_num != len(o.servers):
             raise UsageError(
-                f"--server_num: {o.server_num} contradicts --servers, which lists {len(o.servers)}",
+                f"{o.label('server_num')}: {o.server_num} contradicts --servers, which lists "
+                f"{len(o.servers)}",
                 "--server_num",
             )
         if o.workers is not None and o.worker_num is not None and o.worker_num != len(o.workers):
             raise UsageError(
-                f"--worker_num: {o.worker_num} contradicts --workers, which lists {len(o.workers)}",
+                f"{o.label('worker_num')}: {o.worker_num} contradicts --workers, which lists "
+                f"{len(o.workers)}",
                 "--worker_num",
             )
         if (o.servers is None) != (o.workers is None):
@@ -163,26 +182,29 @@ def check_combinations(o: LaunchOptions) -> None:
         _check_standalone(o)
     if o.role != "default" and o.is_ps:
         raise UsageError(
-            f"--role: torchrun's worker role ({o.role!r}) is for collective jobs; parameter-"
+            f"{o.label('role')}: torchrun's worker role ({o.role!r}) is for collective jobs; "
+            "parameter-"
             "server jobs name their roles themselves (TRAINING_ROLE)",
             "--role",
         )
     if o.ips_given and o.nnodes is not None and o.nnodes != len(o.ips) and not o.min_nnodes:
         raise UsageError(
-            f"--nnodes: {o.nnodes} contradicts --ips, which lists {len(o.ips)} ({','.join(o.ips)})",
+            f"{o.label('nnodes')}: {o.nnodes} contradicts --ips, which lists {len(o.ips)} "
+            f"({','.join(o.ips)})",
             "--nnodes",
         )
     if o.node_rank is not None:
         nnodes = o.nnodes if o.nnodes is not None else len(o.ips)
         if o.node_rank >= nnodes:
             raise UsageError(
-                f"--node_rank: {o.node_rank} is out of range for {nnodes} node(s)",
+                f"{o.label('node_rank')}: {o.node_rank} is out of range for {nnodes} node(s)",
                 "--node_rank",
             )
     _check_device_words(o)
     if o.gpus is not None and o.nproc_per_node is not None and len(o.gpus) % o.nproc_per_node:
         raise UsageError(
-            f"--nproc_per_node: {o.nproc_per_node} does not divide the {len(o.gpus)} GPUs of "
+            f"{o.label('nproc_per_node')}: {o.nproc_per_node} does not divide the {len(o.gpus)} "
+            "GPUs of "
             f"--gpus {','.join(o.gpus)}",
             "--nproc_per_node",
         )
@@ -194,27 +216,29 @@ def _check_elastic(o: LaunchOptions) -> None:
     what += ")" if o.elastic_level < 0 else f", --elastic_level {o.elastic_level})"
     if o.is_ps:
         raise UsageError(
-            f"--nnodes: {what} is collective, but --run_mode is {o.run_mode!r}; "
+            f"{o.label('nnodes')}: {what} is collective, but --run_mode is {o.run_mode!r}; "
             "parameter-server jobs run a fixed set of nodes: give one node count",
             "--nnodes",
         )
     if o.ips_given and len(o.ips) > 1:
         raise UsageError(
-            f"--ips: {what} finds its nodes at each round's rendezvous, but --ips lists "
+            f"{o.label('ips')}: {what} finds its nodes at each round's rendezvous, but --ips lists "
             f"{','.join(o.ips)}; drop --ips and give every node the same --master ip:port "
             "(or etcd://host:port)",
             "--ips",
         )
     if not o.master and not o.master_addr:
         raise UsageError(
-            f"--master: {what} needs a place where the nodes meet: --master ip:port (node "
+            f"{o.label('master')}: {what} needs a place where the nodes meet: --master ip:port "
+            "(node "
             "0's store), --master etcd://host:port (recommended: losing node 0 is then an "
             "ordinary node loss), --master_addr, or torchrun's --rdzv_endpoint",
             "--master",
         )
     if o.master_port_given and o.master and o.master.startswith("etcd://"):
         raise UsageError(
-            f"--master_port: {o.master_port} fixes the workers' port on rank 0's node, but "
+            f"{o.label('master_port')}: {o.master_port} fixes the workers' port on rank 0's node, "
+            "but "
             f"rank 0 may move to another node between the rounds of {what} with --master "
             f"{o.master}; drop --master_port (a free port is picked each round)",
             "--master_port",
@@ -238,7 +262,7 @@ def _check_ps_counts(o: LaunchOptions) -> None:
     )
     if many:
         raise UsageError(
-            f"--heter_worker_num: counts describe a one-node ps-heter job, but {many}; "
+            f"{o.label('heter_worker_num')}: counts describe a one-node ps-heter job, but {many}; "
             "on several nodes list every process with --servers ip:port,..., --workers "
             "ip,... and --heter_workers (the same lists on every node; see docs/ps.md)",
             "--heter_worker_num",
@@ -269,19 +293,22 @@ def _check_heter(o: LaunchOptions) -> None:
     lists = o.servers is not None or o.workers is not None
     if o.heter_workers is None and o.heter_worker_num is None:
         raise UsageError(
-            "--heter_workers: needed with --run_mode ps-heter (or --heter_worker_num on one "
+            f"{o.label('heter_workers')}: needed with --run_mode ps-heter (or --heter_worker_num "
+            "on one "
             "node): the heter trainers of each stage",
             "--heter_workers",
         )
     if o.heter_workers is not None and not lists:
         raise UsageError(
-            "--heter_workers: needs --servers and --workers too (each node starts the roles "
+            f"{o.label('heter_workers')}: needs --servers and --workers too (each node starts the "
+            "roles "
             "whose address is its own); on one node use --heter_worker_num",
             "--heter_workers",
         )
     if o.heter_workers is None and lists:
         raise UsageError(
-            "--heter_worker_num: counts are for one-node jobs (with --server_num/--worker_num); "
+            f"{o.label('heter_worker_num')}: counts are for one-node jobs (with "
+            "--server_num/--worker_num); "
             "with --servers/--workers list the heter trainers by --heter_workers",
             "--heter_worker_num",
         )
@@ -289,7 +316,8 @@ def _check_heter(o: LaunchOptions) -> None:
         listed = tuple(len(s) for s in o.heter_workers)
         if listed != o.heter_worker_num:
             raise UsageError(
-                f"--heter_worker_num: {';'.join(map(str, o.heter_worker_num))} contradicts "
+                f"{o.label('heter_worker_num')}: {';'.join(map(str, o.heter_worker_num))} "
+                "contradicts "
                 f"--heter_workers, which lists {';'.join(map(str, listed))} per stage",
                 "--heter_worker_num",
             )
@@ -297,14 +325,15 @@ def _check_heter(o: LaunchOptions) -> None:
     stages = len(o.heter_stage_sizes)
     if o.heter_devices is None:
         raise UsageError(
-            f"--heter_devices: needed in ps-heter mode, one device kind per heter stage "
+            f"{o.label('heter_devices')}: needed in ps-heter mode, one device kind per heter stage "
             f"(cpu or gpu; {source} gives {stages} stage(s)), e.g. --heter_devices "
             + ";".join(["gpu"] * stages),
             "--heter_devices",
         )
     if len(o.heter_devices) != stages:
         raise UsageError(
-            f"--heter_devices: {';'.join(o.heter_devices)!r} names {len(o.heter_devices)} "
+            f"{o.label('heter_devices')}: {';'.join(o.heter_devices)!r} names "
+            f"{len(o.heter_devices)} "
             f"stage(s) but {source} gives {stages}; give one device kind per heter stage",
             "--heter_devices",
         )
@@ -315,11 +344,12 @@ def _check_device_words(o: LaunchOptions) -> None:
     kind = o.nproc_per_node_kind
     if kind == "cpu" and o.gpus is not None:
         raise UsageError(
-            f"--nproc_per_node: 'cpu' contradicts --gpus {','.join(o.gpus)}; drop one of them",
+            f"{o.label('nproc_per_node')}: 'cpu' contradicts --gpus {','.join(o.gpus)}; drop one "
+            "of them",
             "--nproc_per_node",
         )
     if kind == "gpu" and o.cpu_only:
         raise UsageError(
-            "--nproc_per_node: 'gpu' contradicts --devices cpu; drop one of them",
+            f"{o.label('nproc_per_node')}: 'gpu' contradicts --devices cpu; drop one of them",
             "--nproc_per_node",
         )
