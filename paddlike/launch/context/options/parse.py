@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike.launch.context.options import console, others, rules, values
 from paddlike.launch.context.options.parser import parse_ours, split_argv
-from paddlike.launch.context.options.record import LaunchOptions, UsageError
+from paddlike.launch.context.options.record import FLAG, LaunchOptions, UsageError
 from paddlike.launch.context.options.sources import resolve
 
 
@@ -80,7 +80,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         and raw.get("master") == fleet_master[0]
     ):
         given.add("elastic_server")  # the launchers meet at fleet's server: its rule applies
-    rules.elastic_fields(raw, given)
+    raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.kind != FLAG)
+    rules.elastic_fields(raw, given, dict(raw["labels"]))
     raw["ips_given"] = "ips" in given
     raw["master_port_given"] = "master_port" in given
     raw["run_mode"] = rules.infer_run_mode(raw, given)

@@ -131,6 +131,14 @@ class LaunchOptions(NamedTuple):
     # torchrun's --signals_to_handle: the signals the launcher handles, as numbers; None:
     # the default (torchrun's, and SIGUSR1, SIGUSR2 under Slurm: run/signals.py)
     signals_to_handle: tuple[int, ...] | None = None
+    # where each option not given by our own flag came from, as messages name it
+    # ((dest, "--node_rank (from PADDLE_RANK)"), ...): `label`
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def label(self, dest: str) -> str:
+        """How a message names option `dest`: ``--node_rank``, or with its source,
+        ``--node_rank (from PADDLE_RANK)``."""
+        return dict(self.labels).get(dest, f"--{dest}")
 
     @property
     def is_ps(self) -> bool:

@@ -196,7 +196,7 @@ def test_the_elastic_timeout_flag_wins_over_paddles_variable():
         (("--nnodes", "2:4", "--elastic_level", "-1"), {},
          "--elastic_level: -1 (off) contradicts --nnodes 2:4, an elastic range"),
         (("--nnodes", "2:4"), {"PADDLIKE_ELASTIC_LEVEL": "-1"},
-         "--elastic_level: -1 (off) contradicts --nnodes 2:4"),
+         "--elastic_level (from PADDLIKE_ELASTIC_LEVEL): -1 (off) contradicts --nnodes 2:4"),
         (("--nnodes", "2", "--elastic_level", "1"), {},
          "--elastic_level: 1 (scale) needs a range of nodes, --nnodes MIN:MAX, got --nnodes 2"),
         (("--elastic_level", "1"), {},
@@ -209,7 +209,8 @@ def test_the_elastic_timeout_flag_wins_over_paddles_variable():
         (("--nnodes", "2", "--elastic_timeout", "5"), {},
          "--elastic_timeout: only meaningful for an elastic job"),
         (("--nnodes", "2"), {"PADDLE_ELASTIC_TIMEOUT": "5"},
-         "--elastic_timeout: only meaningful for an elastic job (--nnodes MIN:MAX or "
+         "--elastic_timeout (from PADDLE_ELASTIC_TIMEOUT): only meaningful for an elastic job "
+         "(--nnodes MIN:MAX or "
          "--elastic_level 0), got 5 for a fixed job"),
         (("--nnodes", "2:4"), {"PADDLE_ELASTIC_TIMEOUT": "soon"},
          "--elastic_timeout (from PADDLE_ELASTIC_TIMEOUT): expected a number of seconds >= 0, "
