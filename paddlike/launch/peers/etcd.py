@@ -4,7 +4,8 @@
 get, try_get, add, compare_set, delete, wait), so the same rendezvous, abort and
 restart logic runs through etcd, and no node is a single point of failure. It talks
 to etcd's HTTP/JSON gateway (``/v3/...``, served by etcd 3.3 and later; 3.4 also
-serves ``/v3beta``) with urllib: no extra dependency.
+serves ``/v3beta``) with the standard library: one kept-alive connection per thread
+(http.client), a watch's stream on a connection of its own (urllib).
 
 - keys and values are base64 in the JSON; every key lives under
   ``/paddlike/<job id>/`` (``--job_id``, default "default");
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import threading
 import time
@@ -40,6 +42,10 @@ IO_TIMEOUT = 5.0  # seconds for one gateway request that does not wait for a key
 # Straight to etcd, never through http_proxy/https_proxy from the environment: cluster
 # nodes often carry a proxy for the internet, which cannot reach (or must not see) etcd.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+# what a kept-alive connection that etcd closed while idle raises on its next request
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class EtcdUnreachable(StoreError):
@@ -69,8 +75,9 @@ def _to_bytes(value: bytes | str) -> bytes:
 
 
 class EtcdStore:
-    """A job's keys on etcd, through the JSON gateway. Thread-safe (one HTTP request per
-    call); `grant_lease` before writing so that this launcher's keys carry its lease."""
+    """A job's keys on etcd, through the JSON gateway. Thread-safe (each thread its own
+    kept-alive connection); `grant_lease` before writing so that this launcher's keys
+    carry its lease."""
 
     def __init__(
         self,
@@ -90,6 +97,7 @@ class EtcdStore:
         self.lease_ttl: float = 0.0
         self._good = 0  # index of the endpoint that answered last
         self._owns_lease = True
+        self._local = threading.local()  # each thread's kept-alive connections
         self._keepalive_stop = threading.Event()
         self._keepalive_thread: threading.Thread | None = None
 
@@ -125,16 +133,77 @@ class EtcdStore:
         )
 
     def _call(self, path: str, body: dict, timeout: float | None = None) -> dict:
-        t = self.io_timeout if timeout is None else timeout
-        try:
-            with self._open(path, body, t) as resp:
-                return json.loads(resp.read() or b"{}")
-        except TimeoutError as exc:
-            raise StoreTimeoutError(f"etcd at {self.address} did not answer /v3/{path}") from exc
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, StoreError):
-                raise
-            raise StoreError(f"etcd at {self.address} failed during /v3/{path}: {exc}") from exc
+        """One request on this thread's kept-alive connection to the endpoint that answered
+        last (a new connection per call cost most of each call: 256 nodes took 13 s)."""
+        t = max(0.05, self.io_timeout if timeout is None else timeout)
+        data = json.dumps(body).encode()
+        errors = []
+        n = len(self.endpoints)
+        for k in range(n):
+            i = (self._good + k) % n
+            for retry in (False, True):
+                conn, reused = self._connection(i, t)
+                if conn.sock is None:  # not up (yet), or not there: the next endpoint
+                    try:
+                        conn.connect()
+                    except OSError as exc:
+                        self._forget(i)
+                        errors.append(f"{self.endpoints[i][0]}:{self.endpoints[i][1]}: {exc}")
+                        break
+                try:
+                    conn.request("POST", f"/v3/{path}", data, {"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                except (OSError, http.client.HTTPException) as exc:  # no answer: unreachable
+                    self._forget(i)
+                    stale = isinstance(exc, _STALE) and reused and not retry
+                    if stale:  # etcd closed the idle connection meanwhile: once more, fresh
+                        continue
+                    errors.append(f"{self.endpoints[i][0]}:{self.endpoints[i][1]}: {exc}")
+                    break
+                try:
+                    raw = resp.read()
+                except TimeoutError as exc:
+                    self._forget(i)
+                    raise StoreTimeoutError(
+                        f"etcd at {self.address} did not answer /v3/{path}"
+                    ) from exc
+                except (OSError, http.client.HTTPException) as exc:
+                    self._forget(i)
+                    raise StoreError(
+                        f"etcd at {self.address} failed during /v3/{path}: {exc}"
+                    ) from exc
+                if resp.status >= 400:
+                    detail = raw.decode("utf-8", "replace").strip()
+                    host, port = self.endpoints[i]
+                    raise StoreError(f"etcd at {host}:{port} rejected /v3/{path}: {detail}")
+                self._good = i
+                try:
+                    return json.loads(raw or b"{}")
+                except ValueError as exc:
+                    raise StoreError(
+                        f"etcd at {self.address} failed during /v3/{path}: {exc}"
+                    ) from exc
+        raise EtcdUnreachable(
+            f"no etcd endpoint of {self.address} answered /v3/{path}: " + "; ".join(errors)
+        )
+
+    def _connection(self, i: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection to endpoint `i` (new or kept), and whether it was kept."""
+        conns = self._local.__dict__.setdefault("conns", {})
+        conn = conns.get(i)
+        reused = conn is not None
+        if conn is None:
+            host, port = self.endpoints[i]
+            conn = conns[i] = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn, reused
+
+    def _forget(self, i: int) -> None:
+        conn = self._local.__dict__.get("conns", {}).pop(i, None)
+        if conn is not None:
+            conn.close()
 
     def _k(self, key: str) -> str:
         return _b64((self.prefix + key).encode())

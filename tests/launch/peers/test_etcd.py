@@ -7,6 +7,7 @@ Everything skips with a reason when the `etcd` binary is absent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -117,6 +118,34 @@ def test_get_waits_for_a_put_and_times_out_naming_the_key(store: EtcdStore) -> N
     assert store.get("later", timeout=5) == b"v"
     with pytest.raises(StoreTimeoutError, match="'never' did not appear in etcd"):
         store.get("never", timeout=0.3)
+
+
+def _closed_connections_to(port: int) -> int:
+    """Closed connections to or from `port` not yet forgotten (TIME_WAIT, on whichever side
+    closed first): one per request when every request opens a connection of its own."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                ports = {int(fields[k].rsplit(":", 1)[1], 16) for k in (1, 2)}
+                count += port in ports and fields[3] == "06"
+    return count
+
+
+def test_calls_keep_one_connection_per_thread_and_a_waiting_get_still_sees_the_put(
+    store: EtcdStore, etcd: tuple[str, int]
+) -> None:
+    before = _closed_connections_to(etcd[1])
+    for i in range(40):
+        store.set(f"kept/{i}", b"v")
+        assert store.try_get(f"kept/{i}") == b"v"
+    assert _closed_connections_to(etcd[1]) - before <= 2  # (was 80: one per call)
+    # the watch behind a waiting get streams on a connection of its own
+    other = store.sharing_lease()
+    threading.Timer(0.2, other.set, args=("kept/late", b"came")).start()
+    assert store.get("kept/late", timeout=10) == b"came"
+    assert store.add("kept/n") == 1 and store.try_get("kept/0") == b"v"
 
 
 def test_missing_keys_are_found_in_one_range_read(store: EtcdStore) -> None:
