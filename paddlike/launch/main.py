@@ -204,10 +204,11 @@ def _fail_before_the_rendezvous(
     """This node's one line first; then, on many nodes, the others are told why this node
     will not join (`peers.startfail`: a few seconds at most), so that they stop too."""
     code = _fail(message, code)
-    if not options.dry_run and ((options.nnodes or 1) > 1 or len(options.ips) > 1):
+    many = (options.nnodes or 1) > 1 or len(options.ips) > 1 or options.servers is not None
+    if not options.dry_run and many:  # (PS lists: `startfail` counts their nodes)
         from paddlike.launch.peers.startfail import tell_start_failure
 
-        tell_start_failure(options, environ, message)
+        tell_start_failure(options, environ, message, exit_code=code)
     return code
 
 

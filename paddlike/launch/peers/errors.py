@@ -16,9 +16,14 @@ class FingerprintMismatch(RendezvousError):
 
 class NodeFailedToStart(RendezvousError):
     """Another node's launcher could not start (its error, published by `peers.startfail`):
-    every node exits 2, as that node did."""
+    every node exits with that node's code (2 for bad input, 1 for a name that never
+    resolved, ...)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class RendezvousFull(RendezvousError):

@@ -173,7 +173,8 @@ COMPLETE_OK = b"ok"
 FAILED_PREFIX = b"failed:"  # then the message of the node whose deadline passed first
 MISMATCH_PREFIX = b"mismatch:"  # then the message; every node exits 2
 ABORTED_PREFIX = b"aborted:"  # then an encoded RootCause: a launcher stopped (a signal)
-# then a message naming a launcher that could not start (its own error line): exit 2
+# then "exit N:" and a message naming a launcher that could not start (its own error
+# line): every node exits N, the failing node's own code (`failed_start_verdict`)
 FAILED_START_PREFIX = b"failed_start:"
 
 END_OK = b"ok"
@@ -190,9 +191,26 @@ def check_verdict(status: bytes) -> None:
     if status.startswith(MISMATCH_PREFIX):
         raise FingerprintMismatch(status[len(MISMATCH_PREFIX) :].decode())
     if status.startswith(FAILED_START_PREFIX):
-        raise NodeFailedToStart(status[len(FAILED_START_PREFIX) :].decode())
+        raise NodeFailedToStart(*_read_failed_start(status[len(FAILED_START_PREFIX) :]))
     if status.startswith(FAILED_PREFIX):
         raise RendezvousTimeout(status[len(FAILED_PREFIX) :].decode())
+
+
+def failed_start_verdict(message: str, exit_code: int) -> bytes:
+    """round 0's verdict when a launcher cannot start: its line and its exit code, which
+    every other node exits with too (one cause, one code on every node).
+
+    ("x: missing", 2) -> b"failed_start:exit 2:x: missing"
+    """
+    return FAILED_START_PREFIX + f"exit {exit_code}:{message}".encode()
+
+
+def _read_failed_start(rest: bytes) -> tuple[str, int]:
+    """`failed_start_verdict`'s message and code; a verdict without "exit N:" is exit 2."""
+    head, sep, message = rest.partition(b":")
+    if sep and head.startswith(b"exit ") and head[5:].isdigit():
+        return message.decode(), int(head[5:])
+    return rest.decode(), 2
 
 
 # --- payloads --------------------------------------------------------------------------

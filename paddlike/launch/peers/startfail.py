@@ -5,9 +5,11 @@ directory busy, bad devices: anything that exits 2 before the rendezvous) leaves
 other node waiting out --rdzv_timeout and then saying that node "never joined". The
 failing launcher prints its own line first, then, bounded by a few seconds, reaches
 the launchers' store and writes round 0's verdict (``rdzv/0/complete`` =
-``failed_start:`` + a message naming it and its error, create-only). Every node at
-the rendezvous, or arriving later while that store is up, then exits 2 with that
-message.
+``failed_start:exit N:`` + a message naming it and its error, create-only). Every node
+at the rendezvous, or arriving later while that store is up, then exits N (the failing
+node's own code: 2 for bad input, 1 for a name that never resolved) with that message.
+Every form of job tells: collective, PS by counts (--ips, PADDLE_TRAINERS) and PS by
+lists (--servers/--workers, where the store's port comes from the lists).
 
 Where the store is:
 
@@ -54,13 +56,17 @@ class Meeting(NamedTuple):
 def meeting_of(
     options: LaunchOptions, environ: Mapping[str, str], *, node_index: int | None = None
 ) -> Meeting | None:
-    """Where this node would meet the others, from its options alone; None on one node,
-    in PS lists mode without --master (the store's port there depends on the lists), or
-    when the address cannot be worked out."""
+    """Where this node would meet the others, from its options alone; None on one node
+    or when the address cannot be worked out (in PS lists mode: when this node is not
+    found in the lists)."""
     try:
         sched = detect_scheduler(environ)
     except UsageError:
         sched = None
+    if options.dry_run:
+        return None
+    if options.is_ps and options.servers is not None and options.workers is not None:
+        return _ps_lists_meeting(options, environ)  # the lists say how many nodes
     hosts = sched.hosts if sched is not None else tuple(options.ips)
     nnodes = options.nnodes or len(hosts)
     if nnodes <= 1 or options.dry_run:
@@ -68,8 +74,6 @@ def meeting_of(
     if uses_etcd(options):
         assert options.master is not None
         return Meeting(options.master, nnodes, False)
-    if options.is_ps and not options.master and not options.master_addr:
-        return None
     try:
         host, port = launchers_master(options, hosts, sched.master if sched else None)
         master_ip = resolve_ipv4(host)
@@ -86,6 +90,28 @@ def meeting_of(
     else:  # unknown: the master address is ours (not loopback, shared by every local node)
         store_host = not master_ip.startswith("127.") and LocalAddresses().is_local(master_ip)
     return Meeting(f"{master_ip}:{port}", nnodes, store_host)
+
+
+def _ps_lists_meeting(options: LaunchOptions, environ: Mapping[str, str]) -> Meeting | None:
+    """PS lists mode: the store is where the job's plan puts it (the first listed host, at
+    --master_port moved up past the ports the lists give there), worked out the same way."""
+    from paddlike.launch.context.node_by_roles import match_role_lists
+    from paddlike.launch.plan.layout import ps_lists_layout
+    from paddlike.launch.plan.nodejob import ps_node_job
+
+    try:
+        assert options.servers is not None and options.workers is not None
+        ps_node = match_role_lists(options, environ, options.servers, options.workers)
+        layout = ps_lists_layout(options, ps_node)
+        job = ps_node_job(options, layout, ps_node.interface, ps_node.reason)
+        if job.master is None:
+            return None
+        host, port = job.master
+        master_ip = resolve_ipv4(host)
+        own_ip = resolve_ipv4(layout.node_hosts[layout.node_index])
+    except (UsageError, OSError, UnicodeError, ValueError):
+        return None
+    return Meeting(f"{master_ip}:{port}", layout.nnodes, own_ip == master_ip)
 
 
 def _nth_is(hosts: tuple[str, ...], index: int | None, ip: str) -> bool:
@@ -144,9 +170,11 @@ def tell_start_failure(
     *,
     node_index: int | None = None,
     address: str | None = None,
+    exit_code: int = 2,
 ) -> bool:
-    """Publish this node's start failure to the others (see the module docstring); True
-    when it reached the store. Bounded: at most REACH_TIMEOUT (+ HOST_LINGER) seconds."""
+    """Publish this node's start failure, and the code it exits with, to the others (see
+    the module docstring); True when it reached the store. Bounded: at most REACH_TIMEOUT
+    (+ HOST_LINGER) seconds."""
     meeting = meeting_of(options, environ, node_index=node_index)
     if meeting is None:
         return False
@@ -163,7 +191,7 @@ def tell_start_failure(
     message = failure_message(
         error, address=addr, hostname=socket.gethostname(), node_index=node_index
     )
-    verdict = p.FAILED_START_PREFIX + message.encode()
+    verdict = p.failed_start_verdict(message, exit_code)
     token = options.job_token.encode() if options.job_token else None
     if meeting.address.startswith("etcd://"):
         return _tell_etcd(meeting, options, verdict)
