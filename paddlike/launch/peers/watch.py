@@ -58,7 +58,7 @@ from paddlike.launch.plan.policy import (
     lost_contact_cause,
     lost_node_cause,
 )
-from paddlike.launch.plan.world import node_label
+from paddlike.launch.plan.world import store_host_label, store_node
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
@@ -166,9 +166,8 @@ class JobWatch:
     def store_host_label(self) -> str:
         """Who this node loses when the store goes: node 0 on the TCP store, else the store."""
         host = netaddr.split(self.kv.address)[0]  # [fd00::1]:6170 -> fd00::1
-        if host in self.hosts:
-            return node_label(self.hosts.index(host), self.hosts)
-        return f"the store ({self.kv.address})"
+        label = store_host_label(self.node_index, self.hosts, host, self.hosts_store)
+        return label or f"the store ({self.kv.address})"
 
     @property
     def fd(self) -> int:
@@ -379,7 +378,7 @@ class JobWatch:
             self.heartbeat_timeout,
             detail,
             time.time(),
-            store_node=self.hosts.index(host) if host in self.hosts else None,
+            store_node=store_node(self.node_index, self.hosts, host, self.hosts_store),
         )
 
     def _heartbeat(self) -> None:

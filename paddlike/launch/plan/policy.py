@@ -255,6 +255,12 @@ def lost_contact_cause(
             "(--heartbeat_timeout): the etcd endpoint stopped answering or the network to it "
             f"failed ({detail})"
         )
+    elif store_node == node:  # its own store: neither a lost launcher nor a network
+        reason = (
+            f"{me} lost contact with the job's store it hosts itself at {store} for "
+            f"{timeout:g} s (--heartbeat_timeout): this launcher is stuck or its machine "
+            f"overloaded ({detail})"
+        )
     else:
         reason = (
             f"{me} lost contact with {store_host}, which hosts the job's store at {store}, for "

@@ -66,6 +66,47 @@ def node_label(index: int, hosts: Sequence[str]) -> str:
     return f"node {index}"
 
 
+def store_node(
+    node_index: int, hosts: Sequence[str], store_host: str, hosts_store: bool
+) -> int | None:
+    """Which node of the job hosts the launchers' TCP store at `store_host`, as node
+    `node_index` can tell. Several launchers may share one address (``--master [::1]:6391
+    --nnodes 2`` on one machine), so the address alone is not enough: this node when it
+    hosts the store, else another node at that address (node 0 first: it hosts the store
+    of a fixed job); None when no node of the job is there (etcd, an outside store).
+
+    | node_index | hosts          | store_host | hosts_store | -> |
+    | ---------- | -------------- | ---------- | ----------- | -- |
+    | 1          | (a, b)         | a          | False       | 0  |
+    | 0          | (::1, ::1)     | ::1        | True        | 0  |
+    | 0          | (::1, ::1)     | ::1        | False       | 1  |
+    | 1          | (::1, ::1)     | ::1        | False       | 0  |
+    | 0          | (a, b)         | c          | False       | None |
+    """
+    if hosts_store:
+        return node_index
+    others = [i for i, h in enumerate(hosts) if h == store_host and i != node_index]
+    return others[0] if others else None
+
+
+def store_host_label(
+    node_index: int, hosts: Sequence[str], store_host: str, hosts_store: bool
+) -> str | None:
+    """Who hosts the store, for "lost contact with ...": "its own store (this launcher)"
+    when this node hosts it (never "node 0 (::1) lost contact with node 0 (::1)"), else
+    `node_label` of the node there, told apart from this one when both share an address
+    ("node 1 (::1, another launcher on this host)"); None when no node is there."""
+    index = store_node(node_index, hosts, store_host, hosts_store)
+    if index is None:
+        return None
+    if index == node_index:
+        return "its own store (this launcher)"
+    label = node_label(index, hosts)
+    if index < len(hosts) and node_index < len(hosts) and hosts[index] == hosts[node_index]:
+        return f"{label[:-1]}, another launcher on this host)"
+    return label
+
+
 def describe_missing(missing: Sequence[int], hosts: Sequence[str]) -> str:
     return ", ".join(node_label(i, hosts) for i in missing)
 
