@@ -12,7 +12,8 @@ thousands of threads in one interpreter would measure that interpreter's lock, w
 N launchers on N machines do not share. Each size runs the previous protocol in the
 same run as the baseline (`PreviousRendezvous`; on node 0's store also the previous
 store server, read from git at PREVIOUS_STORE_REV: a thread per connection, every write
-waking every waiter).
+waking every waiter); on etcd also the previous client (`PreviousEtcdStore`: a new
+connection per call).
 
 Needs root and `ip netns` (skips with the reason otherwise). Each node is a namespace
 on a private bridge (tests/support/netns.py); one worker per node. Rows (median of --runs):
@@ -265,6 +266,15 @@ class PreviousRendezvous(Rendezvous):
         )
 
 
+class PreviousEtcdStore(EtcdStore):
+    """The previous etcd client, kept here as the same-run baseline: a new HTTP connection
+    for every call (urllib)."""
+
+    def _call(self, path: str, body: dict, timeout: float | None = None) -> dict:
+        with self._open(path, body, self.io_timeout if timeout is None else timeout) as resp:
+            return json.loads(resp.read() or b"{}")
+
+
 def _sim_entry(i: int, n: int) -> NodeEntry:
     host = f"198.18.{i // 250}.{i % 250 + 1}"
     return NodeEntry(
@@ -275,7 +285,8 @@ def _sim_entry(i: int, n: int) -> NodeEntry:
 def _connect(spec: dict):  # type: ignore[no-untyped-def]
     if spec["backend"] == "store":
         return StoreClient(*spec["address"], timeout=spec["timeout"])
-    return EtcdStore([tuple(spec["address"])], job_id=spec["job_id"], timeout=spec["timeout"])
+    kind = PreviousEtcdStore if spec["previous"] else EtcdStore
+    return kind([tuple(spec["address"])], job_id=spec["job_id"], timeout=spec["timeout"])
 
 
 def sim_driver(spec: dict) -> dict:
