@@ -406,8 +406,10 @@ def _check_writable(path: Path) -> None:
 
 
 def _dir_name(host: str) -> str:
-    """A node's directory name: its address, with anything a path cannot hold replaced."""
-    name = "".join(c if c.isalnum() or c in ".-_:" else "_" for c in host)
+    """A node's directory name: its address, with anything a path cannot hold replaced.
+    An IPv6 address's colons become "_" (fd00:198:18::1 -> fd00_198_18__1): scp and make
+    read a colon as a host or a target separator."""
+    name = "".join(c if c.isalnum() or c in ".-_" else "_" for c in host)
     return name if name.strip(".") else "node"
 
 
