@@ -148,7 +148,7 @@ class EtcdStore:
                         conn.connect()
                     except OSError as exc:
                         self._forget(i)
-                        errors.append(f"{self.endpoints[i][0]}:{self.endpoints[i][1]}: {exc}")
+                        errors.append(f"{netaddr.join(*self.endpoints[i])}: {exc}")
                         break
                 try:
                     conn.request("POST", f"/v3/{path}", data, {"Content-Type": "application/json"})
@@ -158,7 +158,7 @@ class EtcdStore:
                     stale = isinstance(exc, _STALE) and reused and not retry
                     if stale:  # etcd closed the idle connection meanwhile: once more, fresh
                         continue
-                    errors.append(f"{self.endpoints[i][0]}:{self.endpoints[i][1]}: {exc}")
+                    errors.append(f"{netaddr.join(*self.endpoints[i])}: {exc}")
                     break
                 try:
                     raw = resp.read()
@@ -174,8 +174,8 @@ class EtcdStore:
                     ) from exc
                 if resp.status >= 400:
                     detail = raw.decode("utf-8", "replace").strip()
-                    host, port = self.endpoints[i]
-                    raise StoreError(f"etcd at {host}:{port} rejected /v3/{path}: {detail}")
+                    where = netaddr.join(*self.endpoints[i])
+                    raise StoreError(f"etcd at {where} rejected /v3/{path}: {detail}")
                 self._good = i
                 try:
                     return json.loads(raw or b"{}")
