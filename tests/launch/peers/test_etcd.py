@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlike.distributed.store import StoreTimeoutError
+from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers.etcd import EtcdStore, parse_etcd_master
 from paddlike.launch.peers.liveness import LeaseLiveness
 from tests.support.fixed_ports import fixed_ports
@@ -111,6 +111,45 @@ def test_add_is_atomic_across_threads(store: EtcdStore) -> None:
     for t in threads:
         t.join(timeout=30)
     assert sorted(seen) == list(range(1, 41))
+
+
+def test_a_counter_reads_as_its_count_and_never_retries(store: EtcdStore) -> None:
+    calls: list[str] = []
+    real = store._call
+
+    def counted(path: str, body: dict, timeout: float | None = None) -> dict:
+        calls.append(path)
+        return real(path, body, timeout)
+
+    store._call = counted  # type: ignore[method-assign]
+    assert store.try_get("c") is None and store.add("c", 0) == 0
+    assert [store.add("c") for _ in range(3)] == [1, 2, 3]
+    assert store.add("c", 2) == 5 and store.try_get("c") == b"5"
+    assert store.get("c", timeout=1) == b"5"
+    assert store.try_get("c\0") is None  # a tally range of its own: no other key's
+    assert len(calls) == 9  # one request per call: no compare-and-swap retried
+    with pytest.raises(StoreError, match="only counts up"):
+        store.add("c", -1)
+
+
+def test_a_waiting_get_of_a_counter_wakes_on_the_first_tally(store: EtcdStore) -> None:
+    threading.Timer(0.2, store.add, args=("arrivals",)).start()
+    assert store.get("arrivals", timeout=5) == b"1"
+
+
+def test_get_many_reads_present_keys_at_once_and_waits_for_the_rest(store: EtcdStore) -> None:
+    for i in range(3):
+        store.set(f"r/node/{i}", b"e%d" % i)
+    store.set("r/nodes", b"not one of them")
+    threading.Timer(0.2, store.set, args=("r/node/3", b"e3")).start()
+    assert store.get_many([f"r/node/{i}" for i in range(4)], timeout=5) == [
+        b"e0",
+        b"e1",
+        b"e2",
+        b"e3",
+    ]
+    with pytest.raises(StoreTimeoutError, match="'r/node/9' did not appear"):
+        store.get_many(["r/node/0", "r/node/9"], timeout=0.3)
 
 
 def test_get_waits_for_a_put_and_times_out_naming_the_key(store: EtcdStore) -> None:
