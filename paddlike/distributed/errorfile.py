@@ -1,5 +1,6 @@
 """The error file of a rank that leaves by an uncaught exception, written before the
-runtime closes its connections (sys.excepthook runs before atexit).
+runtime closes its connections (sys.excepthook runs before atexit), or by sys.exit with
+a non-zero status (`paddlike.distributed.leaving`), written before it closes them.
 
 torchelastic's format (TORCHELASTIC_ERROR_FILE, which the launcher sets next to each
 worker's log), so the failure report shows the exception; plus paddlike's own word,
@@ -39,6 +40,21 @@ def write(
 ) -> None:
     """Write the error file, unless one newer than `since` (this rank's start: torch's
     `@record` wrote it already) is there; a stale one from an earlier run is replaced."""
+    import traceback
+
+    message = "".join(traceback.format_exception_only(kind, exc)).strip()
+    _write(message, "".join(traceback.format_exception(kind, exc, tb)), peer_exited(exc), since)
+
+
+def write_exit(code: int, where: str, since: float) -> None:
+    """The error file of a rank that left by sys.exit(code), code non-zero: its own exit,
+    the job's cause (`where`: the stack of the sys.exit call)."""
+    message = f"SystemExit: {code} (sys.exit({code}) ended this rank)"
+    callstack = f"Traceback (most recent call last):\n{where}{message}\n" if where else ""
+    _write(message, callstack, None, since)
+
+
+def _write(message: str, callstack: str, peer: int | None, since: float) -> None:
     path = os.environ.get(ERROR_FILE)
     if not path:
         return
@@ -47,18 +63,12 @@ def write(
             return
     except OSError:
         pass
-    import traceback
-
     body: dict[str, object] = {
         "message": {
-            "message": "".join(traceback.format_exception_only(kind, exc)).strip(),
-            "extraInfo": {
-                "py_callstack": "".join(traceback.format_exception(kind, exc, tb)),
-                "timestamp": str(int(time.time())),
-            },
+            "message": message,
+            "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))},
         }
     }
-    peer = peer_exited(exc)
     if peer is not None:
         body["paddlike"] = {PEER_EXITED: peer}
     tmp = f"{path}.{os.getpid()}.tmp"

@@ -321,8 +321,9 @@ def _watch_uncaught_exceptions() -> None:
     hook already installed."""
     import sys
 
-    from . import errorfile
+    from . import errorfile, leaving
 
+    leaving.install()  # sys.exit notes its status: a non-zero one skips the exit barrier
     previous = sys.excepthook
     if getattr(previous, "_paddlike_watch", False):
         return
@@ -338,9 +339,17 @@ def _watch_uncaught_exceptions() -> None:
 
 
 def _destroy_at_exit() -> None:
-    """At exit: a clean leave after a normal end; after an uncaught exception, no collective
-    at all (the other ranks must see this rank's exit, not a barrier it never meant)."""
-    if _uncaught:
+    """At exit: a clean leave (the exit barrier) after a normal end or sys.exit(0); after an
+    uncaught exception or sys.exit with another status, no collective at all: the other
+    ranks must see this rank's exit at once, as the job's cause, not a barrier it never
+    meant (they may be in a collective it will never enter)."""
+    from . import errorfile, leaving
+
+    left = leaving.left_with()
+    if left is not None and left[0] != 0 and not _uncaught:
+        with contextlib.suppress(Exception):  # said before any connection closes
+            errorfile.write_exit(left[0], left[1], _started)
+    if _uncaught or (left is not None and left[0] != 0):
         with runtime.lock:
             _close_quietly(clean=False)
             runtime.incarnation += 1
@@ -363,7 +372,7 @@ def destroy_process_group(group: Group | None = None) -> None:
             deadline = time.monotonic() + seconds
             try:
                 default.timeout = seconds
-                ops.barrier(default)
+                ops.exit_barrier(default)
             except Exception:
                 pass  # a peer is gone: nobody is left to wait for
             else:

@@ -53,7 +53,8 @@ class Communicator(abc.ABC):
     def recv(self, x: Any, peer: int, deadline: float) -> None: ...
 
     @abc.abstractmethod
-    def barrier(self, deadline: float) -> None: ...
+    def barrier(self, deadline: float, leaving: bool = False) -> None:
+        """`leaving`: the runtime's exit barrier, told apart on the wire where it can be."""
 
     @abc.abstractmethod
     def close(self) -> None:

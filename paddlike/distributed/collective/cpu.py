@@ -36,7 +36,7 @@ import numpy as np
 from ..store import StoreClient, StoreError
 from . import keys as K
 from .backend import Communicator
-from .errors import CollectiveError, CollectiveTimeoutError, size_mismatch
+from .errors import EXIT_BARRIER, CollectiveError, CollectiveTimeoutError, size_mismatch
 from .reduce_op import ReduceOp, reduce_into, ufunc_of
 from .shm import ShmArena, shm_available
 from .tcp import OPCODE, OPCODES, Mesh, Recv, Send
@@ -637,18 +637,19 @@ class CpuCommunicator(Communicator):
     def recv(self, x: np.ndarray, peer: int, deadline: float) -> None:
         self.mesh.exchange([], [Recv(peer, _mv(x), "recv")], deadline, "recv")
 
-    def barrier(self, deadline: float) -> None:
+    def barrier(self, deadline: float, leaving: bool = False) -> None:
+        name = EXIT_BARRIER if leaving else "barrier"
         if self.arena is not None:
             arena = self.arena
-            parity = arena.begin(OPCODE["barrier"], 0, deadline, "barrier")
-            arena.sync(deadline, "barrier")
-            arena.check(parity, OPCODE["barrier"], 0, "barrier", OPCODES)
+            parity = arena.begin(OPCODE[name], 0, deadline, name)
+            arena.sync(deadline, name)
+            arena.check(parity, OPCODE[name], 0, name, OPCODES)
             return
         empty = memoryview(b"")
         peers = [k for k in range(self.size) if k != self.rank]
         self.mesh.exchange(
-            [Send(k, empty, "barrier") for k in peers],
-            [Recv(k, memoryview(bytearray()), "barrier") for k in peers],
+            [Send(k, empty, name) for k in peers],
+            [Recv(k, memoryview(bytearray()), name) for k in peers],
             deadline,
-            "barrier",
+            name,
         )

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_BARRIER",
     "CollectiveError",
     "CollectiveTimeoutError",
     "GroupMembershipError",
     "PeerExitedError",
+    "peer_left",
     "size_mismatch",
 ]
+
+
+EXIT_BARRIER = "exit barrier"  # the runtime's last barrier (destroy_process_group), by name
 
 
 class CollectiveError(RuntimeError):
@@ -43,4 +48,14 @@ def size_mismatch(
         f"{what}: rank {peer} sent {their_op} data of {their_bytes} bytes where this rank "
         f"expected {our_op} data of {our_bytes} bytes{note}; the ranks called different "
         f"operations or passed different shapes/dtypes"
+    )
+
+
+def peer_left(what: str, peer: int, our_op: str) -> PeerExitedError:
+    """A peer's data is its runtime's exit barrier: its script ended (or its runtime was
+    destroyed) while this rank was still in `our_op`. A consequence of that rank's exit."""
+    return PeerExitedError(
+        f"{what}: rank {peer} left the job (exit barrier: its script ended or called "
+        f"destroy_process_group) while this rank was in {our_op}; see rank {peer}'s log",
+        peer=peer,
     )

@@ -571,7 +571,7 @@ class NcclCommunicator(Communicator):
         self.comm.recv(x.data.ptr, x.size, self._dt(x, "recv"), peer, self._stream())
         self._finish(deadline, "recv")
 
-    def barrier(self, deadline: float) -> None:
+    def barrier(self, deadline: float, leaving: bool = False) -> None:
         self.device.use()  # current device is per thread; async ops run on another
         one = self._cp.zeros(1, self._cp.int32)
         self.comm.allReduce(one.data.ptr, one.data.ptr, 1, self._nccl.NCCL_INT32,

@@ -414,3 +414,10 @@ def barrier(group: Group | None = None) -> None:
     """Return once every rank of the group has called barrier."""
     g = _group(group, "barrier")
     _run(g, "barrier", lambda c, d: c.barrier(d), True)
+
+
+def exit_barrier(group: Group) -> None:
+    """The runtime's last barrier before it closes (destroy_process_group): a barrier of its
+    own kind on the wire, so a peer still in another collective learns that this rank left
+    the job (a PeerExitedError naming it) instead of a protocol mismatch."""
+    _run(group, "exit barrier", lambda c, d: c.barrier(d, leaving=True), True)

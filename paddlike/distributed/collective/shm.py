@@ -25,7 +25,13 @@ import numpy as np
 
 from ..store import StoreClient
 from . import keys as K
-from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError
+from .errors import (
+    EXIT_BARRIER,
+    CollectiveError,
+    CollectiveTimeoutError,
+    PeerExitedError,
+    peer_left,
+)
 
 __all__ = ["ShmArena", "shm_available"]
 
@@ -206,13 +212,16 @@ class ShmArena:
         self, parity: int, opcode: int, nbytes: int, what: str, names: Sequence[str],
         ranks: Sequence[int] | None = None,
     ) -> None:  # fmt: skip
-        """After the op's first wait: the ranks waited for published the same descriptor."""
+        """After the op's first wait: the ranks waited for published the same descriptor.
+        A rank that published the runtime's exit barrier instead left the job."""
         for k in range(self.size) if ranks is None else ranks:
             seg = self.segs[k]
             assert seg is not None
             their_op, _, their_bytes = _DESC.unpack_from(seg.mm, _DESC_OFFSETS[parity])
+            theirs = names[their_op - 1] if 0 < their_op <= len(names) else "?"
+            if their_op != opcode and theirs == EXIT_BARRIER:
+                raise peer_left(what, self.global_ranks[k], names[opcode - 1])
             if (their_op, their_bytes) != (opcode, nbytes):
-                theirs = names[their_op - 1] if 0 < their_op <= len(names) else "?"
                 raise CollectiveError(
                     f"{what}: rank {self.global_ranks[k]} called {theirs} with {their_bytes} "
                     f"bytes where this rank called {names[opcode - 1]} with {nbytes} bytes; "

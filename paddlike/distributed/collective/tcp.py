@@ -27,7 +27,14 @@ from paddlike import netaddr
 from ..store import StoreClient, StoreError, StoreTimeoutError
 from ..store.server import listen
 from . import keys as K
-from .errors import CollectiveError, CollectiveTimeoutError, PeerExitedError, size_mismatch
+from .errors import (
+    EXIT_BARRIER,
+    CollectiveError,
+    CollectiveTimeoutError,
+    PeerExitedError,
+    peer_left,
+    size_mismatch,
+)
 
 __all__ = ["Mesh", "Recv", "Send"]
 
@@ -38,7 +45,7 @@ IO_CHUNK = 4 << 20
 
 OPCODES = (
     "all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter",
-    "reduce_scatter", "all_to_all", "send", "barrier",
+    "reduce_scatter", "all_to_all", "send", "barrier", EXIT_BARRIER,
 )  # fmt: skip
 OPCODE = {name: i + 1 for i, name in enumerate(OPCODES)}
 OPCODE["recv"] = OPCODE["send"]
@@ -313,6 +320,8 @@ class Mesh:
         expected_seq = self._recv_seq[peer] & 0xFFFFFFFF
         self._recv_seq[peer] += 1
         want = OPCODE[item.op]
+        if opcode != want and opcode == OPCODE[EXIT_BARRIER]:
+            raise peer_left(what, self.global_ranks[peer], item.op)
         if opcode != want or seq != expected_seq or nbytes != item.into.nbytes:
             theirs = OPCODES[opcode - 1] if 0 < opcode <= len(OPCODES) else f"opcode {opcode}"
             note = "" if seq == expected_seq else f" (message #{seq}, expected #{expected_seq})"
