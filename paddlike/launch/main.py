@@ -23,6 +23,26 @@ if TYPE_CHECKING:
     from paddlike.launch.context.names import NameWait
 
 
+# Set in each host's command by the cluster starter: describe, say READY, wait for GO.
+HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"
+
+
+def _cluster_only(options: LaunchOptions) -> bool:
+    """An option that only the cluster starter reads was given (without --hostfile)."""
+    return bool(
+        options.include
+        or options.exclude
+        or options.num_nodes
+        or options.num_gpus
+        or options.export
+        or options.remote_python
+        or options.ssh_args
+        or options.ssh_port
+        or options.force_multi
+        or options.no_ssh_check
+    )
+
+
 class Described(NamedTuple):
     """What `describe` decided: the options, this node's share of the job, and a preview of
     its plan (the real one is made each round from the rendezvous; the preview shows
@@ -82,7 +102,7 @@ def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
     if options.is_ps:
         counted = None
         if options.servers is None and options.workers is None:  # counts: every node's roles
-            counted = cluster.match_node(options, environ, wait=_name_wait(options))
+            counted = cluster.match_node(options, environ, wait=_name_wait(options, environ))
             if counted.nnodes > 1:
                 return nodejob.ps_counts_node_job(options, counted)
         ps_node = cluster.match_ps_node(options, environ, node=counted)
@@ -106,16 +126,18 @@ def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
         return nodejob.ps_node_job(options, ps_layout, ps_node.interface, ps_node.reason)
     from paddlike.launch.context.devices import node_devices
 
-    node = cluster.match_node(options, environ, wait=_name_wait(options))
+    node = cluster.match_node(options, environ, wait=_name_wait(options, environ))
     devices = node_devices(options, environ)
     return nodejob.collective_node_job(options, node, devices)
 
 
-def _name_wait(options: LaunchOptions) -> NameWait | None:
+def _name_wait(options: LaunchOptions, environ: Mapping[str, str]) -> NameWait | None:
     """Names of the node list or the master that do not resolve yet are waited for up to
     --rdzv_timeout, on the progress line (Kubernetes gives pods their names as they come
-    up); a dry run does not wait."""
-    if options.dry_run:
+    up); a dry run does not wait, nor does the check of a host held at the cluster
+    starter's gate (the starter reached it by name: a name that does not resolve there now
+    is refused before any host starts)."""
+    if options.dry_run or environ.get(HELD_AT_GATE) == "1":
         return None
     from paddlike.launch.console.progress import ProgressLine
     from paddlike.launch.context.names import NameWait
@@ -222,20 +244,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_options(argv, environ)
     except UsageError as exc:
         return _fail(str(exc))
-    if options.hostfile or options.launcher:  # one command for the whole cluster
-        from paddlike.launch.cluster.start import start_cluster
+    if options.hostfile or options.launcher or _cluster_only(options):
+        from paddlike.launch.cluster.local import without_hostfile
 
-        return start_cluster(options, argv, environ)
-    if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1":  # started by the cluster stage's ssh
+        try:  # DeepSpeed's one-machine spellings, or a refusal naming the option
+            options = without_hostfile(options, argv, environ)
+        except UsageError as exc:
+            return _fail(str(exc))
+        if options.hostfile or options.launcher:  # one command for the whole cluster
+            from paddlike.launch.cluster.start import start_cluster
+
+            return start_cluster(options, argv, environ)
+    held = environ.get(HELD_AT_GATE) == "1"  # started by the cluster starter's ssh
+    if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1" and not held:
         from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
 
         end_on_stdin_eof()
     try:
         described = describe_options(options, environ)
     except UsageError as exc:
+        if held:  # no host has started: nobody to tell
+            return _fail(str(exc), exc.exit_code)
         return _fail_before_the_rendezvous(options, environ, str(exc), exc.exit_code)
     except PortError as exc:
         return _fail(str(exc), 1)
+    if held:
+        from paddlike.launch.cluster.hold import wait_for_go
+
+        if not wait_for_go():  # another host failed its check, or the starter ended
+            return 0
+        if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1":
+            from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
+
+            end_on_stdin_eof()
     if described.options.dry_run:
         try:
             _print_dry_run(described)

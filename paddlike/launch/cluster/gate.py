@@ -15,7 +15,7 @@ import selectors
 import time
 from collections.abc import Sequence
 
-from paddlike.launch.cluster.remote import GO, READY, check_failure
+from paddlike.launch.cluster.remote import GO, READY, check_failure, launcher_refusal
 from paddlike.launch.cluster.ssh import SSH_FAILED, ssh_failure
 from paddlike.launch.cluster.stream import Session
 
@@ -105,6 +105,10 @@ def _read_rest(session: Session, out: dict[str, bytes], err: dict[str, bytes]) -
 def _problem(host: str, code: int, stderr: bytes, cwd: str, python: str, script: str | None) -> str:
     if code == SSH_FAILED:
         return ssh_failure(host, stderr.decode(errors="replace"))
+    if not 201 <= code <= 204:  # the held launcher's own refusal (its error line)
+        refused = launcher_refusal(code, stderr.decode(errors="replace"), python)
+        if refused:
+            return f"host {host}: {refused}"
     failure = check_failure(code, cwd, python, script)
     return f"host {host}: {failure or f'the session ended with {code} before the start'}"
 

@@ -21,6 +21,7 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.cluster.selection import Pick
 
+HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"  # `launch.main`'s: describe, READY, wait for GO
 # A gated session's word that its host passed the check and waits for GO on its stdin.
 READY, GO = b"paddlike-cluster-ready\n", b"go\n"
 # The check before anything starts, and what each of its exit codes means.
@@ -37,6 +38,9 @@ class RemoteJob(NamedTuple):
     python: str
     environment: Mapping[str, str]  # carried: env files and --export
     job_id: str
+    # what each host's launcher is told in --ips: the names ssh connects to (`ssh -G`
+    # resolves ~/.ssh/config aliases); empty: the hostfile's names
+    addresses: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -53,7 +57,7 @@ def host_argv(job: RemoteJob, index: int) -> list[str]:
         "-m",
         "paddlike.launch",
         "--ips",
-        ",".join(job.hosts),
+        ",".join(job.addresses or job.hosts),
         "--node_rank",
         str(index),
         "--job_id",
@@ -64,11 +68,14 @@ def host_argv(job: RemoteJob, index: int) -> list[str]:
     ]
 
 
-def host_command(job: RemoteJob, index: int, *, end_on_eof: bool = True) -> str:
-    """The shell command for one host: its directory, its environment, its launcher."""
+def host_command(job: RemoteJob, index: int, *, end_on_eof: bool = True, held: bool = False) -> str:
+    """The shell command for one host: its directory, its environment, its launcher
+    (`held`: it describes its job, says READY and waits for GO: `hold`)."""
     env = dict(job.environment)
     if end_on_eof:
         env[STDIN_EOF_ENDS] = "1"
+    if held:
+        env[HELD_AT_GATE] = "1"
     assignments = [shlex.quote(f"{k}={v}") for k, v in env.items()]
     launch = " ".join(shlex.quote(a) for a in host_argv(job, index))
     prefix = f"exec env {' '.join(assignments)} " if assignments else "exec "
@@ -106,13 +113,26 @@ def check_failure(code: int, cwd: str, python: str, script: str | None = None) -
 def gated_command(job: RemoteJob, index: int, script: str | None = None) -> str:
     """The check, then the launcher once every host has passed it: one session per host.
 
-    The host prints `READY` after the check and waits for one line on its stdin: ``go``
-    starts its launcher; end of file (another host failed its check, or Ctrl-C) ends the
-    session with nothing started. `read` takes one byte at a time from a pipe, so the
-    launcher's stdin (watched by `eofwatch`) is left as it was.
+    The shell checks what it can say best (the directory, the Python, the script); then
+    the host's launcher itself parses and describes its job, as it will run it, refusing
+    what it would refuse (`hold`), prints `READY` and waits for one line on its stdin:
+    ``go`` starts its job; end of file (another host failed its check, or Ctrl-C) ends it
+    with nothing started. One Python start-up per host: the check is the launcher.
     """
-    ready = READY.decode().strip()
-    return (
-        f"{check_command(job.cwd, job.python, script)}; echo {ready}; "
-        f'read -r go && [ "$go" = go ] || exit 0; {host_command(job, index)}'
-    )
+    py = shlex.quote(job.python)
+    found = f"[ -x {py} ]" if "/" in job.python else f"command -v {py} >/dev/null 2>&1"
+    text = f"cd {shlex.quote(job.cwd)} 2>/dev/null || exit {NO_DIRECTORY}; "
+    text += f"{found} || exit {NO_PYTHON}"
+    if script:
+        text += f"; [ -f {shlex.quote(script)} ] || exit {NO_SCRIPT}"
+    return f"{text}; {host_command(job, index, held=True)}"
+
+
+def launcher_refusal(code: int, stderr: str, python: str) -> str | None:
+    """A held launcher's own refusal (its one error line), or paddlike missing there."""
+    if "No module named paddlike" in stderr or "No module named 'paddlike" in stderr:
+        return f"{python} there cannot import paddlike (install it there, or give --remote_python)"
+    errors = [line for line in stderr.splitlines() if ": error: " in line]
+    if errors:
+        return errors[-1].split(": error: ", 1)[1]
+    return None

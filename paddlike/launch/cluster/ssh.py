@@ -23,11 +23,13 @@ CONNECT_TIMEOUT = 10  # seconds, the TCP connect and the handshake
 CONTROL_PERSIST = 60
 
 
-def ssh_base(ssh_args: str | None, control_dir: str) -> list[str]:
-    """ssh and its options; the user's --ssh_args first (ssh keeps an option's first value)."""
+def ssh_base(ssh_args: str | None, control_dir: str, port: int | None = None) -> list[str]:
+    """ssh and its options; the user's --ssh_args first (ssh keeps an option's first value),
+    then --ssh_port's -p (DeepSpeed's), then ours."""
     return [
         "ssh",
         *shlex.split(ssh_args or ""),
+        *(["-p", str(port)] if port else []),
         "-o",
         "BatchMode=yes",
         "-o",
@@ -153,3 +155,40 @@ def close_masters(base: Sequence[str], hosts: Sequence[str], timeout: float = 10
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def connected_names(
+    base: Sequence[str], hosts: Sequence[str], timeout: float = 10
+) -> tuple[str, ...]:
+    """The name (or address) ssh connects to for each host: `ssh -G` applies ~/.ssh/config
+    (and --ssh_args' -F) as the session will, so an alias (`Host node-a` / `HostName tc0`)
+    becomes tc0 in every launcher's --ips; a host ssh cannot resolve this way keeps its
+    name (the check then names it). Local: no connection is made."""
+    procs = [
+        subprocess.Popen(
+            [*base, "-G", host],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        for host in hosts
+    ]
+    names = []
+    deadline = time.monotonic() + timeout
+    for host, proc in zip(hosts, procs, strict=True):
+        try:
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        names.append(resolved_hostname(out.decode(errors="replace")) or host)
+    return tuple(names)
+
+
+def resolved_hostname(config: str) -> str | None:
+    """The `hostname` line of `ssh -G`'s output."""
+    for line in config.splitlines():
+        key, _, value = line.partition(" ")
+        if key.lower() == "hostname" and value.strip():
+            return value.strip()
+    return None

@@ -44,6 +44,9 @@ CLUSTER_DESTS = frozenset(
         "export",
         "remote_python",
         "ssh_args",
+        "ssh_port",
+        "force_multi",
+        "no_ssh_check",
         "dry_run",
     }
 )
@@ -157,7 +160,8 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
         except OSError as exc:
             return _fail(f"--launcher slurm: cannot run {command[0]} ({exc.strerror})", 1)
     control = tempfile.mkdtemp(prefix="paddlike-ssh-")
-    base = ssh.ssh_base(options.ssh_args, control)
+    base = ssh.ssh_base(options.ssh_args, control, options.ssh_port)
+    job = job._replace(addresses=ssh.connected_names(base, job.hosts))
     try:
         if options.dry_run:
             _print_dry_run(job, launcher, base)

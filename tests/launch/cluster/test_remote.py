@@ -11,6 +11,7 @@ from paddlike.launch.cluster.remote import (
     check_failure,
     gated_command,
     host_command,
+    launcher_refusal,
 )
 from paddlike.launch.cluster.selection import Pick
 
@@ -57,8 +58,28 @@ def test_the_preflight_checks_directory_python_and_paddlike_by_exit_code() -> No
     assert check_failure(204, "/d", "/p", "t.py") == "the training script t.py is not there (in /d)"
 
 
-def test_a_gated_command_checks_says_ready_and_starts_only_on_go() -> None:
+def test_a_gated_command_checks_then_holds_the_launcher_itself_at_the_gate() -> None:
     text = gated_command(JOB, 1, "train.py")
-    check, rest = text.split("; echo paddlike-cluster-ready; ")
-    assert check == check_command("/home/u/proj", "/opt/py/bin/python3", "train.py")
-    assert rest == 'read -r go && [ "$go" = go ] || exit 0; ' + host_command(JOB, 1)
+    check, launcher = text.split("; cd /home/u/proj && ")
+    assert check == (
+        "cd /home/u/proj 2>/dev/null || exit 201; [ -x /opt/py/bin/python3 ] || exit 202; "
+        "[ -f train.py ] || exit 204"
+    )
+    assert "import paddlike" not in text  # one Python start-up per host: the launcher's
+    words = shlex.split(launcher)
+    assert "PADDLIKE_HELD_AT_GATE=1" in words and "PADDLIKE_STDIN_EOF_ENDS=1" in words
+    assert words[words.index("--node_rank") + 1] == "1"
+
+
+def test_ips_are_the_names_ssh_connects_to() -> None:
+    aliased = JOB._replace(addresses=("10.0.0.1", "tc1", "tc2"))
+    words = shlex.split(host_command(aliased, 2))
+    assert words[words.index("--ips") + 1] == "10.0.0.1,tc1,tc2"
+
+
+def test_a_held_launchers_refusal_is_its_own_line() -> None:
+    err = "warning\npaddlike.launch: error: --gpus: no NVIDIA GPU found (looked at x)\n"
+    assert launcher_refusal(2, err, "/p") == "--gpus: no NVIDIA GPU found (looked at x)"
+    missing = "/p: No module named paddlike.launch\n"
+    assert "cannot import paddlike" in launcher_refusal(1, missing, "/p")
+    assert launcher_refusal(1, "Traceback ...\n", "/p") is None

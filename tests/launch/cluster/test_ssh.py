@@ -47,3 +47,15 @@ def test_masters_under_the_users_own_control_path_are_theirs_to_keep() -> None:
     assert users_masters("-F cfg -o controlpath=/x/%C")
     assert not users_masters("-F cfg -p 22")
     assert not users_masters(None)
+
+
+def test_ssh_port_and_the_names_ssh_connects_to(tmp_path) -> None:
+    from paddlike.launch.cluster.ssh import connected_names, resolved_hostname, ssh_base
+
+    base = ssh_base("-F cfg", "/c", port=2222)
+    assert base[:5] == ["ssh", "-F", "cfg", "-p", "2222"]
+    config = tmp_path / "config"
+    config.write_text("Host node-a\n  HostName tc0\n")
+    local = ["ssh", "-F", str(config)]
+    assert connected_names(local, ["node-a", "tc1"]) == ("tc0", "tc1")  # no connection made
+    assert resolved_hostname("user u\nhostname tc0\nport 22\n") == "tc0"

@@ -113,7 +113,7 @@ def test_dry_run_with_slurm_prints_the_srun_command_line(tmp_path) -> None:
 
 
 def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
-    env = {**os.environ, "SLURM_JOB_NUM_NODES": "3"}
+    env = {**os.environ, "SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_ID": "7"}
     done = subprocess.run(
         [*LAUNCH, "--launcher", "slurm", "--dry_run", "train.py"],
         capture_output=True, text=True, timeout=60, env=env,
@@ -122,6 +122,7 @@ def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
     assert done.stdout.startswith("srun --nodes 3 --ntasks-per-node 1 --kill-on-bad-exit=1")
     env.pop("SLURM_JOB_NUM_NODES")
     env.pop("SLURM_NNODES", None)
+    env.pop("SLURM_JOB_ID")
     done = subprocess.run(
         [*LAUNCH, "--launcher", "slurm", "--dry_run", "train.py"],
         capture_output=True, text=True, timeout=60, env=env,
@@ -129,7 +130,7 @@ def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "paddlike.launch: error: --launcher slurm: not inside a Slurm allocation (no "
-        "SLURM_JOB_NUM_NODES): run it under salloc or sbatch, or give --num_nodes"
+        "SLURM_JOB_ID): run it under salloc or sbatch, or give --hostfile with --launcher ssh"
     )
 
 

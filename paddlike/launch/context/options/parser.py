@@ -220,6 +220,20 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 ("--ssh_args",),
                 "more options for ssh (and pdsh's ssh), before ours, e.g. --ssh_args='-F cfg'",
             ),
+            (
+                ("--ssh_port",),
+                "the hosts' ssh port (ssh's Port, also for pdsh's ssh), as in DeepSpeed",
+            ),
+            (
+                ("--force_multi",),
+                "as in DeepSpeed: a hostfile of one host is started over ssh too (ours always "
+                "is); needs --hostfile",
+            ),
+            (
+                ("--no_ssh_check",),
+                "DeepSpeed's; refused: the check of every host runs in the job's own ssh "
+                "session and is what keeps a failing host from starting the others",
+            ),
         ),
     ),
     (

@@ -109,6 +109,9 @@ class LaunchOptions(NamedTuple):
     export: tuple[str, ...] = ()  # variables of the starting shell carried to every host
     remote_python: str | None = None  # None: sys.executable's path on every host
     ssh_args: str | None = None  # more ssh options, split as a shell would
+    ssh_port: int | None = None  # DeepSpeed's --ssh_port: ssh -p N for every host
+    force_multi: bool = False  # DeepSpeed's: one host still over ssh (ours always is)
+    no_ssh_check: bool = False  # DeepSpeed's: refused with the reason (cluster/local.py)
     # --numa_binding (torchrun's --numa-binding; DeepSpeed's --bind_cores_to_rank is
     # "exclusive"): None (off) | "node" | "socket" | "exclusive" | "core-complex"; each
     # worker's CPUs and preferred memory node from its GPU's NUMA node (plan/binding.py)

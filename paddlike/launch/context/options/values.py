@@ -371,6 +371,7 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "export": lambda text: variable_names(text),
     "remote_python": non_empty,
     "ssh_args": non_empty,
+    "ssh_port": PORT,
 }
 # What else a value may be, said after the value given.
 HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
@@ -383,6 +384,8 @@ FLAGS = (
     "redirect_stdout_and_stderr",
     "dry_run",
     "virtual_local_rank",
+    "force_multi",
+    "no_ssh_check",
 )
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"0", "false", "no", "off", ""})

@@ -1,0 +1,126 @@
+"""The cluster options without a hostfile: DeepSpeed's one-machine meanings, or a refusal.
+
+`deepspeed --num_gpus 2 train.py` on one machine is common; so without --hostfile:
+
+    --num_gpus N              this machine's first N GPUs (--gpus 0..N-1)
+    --include localhost:0,1   --gpus 0,1    (localhost or 127.0.0.1, as DeepSpeed names it)
+    --exclude localhost:1     every visible GPU but 1
+    --num_nodes 1             this machine: nothing to change
+
+Every other cluster option only means something with hosts to start (--num_nodes > 1,
+--export, --remote_python, --ssh_args, --ssh_port, --force_multi, --launcher ssh|pdsh):
+one line naming it ("needs --hostfile"), exit 2, never silently ignored. `--launcher
+slurm` without a hostfile starts srun over the allocation's nodes (`srun`), so outside an
+allocation (no SLURM_JOB_ID) it is refused here, before srun is looked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
+
+LOCAL_NAMES = ("localhost", "127.0.0.1")  # what DeepSpeed's local filters name
+NO_SSH_CHECK = (
+    "--no_ssh_check: not skipped here: every host's check runs in the job's own ssh "
+    "session (no extra connection, no extra time) and is what keeps one failing host from "
+    "starting the others; leave the option out"
+)
+
+
+def without_hostfile(
+    options: LaunchOptions, argv: Sequence[str], environ: Mapping[str, str]
+) -> LaunchOptions:
+    """The options to run with (the local meanings applied), or `UsageError`."""
+    if options.no_ssh_check:
+        raise UsageError(NO_SSH_CHECK, "--no_ssh_check")
+    if options.hostfile:
+        return options
+    if options.launcher == "slurm":
+        if not environ.get("SLURM_JOB_ID"):
+            raise UsageError(
+                "--launcher slurm: not inside a Slurm allocation (no SLURM_JOB_ID): run it "
+                "under salloc or sbatch, or give --hostfile with --launcher ssh",
+                "--launcher",
+            )
+        return options  # srun over the allocation's nodes (`srun.allocation_nodes`)
+    for given, option in (
+        (options.launcher, "--launcher"),
+        (options.num_nodes is not None and options.num_nodes > 1, "--num_nodes"),
+        (options.export, "--export"),
+        (options.remote_python, "--remote_python"),
+        (options.ssh_args, "--ssh_args"),
+        (options.ssh_port, "--ssh_port"),
+        (options.force_multi, "--force_multi"),
+    ):
+        if given:
+            value = f" {options.launcher}" if option == "--launcher" else ""
+            raise UsageError(
+                f"{option}{value}: needs --hostfile FILE (the hosts to start); without it "
+                "the job runs on this machine only",
+                option,
+            )
+    devices = _local_devices(options, environ)
+    if devices is None:
+        return options._replace(num_nodes=None)
+    if options.gpus is not None or options.nproc_per_node is not None or options.cpu_only:
+        which = "--num_gpus" if options.num_gpus else "--include/--exclude"
+        raise UsageError(
+            f"{which}: says this machine's GPUs already; give it or --gpus/--devices/"
+            "--nproc_per_node, not both",
+            which,
+        )
+    return options._replace(
+        gpus=tuple(map(str, devices)), num_gpus=None, include=None, exclude=None, num_nodes=None
+    )
+
+
+def _local_devices(options: LaunchOptions, environ: Mapping[str, str]) -> list[int] | None:
+    """The GPU ids the DeepSpeed filters pick on this machine (None: none given)."""
+    from paddlike.launch.cluster.selection import parse_filter
+
+    if options.num_gpus:
+        return list(range(options.num_gpus))
+    text, option = options.include or options.exclude, "--include"
+    if not options.include:
+        option = "--exclude"
+    if not text:
+        return None
+    if options.include and options.exclude:
+        raise UsageError(
+            "--include/--exclude: give one of them, not both (as in DeepSpeed)", "--include"
+        )
+    picked = parse_filter(text, option)
+    names = [n for n in picked if n not in LOCAL_NAMES]
+    if names:
+        raise UsageError(
+            f"{option}: host {names[0]!r} needs --hostfile FILE (without it only localhost's "
+            "devices can be chosen, e.g. localhost:0,1)",
+            option,
+        )
+    ids = next(iter(picked.values()))
+    if option == "--include":
+        if ids is None:
+            return None  # the whole machine: its default
+        return list(ids)
+    visible = _visible_gpus(environ)
+    if ids is None:
+        raise UsageError(f"{option}: nothing is left after excluding this machine", option)
+    left = [d for d in range(visible) if d not in ids]
+    if not left:
+        raise UsageError(
+            f"{option}: this machine has {visible} GPU(s); none is left after {text!r}", option
+        )
+    return left
+
+
+def _visible_gpus(environ: Mapping[str, str]) -> int:
+    from paddlike.launch.context.devices import probe_gpus
+
+    found = probe_gpus(environ)
+    if not found.count:
+        raise UsageError(
+            "--exclude: no NVIDIA GPU found on this machine (devices to exclude are GPUs)",
+            "--exclude",
+        )
+    return found.count
