@@ -1,0 +1,91 @@
+"""The cluster options without --hostfile: DeepSpeed's one-machine meanings (--num_gpus N,
+--include localhost:ids) or one line naming the option, exit 2, nothing started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+LAUNCH = [sys.executable, "-m", "paddlike.launch"]
+needs_no_gpu = pytest.mark.skipif(
+    os.path.isdir("/proc/driver/nvidia/gpus"), reason="this machine has NVIDIA GPUs"
+)
+
+
+def _run(tmp_path, *args: str, env: dict[str, str] | None = None):
+    (tmp_path / "train.py").write_text("print('RAN')\n")
+    return subprocess.run(
+        [*LAUNCH, "--log_dir", str(tmp_path / "log"), *args, "train.py"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env or dict(os.environ),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "processes"),
+    [
+        (("--num_gpus", "2"), "2 process(es)"),
+        (("--include", "localhost:0,1,3"), "3 process(es)"),
+        (("--num_nodes", "1"), "1 process(es)"),
+    ],
+)
+def test_deepspeeds_one_machine_spellings_pick_this_machines_gpus(
+    tmp_path, args, processes
+) -> None:
+    done = _run(tmp_path, *args, "--dry_run")
+    assert done.returncode == 0, done.stderr
+    assert processes in done.stdout.splitlines()[0]
+
+
+@needs_no_gpu
+def test_num_gpus_without_gpus_is_refused_as_gpus_is_not_run_on_one_cpu_worker(tmp_path) -> None:
+    done = _run(tmp_path, "--num_gpus", "2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "RAN" not in done.stdout
+    assert "--gpus" in done.stderr or "GPU" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--num_nodes", "2"), "--num_nodes: needs --hostfile FILE"),
+        (("--export", "A"), "--export: needs --hostfile FILE"),
+        (("--remote_python", "/x/python"), "--remote_python: needs --hostfile FILE"),
+        (("--ssh_args=-v",), "--ssh_args: needs --hostfile FILE"),
+        (("--ssh_port", "2222"), "--ssh_port: needs --hostfile FILE"),
+        (("--force_multi",), "--force_multi: needs --hostfile FILE"),
+        (("--launcher", "ssh"), "--launcher ssh: needs --hostfile FILE"),
+        (("--launcher", "pdsh"), "--launcher pdsh: needs --hostfile FILE"),
+        (("--include", "h1:0"), "--include: host 'h1' needs --hostfile FILE"),
+        (("--no_ssh_check",), "--no_ssh_check: not skipped here"),
+        (("--num_gpus", "2", "--nproc_per_node", "2"), "--num_gpus: says this machine's GPUs"),
+    ],
+)
+def test_a_hostfile_only_option_without_a_hostfile_is_one_line_and_exit_2(
+    tmp_path, args, line
+) -> None:
+    done = _run(tmp_path, *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert line in done.stderr
+    assert "RAN" not in done.stdout and not (tmp_path / "log").exists()
+
+
+def test_slurm_without_a_hostfile_outside_an_allocation_is_refused_before_srun(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = "/nonexistent"  # no srun: the refusal comes before it is looked for
+    done = _run(tmp_path, "--launcher", "slurm", env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "paddlike.launch: error: --launcher slurm: not inside a Slurm allocation (no "
+        "SLURM_JOB_ID): run it under salloc or sbatch, or give --hostfile with --launcher ssh"
+    )
+
+
+@needs_no_gpu
+def test_exclude_on_a_machine_without_gpus_says_so(tmp_path) -> None:
+    done = _run(tmp_path, "--exclude", "localhost:1", env=dict(os.environ))
+    assert done.returncode == 2
+    assert "--exclude: no NVIDIA GPU found on this machine" in done.stderr
