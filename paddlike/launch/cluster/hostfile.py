@@ -47,6 +47,13 @@ def parse_hostfile(text: str, path: str = "hostfile") -> tuple[Host, ...]:
                 )
             slots = int(value)
         name = words[0]
+        host, colon, count = name.partition(":")
+        if colon and count.isdigit() and ":" not in count:  # Horovod's host:N (not IPv6)
+            raise UsageError(
+                f"{where}: expected 'host slots=N' (DeepSpeed's format), got {raw.strip()!r}: "
+                f"Horovod's {name} is written '{host} slots={count}' here",
+                "--hostfile",
+            )
         if name in seen:
             raise UsageError(
                 f"{where}: host {name!r} is listed twice (first on line {seen[name]})",

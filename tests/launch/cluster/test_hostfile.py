@@ -43,3 +43,13 @@ def test_a_hostfile_mistake_names_the_file_and_the_line(text, message) -> None:
 def test_a_hostfile_that_cannot_be_read_is_a_usage_error(tmp_path) -> None:
     with pytest.raises(UsageError, match=r"--hostfile: cannot read '.*/missing' \(No such file"):
         read_hostfile(str(tmp_path / "missing"))
+
+
+def test_horovods_host_colon_slots_gets_the_hostfile_spelling() -> None:
+    with pytest.raises(UsageError) as err:
+        parse_hostfile("tc0:2\n", "hf")
+    assert str(err.value) == (
+        "--hostfile: hf line 1: expected 'host slots=N' (DeepSpeed's format), got 'tc0:2': "
+        "Horovod's tc0:2 is written 'tc0 slots=2' here"
+    )
+    assert parse_hostfile("fd00::2 slots=1\n")[0].name == "fd00::2"  # IPv6 stays a name
