@@ -50,6 +50,14 @@ def check_fingerprints(entries: Sequence[NodeEntry]) -> str | None:
 
 def claim_message(first: NodeEntry, second: NodeEntry) -> str:
     """Two launchers published an entry for the same node index."""
+    theirs, ours = first.fingerprint.get("job_id"), second.fingerprint.get("job_id")
+    if theirs and ours and theirs != ours:  # e.g. two `--hostfile` jobs on the same hosts
+        return (
+            f"rendezvous: the launchers' store reached belongs to job {theirs} (this is job "
+            f"{ours}): another job runs on these hosts ({who(first)} holds node index "
+            f"{second.index}); give this job its own --master_port / --start_port, or wait "
+            "for that job to end"
+        )
     return (
         f"rendezvous: two launchers claim node index {second.index}: "
         f"{who(first)} and {who(second)}; check --ips (same order on every node) / "
