@@ -11,6 +11,11 @@ the exception reports a peer's exit (`paddlike.distributed.errorfile`). The supe
 holds such a failure back for CONSEQUENCE_GRACE seconds: a failure that is not a
 consequence (on this node, or another node's published cause, a lost node) comes first
 and is the cause; only when none comes does the held-back failure become it.
+
+A rank that leaves by sys.exit with a non-zero status is such a cause too: its runtime
+skips the exit barrier and closes at once, as after an exception. A rank whose exit
+barrier reaches a peer still in another collective makes that peer fail with "rank R
+left the job (exit barrier)", a PeerExitedError, so a consequence as well.
 """
 
 from __future__ import annotations
