@@ -40,8 +40,8 @@ def _status(code: Any) -> int:
     """The process's exit status for SystemExit(code), as the interpreter computes it."""
     if code is None:
         return 0
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code
+    if isinstance(code, int):  # True and False too: 1 and 0
+        return int(code)
     return 1  # a message: printed to stderr, status 1
 
 
