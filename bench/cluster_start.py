@@ -15,13 +15,18 @@ the last worker's stamp.
 - baseline, same run: the same per-node launcher commands (`--ips ... --node_rank i`)
   started at once in the hosts' namespaces with `ip netns exec`, as by hand on each host.
 
+- by hand over ssh, same run: the same per-node commands, each started on its host with
+  `ssh host 'cd DIR && python -m paddlike.launch --ips ... --node_rank i ...'`, all hosts
+  at once: over new connections, and over the kept ones below (what a user has without
+  paddlike's starter).
 - over kept connections, same run: the same command with `--ssh_args` naming a
   ControlPath of the user's where master connections are already open (left by earlier
   work; paddlike keeps them): no handshakes, one session per host.
 - new ssh connections alone, same run: `ssh host true` to every host at once, for the
   breakdown (on this machine root's ~/.bashrc runs `pyenv init` in every session).
 
-Target: paddlike ≤ 1.5 × the baseline. Prints the medians and the ratios.
+Target: paddlike ≤ 1.5 × the per-node command run on each host by hand. Prints every
+run's rows with the same run's baselines and ratios, then the medians.
 """
 
 from __future__ import annotations
@@ -73,7 +78,29 @@ def handshakes(cluster, ssh) -> float:
     return time.monotonic() - start
 
 
-def one_run(cluster, ssh, hosts: int, work: Path, run: int) -> tuple[float, float, float]:
+def by_hand(login, nodes, work: Path, tag: str, ssh_options: list[str]) -> float:
+    """The per-node command on each host through `ssh host cmd`, every host at once."""
+    import shlex
+
+    stamps = work / tag
+    stamps.mkdir()
+    names = ",".join(n.hostname for n in nodes)
+    start = time.monotonic()
+    procs = []
+    for i, node in enumerate(nodes):
+        argv = [PY, "-m", "paddlike.launch", "--ips", names, "--node_rank", str(i),
+                *_launcher_args(stamps / "log"), str(worker_path(work)), str(stamps)]  # fmt: skip
+        command = f"cd {shlex.quote(str(ROOT))} && exec " + shlex.join(argv)
+        ssh_argv = ["ssh", *ssh_options, "-T", node.hostname, command]
+        pipes = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+        procs.append(login.popen(ssh_argv, stdin=subprocess.DEVNULL, **pipes))
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"by hand over ssh failed: {errors[0].decode()[-2000:]}")
+    return _last_start(stamps, len(nodes)) - start
+
+
+def one_run(cluster, ssh, hosts: int, work: Path, run: int) -> tuple[float, ...]:
     login, nodes = cluster.nodes[0], cluster.nodes[1:]
     worker = work / "worker.py"
     names = ",".join(n.hostname for n in nodes)
@@ -108,7 +135,11 @@ def one_run(cluster, ssh, hosts: int, work: Path, run: int) -> tuple[float, floa
     cold = _hostfile_run(login, nodes, work, f"ssh{run}", ssh.ssh_args)
     warm_args = f"{ssh.ssh_args} -o ControlPath={work}/cm-%C -o ControlPersist=300"
     warm = _hostfile_run(login, nodes, work, f"warm{run}", warm_args)
-    return direct, cold, warm
+    plain = ["-F", str(ssh.config), "-o", "BatchMode=yes"]
+    hand = by_hand(login, nodes, work, f"hand{run}", plain)
+    kept = [*plain, "-o", f"ControlPath={work}/cm-%C", "-o", "ControlPersist=300"]
+    hand_kept = by_hand(login, nodes, work, f"handkept{run}", kept)
+    return direct, cold, warm, hand, hand_kept
 
 
 def open_masters(cluster, ssh, work: Path) -> None:
@@ -161,7 +192,7 @@ def main() -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
-    direct, cold, warm, shakes = [], [], [], []
+    direct, cold, warm, shakes, hand, hand_kept = [], [], [], [], [], []
     names = ["login", *(f"h{i}" for i in range(args.hosts))]
     with tempfile.TemporaryDirectory(prefix="plk-bench-cluster-") as tmp:
         work = Path(tmp)
@@ -173,25 +204,37 @@ def main() -> int:
             open_masters(cluster, ssh, work)
             try:
                 for run in range(args.runs):
-                    d, c, w = one_run(cluster, ssh, args.hosts, work, run)
+                    d, c, w, bh, bk = one_run(cluster, ssh, args.hosts, work, run)
                     h = handshakes(cluster, ssh)
-                    direct.append(d)
-                    cold.append(c)
-                    warm.append(w)
-                    shakes.append(h)
+                    for into, x in zip(
+                        (direct, cold, warm, hand, hand_kept, shakes),
+                        (d, c, w, bh, bk, h),
+                        strict=True,
+                    ):
+                        into.append(x)
                     print(
-                        f"run {run + 1}: direct {d:.3f} s, --hostfile over ssh {c:.3f} s, over "
-                        f"kept connections {w:.3f} s (new ssh connections alone: {h:.3f} s)",
+                        f"run {run + 1}: --hostfile {c:.3f} s (by hand over ssh {bh:.3f} s: "
+                        f"{c / bh:.2f} x; direct {d:.3f} s: {c / d:.2f} x); kept connections: "
+                        f"--hostfile {w:.3f} s (by hand {bk:.3f} s: {w / bk:.2f} x); "
+                        f"ssh true alone {h:.3f} s",
                         flush=True,
                     )
             finally:
                 close_masters(cluster, ssh, work)
-    d, c, w = (statistics.median(x) for x in (direct, cold, warm))
+    d, c, w, bh, bk = (statistics.median(x) for x in (direct, cold, warm, hand, hand_kept))
     print(f"{args.hosts} hosts, command -> every worker started (median of {args.runs}):")
-    print(f"  paddlike --hostfile (ssh, new connections):       {c:.3f} s  ({c / d:.2f} x)")
-    print(f"  paddlike --hostfile (ssh, the user's kept ones):  {w:.3f} s  ({w / d:.2f} x)")
-    print(f"  baseline, launchers started directly:             {d:.3f} s")
-    print("  target <= 1.5 x the baseline")
+    print(f"  by hand: ssh host 'per-node command', new connections:  {bh:.3f} s")
+    print(f"  by hand: ssh host 'per-node command', kept connections: {bk:.3f} s")
+    print(f"  launchers started directly (no ssh):                    {d:.3f} s")
+    print(
+        f"  paddlike --hostfile, new connections:  {c:.3f} s  ({c / bh:.2f} x by hand, "
+        f"{c / d:.2f} x direct)"
+    )
+    print(
+        f"  paddlike --hostfile, kept connections: {w:.3f} s  ({w / bk:.2f} x by hand kept, "
+        f"{w / d:.2f} x direct)"
+    )
+    print("  target <= 1.5 x the per-node command run on each host by hand")
     print(
         f"  new ssh connections to every host alone (ssh true): {statistics.median(shakes):.3f} s"
     )
