@@ -59,3 +59,33 @@ def test_ssh_port_and_the_names_ssh_connects_to(tmp_path) -> None:
     local = ["ssh", "-F", str(config)]
     assert connected_names(local, ["node-a", "tc1"]) == ("tc0", "tc1")  # no connection made
     assert resolved_hostname("user u\nhostname tc0\nport 22\n") == "tc0"
+
+
+def test_dry_run_ssh_port_force_multi_and_aliases(tmp_path) -> None:
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    (tmp_path / "hf").write_text("node-a slots=1\n")
+    (tmp_path / "train.py").write_text("")
+    config = tmp_path / "config"
+    config.write_text("Host node-a\n  HostName tc0\n")
+    argv = [sys.executable, "-m", "paddlike.launch", "--hostfile", "hf", f"--ssh_args=-F {config}",
+            "--ssh_port", "2222", "--force_multi", "--dry_run", "train.py"]  # fmt: skip
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    words = shlex.split(line.removeprefix("[node-a] "))
+    assert words[1:5] == ["-F", str(config), "-p", "2222"]
+    remote = shlex.split(words[-1].split(" && ", 1)[1])
+    assert remote[remote.index("--ips") + 1] == "tc0"  # what ssh connects to, not the alias
+    assert not {"--ssh_port", "--force_multi", "2222"} & set(remote)
+    pdsh = subprocess.run(
+        [*argv[:-1], "--launcher", "pdsh", "train.py"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=dict(os.environ),
+    )  # fmt: skip
+    assert pdsh.returncode == 0, pdsh.stderr
+    assert f"PDSH_SSH_ARGS='-F {config} -p 2222 " in pdsh.stdout
