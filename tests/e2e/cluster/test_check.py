@@ -47,3 +47,22 @@ def test_devices_a_host_lacks_are_refused_before_any_host_starts(tmp_path) -> No
             assert "--gpus" in line and line.endswith("; nothing was started")
         assert not (s.tmp / "log").exists()
         assert s.leftovers() == {}
+
+
+def test_a_name_only_the_login_node_resolves_is_refused_naming_the_hosts(tmp_path) -> None:
+    with site(tmp_path, hosts=2) as s:
+        h0 = s.hosts[0]
+        with open(s.login.hosts_path, "a") as f:  # this machine's name for h0 alone
+            f.write(f"{h0.addr} far-h0\n")
+        config = s.tmp / "ssh_config_far"
+        config.write_text("Host far-h0\n  HostKeyAlias h0\n" + s.ssh.config.read_text())
+        hostfile = s.hostfile("far-h0 slots=1\nh1 slots=1\n")
+        argv = _with_ssh_args(s.argv(hostfile, "--rdzv_timeout", "20"), f"-F {config}")
+        done = s.run(argv, timeout=100)
+        assert done.returncode == 2, done.stdout + done.stderr
+        lines = _error_lines(done.stderr)
+        assert [line.split(": ")[3] for line in lines] == ["host far-h0", "host h1"], lines
+        assert all("far-h0" in line.split(": ", 4)[4] for line in lines), lines
+        assert all(line.endswith("; nothing was started") for line in lines), lines
+        assert not (s.tmp / "log").exists()
+        assert s.leftovers() == {}
