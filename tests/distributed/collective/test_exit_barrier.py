@@ -66,11 +66,15 @@ def test_a_rank_that_calls_sys_exit_7_is_the_cause_every_time_within_seconds(
         assert "SystemExit: 7" in out, where  # its error file: where sys.exit was called
         assert seconds < BOUND, (seconds, where)
         # A peer is often stopped by the launcher before its all_reduce fails; one that
-        # failed first names rank 1's exit, never a barrier or a mismatch.
+        # failed first reports an exit (rank 1's, or a peer's that saw it: a consequence),
+        # never a barrier or a mismatch.
         peers = _peer_errors(tmp_path, nproc, 1)
         if "Traceback" in peers:
-            assert "PeerExitedError" in peers and "rank 1" in peers, where
+            assert "PeerExitedError" in peers, where
         assert "different operations" not in peers and "barrier" not in peers, where
+        for error_file in (tmp_path / "log").glob("workerlog.*.error.json"):
+            if error_file.name != "workerlog.1.error.json":
+                assert '"peer_exited"' in error_file.read_text(), where
 
 
 @pytest.mark.timeout(180)
