@@ -12,8 +12,8 @@ thousands of threads in one interpreter would measure that interpreter's lock, w
 N launchers on N machines do not share. Each size runs the previous protocol in the
 same run as the baseline (`PreviousRendezvous`; on node 0's store also the previous
 store server, read from git at PREVIOUS_STORE_REV: a thread per connection, every write
-waking every waiter); on etcd also the previous client (`PreviousEtcdStore`: a new
-connection per call).
+waking every waiter); on etcd also the previous client (`PreviousEtcdStore`: counters by
+compare-and-swap on one key, N reads for the last arrival).
 
 Needs root and `ip netns` (skips with the reason otherwise). Each node is a namespace
 on a private bridge (tests/support/netns.py); one worker per node. Rows (median of --runs):
@@ -31,6 +31,7 @@ on a private bridge (tests/support/netns.py); one worker per node. Rows (median 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -49,7 +50,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from paddlike.distributed.store import StoreClient, StoreError  # noqa: E402
+from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError  # noqa: E402
 from paddlike.launch.peers import protocol  # noqa: E402
 from paddlike.launch.peers.errors import FingerprintMismatch  # noqa: E402
 from paddlike.launch.peers.etcd import EtcdStore  # noqa: E402
@@ -266,13 +267,72 @@ class PreviousRendezvous(Rendezvous):
         )
 
 
-class PreviousEtcdStore(EtcdStore):
-    """The previous etcd client, kept here as the same-run baseline: a new HTTP connection
-    for every call (urllib)."""
+def _named_absent(self: Rendezvous, round_: int, named: bool = False) -> str | None:
+    """The previous progress look: the missing nodes by name each second, even while
+    nodes still arrive (a read of every entry per node per second)."""
+    return Rendezvous._absent(self, round_, named=True)
 
-    def _call(self, path: str, body: dict, timeout: float | None = None) -> dict:
-        with self._open(path, body, self.io_timeout if timeout is None else timeout) as resp:
-            return json.loads(resp.read() or b"{}")
+
+PreviousRendezvous._absent = _named_absent  # type: ignore[method-assign]
+
+
+class PreviousEtcdStore(EtcdStore):
+    """The previous etcd client, kept here as the same-run baseline: kept-alive connections
+    as now, but counters by compare-and-swap on one key (retried until it wins: O(N)
+    tries per arrival), a watch opened anew for each wait, and the last arrival's N
+    entries read with one `get` each."""
+
+    def _range(self, key: str) -> tuple[dict | None, int]:
+        r = self._call("kv/range", {"key": self._k(key)})
+        kvs = r.get("kvs") or []
+        return (kvs[0] if kvs else None), int(r.get("header", {}).get("revision", 0))
+
+    def add(self, key: str, amount: int = 1) -> int:
+        deadline = time.monotonic() + 10 * self.io_timeout
+        while True:
+            kv, _ = self._range(key)
+            if kv is None:
+                compare = {"key": self._k(key), "result": "EQUAL", "target": "CREATE"}
+                compare["create_revision"] = "0"
+                old = 0
+            else:
+                compare = {"key": self._k(key), "result": "EQUAL", "target": "MOD"}
+                compare["mod_revision"] = kv.get("mod_revision", "0")
+                old = int(base64.b64decode(kv.get("value") or ""))
+            txn = {
+                "compare": [compare],
+                "success": [{"request_put": self._put_op(key, str(old + amount).encode())}],
+            }
+            if self._call("kv/txn", txn).get("succeeded"):
+                return old + amount
+            if time.monotonic() > deadline:
+                raise StoreTimeoutError(f"add to etcd key {key!r}: too much contention")
+
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        """A watch opened anew for each wait (urllib), from the revision of the miss."""
+        t = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + t
+        while True:
+            kv, revision = self._range(key)
+            if kv is not None:
+                return base64.b64decode(kv.get("value") or "")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreTimeoutError(f"key {key!r} did not appear within {t:g} s")
+            body = {"create_request": {"key": self._k(key), "start_revision": str(revision + 1)}}
+            with contextlib.suppress(OSError, ValueError), self._open("watch", body, left) as resp:
+                while time.monotonic() < deadline:
+                    line = resp.readline()
+                    if not line:
+                        break
+                    events = json.loads(line).get("result", {}).get("events") or []
+                    puts = [e for e in events if e.get("type", "PUT") == "PUT"]
+                    if puts:
+                        return base64.b64decode(puts[0]["kv"].get("value") or "")
+
+    def get_many(self, keys: list[str], timeout: float | None = None) -> list[bytes]:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        return [self.get(k, timeout=max(0.001, deadline - time.monotonic())) for k in keys]
 
 
 def _sim_entry(i: int, n: int) -> NodeEntry:

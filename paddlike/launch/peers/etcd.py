@@ -5,7 +5,7 @@ get, try_get, add, compare_set, delete, wait), so the same rendezvous, abort and
 restart logic runs through etcd, and no node is a single point of failure. It talks
 to etcd's HTTP/JSON gateway (``/v3/...``, served by etcd 3.3 and later; 3.4 also
 serves ``/v3beta``) with the standard library: one kept-alive connection per thread
-(http.client), a watch's stream on a connection of its own (urllib).
+(http.client), a watch on a socket of its own, kept between waits for the same key (`etcd_watch`).
 
 - keys and values are base64 in the JSON; every key lives under
   ``/paddlike/<job id>/`` (``--job_id``, default "default");
@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from paddlike import netaddr
 from paddlike.distributed.store import StoreError, StoreTimeoutError
+from paddlike.launch.peers.etcd_watch import WatchRejected, WatchStream
 
 PREFIX = "/paddlike"
 DEFAULT_JOB = "default"
@@ -101,6 +102,8 @@ class EtcdStore:
         self._local = threading.local()  # each thread's kept-alive connections
         self._keepalive_stop = threading.Event()
         self._keepalive_thread: threading.Thread | None = None
+        self._watches: set[WatchStream] = set()  # every thread's kept watch, for `close`
+        self._watches_lock = threading.Lock()
 
     @property
     def address(self) -> str:
@@ -256,52 +259,94 @@ class EtcdStore:
         return None if kv is None else _unb64(kv.get("value"))
 
     def get(self, key: str, timeout: float | None = None) -> bytes:
-        """The key's value, waiting up to `timeout` (default: the store's) for a put."""
+        """The key's value, waiting up to `timeout` (default: the store's) for a put. The
+        watch a wait opens stays open when the wait times out, for this thread's next
+        `get` of the same key (a launcher waits for the verdict a second at a time)."""
         t = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + t
         while True:
-            kv, revision = self._range(key)
-            if kv is not None:
-                return _unb64(kv.get("value"))
-            left = deadline - time.monotonic()
-            if left <= 0:
+            watch = self._kept_watch(key)
+            if watch is None:
+                kv, revision = self._range(key)
+                if kv is not None:
+                    return _unb64(kv.get("value"))
+                if time.monotonic() < deadline:
+                    watch = self._start_watch(key, revision + 1, deadline)
+            if watch is not None:
+                value = self._next_put(watch, key, deadline)
+                if value is not None:
+                    return value
+            if time.monotonic() >= deadline:
                 raise StoreTimeoutError(
                     f"key {key!r} did not appear in etcd at {self.address} within {t:g} s"
                 )
-            value = self._watch_put(key, revision + 1, left)
-            if value is not None:
-                return value
 
-    def _watch_put(self, key: str, start_revision: int, timeout: float) -> bytes | None:
-        """The value of the first put of `key` at or after `start_revision`, or None when
-        `timeout` passes (or the stream ends) first."""
+    def _kept_watch(self, key: str) -> WatchStream | None:
+        kept = getattr(self._local, "watch", None)
+        return kept[1] if kept is not None and kept[0] == key else None
+
+    def _start_watch(self, key: str, start_revision: int, deadline: float) -> WatchStream | None:
+        """A watch of `key` and its tallies (`add`) from `start_revision` on, kept as this
+        thread's (closing the one it kept before); None when the deadline passes first."""
+        self._drop_watch()
         full = (self.prefix + key).encode()
-        # the key and its tallies (`add`): a counter's get wakes on a tally and reads again
+        # the key and its tallies: a counter's get wakes on a tally and reads again
         watched = {"key": _b64(full), "range_end": _b64(full + b"\x01")}
         body = {"create_request": {**watched, "start_revision": str(start_revision)}}
-        deadline = time.monotonic() + timeout
-        try:
-            resp = self._open("watch", body, timeout)
-        except StoreError:
-            if time.monotonic() >= deadline:
-                return None
-            raise
-        with resp:
+        errors = []
+        n = len(self.endpoints)
+        for k in range(n):
+            i = (self._good + k) % n
+            host, port = self.endpoints[i]
             try:
-                while time.monotonic() < deadline:
-                    line = resp.readline()
-                    if not line:
-                        return None
-                    result = json.loads(line).get("result", {})
-                    for event in result.get("events") or []:
-                        if event.get("type", "PUT") != "PUT":
-                            continue
-                        if _unb64(event["kv"].get("key")) != full:
-                            return None  # a tally: the caller reads the count again
-                        return _unb64(event["kv"].get("value"))
-            except (OSError, ValueError):
-                return None  # the deadline passed inside readline (or the stream broke)
-        return None
+                watch = WatchStream(host, port, body, max(0.05, deadline - time.monotonic()))
+            except WatchRejected:
+                raise
+            except OSError as exc:
+                errors.append(f"{netaddr.join(host, port)}: {exc}")
+                continue
+            self._local.watch = (key, watch)
+            with self._watches_lock:
+                self._watches.add(watch)
+            return watch
+        if time.monotonic() >= deadline:
+            return None
+        raise EtcdUnreachable(
+            f"no etcd endpoint of {self.address} answered /v3/watch: " + "; ".join(errors)
+        )
+
+    def _drop_watch(self) -> None:
+        kept = getattr(self._local, "watch", None)
+        self._local.watch = None
+        if kept is not None:
+            with self._watches_lock:
+                self._watches.discard(kept[1])
+            kept[1].close()
+
+    def _next_put(self, watch: WatchStream, key: str, deadline: float) -> bytes | None:
+        """The value of the next put of `key` on `watch`, or None: when `deadline` passes
+        first (the watch stays kept), or when the caller must read again (a tally of a
+        counter came, or the stream ended: the watch is dropped)."""
+        full = (self.prefix + key).encode()
+        while True:
+            try:
+                message = watch.next_message(deadline)
+            except EOFError:
+                self._drop_watch()
+                return None
+            if message is None:
+                return None
+            result = message.get("result") or {}
+            if message.get("error") or result.get("canceled"):  # e.g. history compacted
+                self._drop_watch()
+                return None
+            for event in result.get("events") or []:
+                if event.get("type", "PUT") != "PUT":
+                    continue
+                self._drop_watch()
+                if _unb64(event["kv"].get("key")) != full:
+                    return None  # a tally: the caller reads the count again
+                return _unb64(event["kv"].get("value"))
 
     def add(self, key: str, amount: int = 1) -> int:
         """A counter that counts up without contention: each call writes `amount` tallies
@@ -468,8 +513,13 @@ class EtcdStore:
                 continue  # the job watch's heartbeat reports a lasting failure
 
     def close(self) -> None:
-        """Stop the keepalive and revoke the lease: this launcher's keys vanish with it."""
+        """Stop the keepalive and revoke the lease: this launcher's keys vanish with it;
+        close the watches kept open."""
         self._keepalive_stop.set()
+        with self._watches_lock:
+            watches, self._watches = self._watches, set()
+        for watch in watches:
+            watch.close()
         if self.lease is not None and self._owns_lease:
             lease, self.lease = self.lease, None
             with contextlib.suppress(StoreError):  # else it expires by itself after its TTL

@@ -97,6 +97,7 @@ class Rendezvous:
         self.missing: list[int] = []  # last seen missing, for messages
         self.ticket: int | None = None  # this launcher's arrival number (``left/<ticket>``)
         self._unseen: tuple[int, list[int]] | None = None  # (round, nodes not seen yet)
+        self._last_count: tuple[int, int] | None = None  # (round, entries at the last look)
 
     def join(self, entry: NodeEntry, round_: int = 0) -> RendezvousResult:
         """Meet the others; every launcher that arrived marks when it has read the verdict
@@ -133,7 +134,9 @@ class Rendezvous:
                 # Fail the whole round, so that the launcher already waiting says the same.
                 self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + message.encode())
                 raise FingerprintMismatch(message)
-            if self.kv.add(p.count_key(round_), 1) == self.nnodes:
+            counted = self.kv.add(p.count_key(round_), 1)
+            self._last_count = (round_, counted)
+            if counted == self.nnodes:
                 left = max(1.0, deadline - self.clock())
                 keys = [p.node_key(round_, i) for i in range(self.nnodes)]
                 everyone = [p.decode_entry(raw) for raw in get_all(self.kv, keys, left)]
@@ -202,12 +205,17 @@ class Rendezvous:
             "--nnodes) of its own"
         )
 
-    def _absent(self, round_: int) -> str | None:
-        """Who is still missing, for the progress line and the timeout; None: nobody."""
+    def _absent(self, round_: int, named: bool = False) -> str | None:
+        """Who is still missing, for the progress line and the timeout (`named`: by name
+        whatever their number); None: nobody."""
         if self.assign:
             came = int(self.kv.try_get(p.count_key(round_)) or b"0")
             return None if came >= self.nnodes else f"{self.nnodes - came} of {self.nnodes} nodes"
-        self.missing = missing_nodes(self.nnodes, self._present(round_))
+        present = self._present(round_, named)
+        if isinstance(present, int):  # nodes still arriving: how many are missing, not who
+            self.missing = []
+            return f"{self.nnodes - present} of {self.nnodes} nodes"
+        self.missing = missing_nodes(self.nnodes, present)
         return describe_missing(self.missing, self.hosts) if self.missing else None
 
     def _store_failed(self, exc: StoreError, round_: int, deadline: float) -> RendezvousError:
@@ -219,12 +227,20 @@ class Rendezvous:
             f"rendezvous: lost the store at {self.kv.address} (node 0's launcher gone?): {exc}"
         )
 
-    def _present(self, round_: int) -> list[int]:
+    def _present(self, round_: int, named: bool = False) -> list[int] | int:
         """The nodes whose entry is in the store. One read of the count when all are (the
-        usual case); else a look at the nodes not seen before only (entries never go), so
-        a node waiting for a straggler does not read every entry each second."""
-        if int(self.kv.try_get(p.count_key(round_)) or b"0") >= self.nnodes:
+        usual case), or while nodes still arrive (the count then, not who: each node
+        naming the missing each second cost etcd O(N²) while 1024 nodes arrived; those
+        still missing are named once no one came for a second); else a look at the nodes
+        not seen before only (entries never go), so a node waiting for a straggler does
+        not read every entry each second."""
+        count = int(self.kv.try_get(p.count_key(round_)) or b"0")
+        if count >= self.nnodes:
             return list(range(self.nnodes))
+        last, self._last_count = self._last_count, (round_, count)
+        arriving = last is not None and last[0] == round_ and last[1] < count
+        if arriving and not named:
+            return count
         unseen = self._unseen[1] if self._unseen and self._unseen[0] == round_ else None
         candidates = range(self.nnodes) if unseen is None else unseen
         still = self._lacking(round_, list(candidates))
@@ -242,7 +258,7 @@ class Rendezvous:
         return sorted(by_key[k] for k in missing(list(by_key)))
 
     def _timeout(self, round_: int) -> RendezvousTimeout:
-        absent = self._absent(round_)
+        absent = self._absent(round_, named=True)
         if absent is None:  # everyone came, yet no verdict: the last one stopped writing it
             return RendezvousTimeout(
                 f"rendezvous timed out after {self.timeout:g} s (--rdzv_timeout) at the store "

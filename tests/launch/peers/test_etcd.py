@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from paddlike.distributed.store import StoreError, StoreTimeoutError
+from paddlike.launch.peers import etcd as etcd_module
 from paddlike.launch.peers.etcd import EtcdStore, parse_etcd_master
 from paddlike.launch.peers.liveness import LeaseLiveness
 from tests.support.fixed_ports import fixed_ports
@@ -135,6 +136,26 @@ def test_a_counter_reads_as_its_count_and_never_retries(store: EtcdStore) -> Non
 def test_a_waiting_get_of_a_counter_wakes_on_the_first_tally(store: EtcdStore) -> None:
     threading.Timer(0.2, store.add, args=("arrivals",)).start()
     assert store.get("arrivals", timeout=5) == b"1"
+
+
+def test_a_wait_made_of_short_waits_opens_one_watch(
+    store: EtcdStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[object] = []
+    real = etcd_module.WatchStream
+
+    def counted(*args: object, **kwargs: object) -> object:
+        opened.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(etcd_module, "WatchStream", counted)
+    for _ in range(5):  # as a launcher waits for the verdict, a second at a time
+        with pytest.raises(StoreTimeoutError):
+            store.get("verdict", timeout=0.05)
+    threading.Timer(0.1, store.set, args=("verdict", b"ok")).start()
+    assert store.get("verdict", timeout=5) == b"ok"
+    assert len(opened) == 1  # (was one per wait)
+    assert store.get("verdict", timeout=1) == b"ok" and len(opened) == 1
 
 
 def test_get_many_reads_present_keys_at_once_and_waits_for_the_rest(store: EtcdStore) -> None:

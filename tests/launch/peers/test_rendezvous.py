@@ -243,3 +243,19 @@ def test_every_node_reads_one_world_in_a_few_calls_however_many_nodes(store) -> 
     # each: arrive, publish, count, verdict, world, left; the last also reads the entries
     # (one call), writes the world and the verdict
     assert max(calls.values()) <= 9 and sum(calls.values()) <= 6 * n + 3
+
+
+def test_progress_counts_nodes_while_they_arrive_and_names_them_once_they_stall(
+    store: StoreServer,
+) -> None:
+    with StoreClient(*store.address) as kv:
+        rdzv = Rendezvous(kv, 0, 4, [*HOSTS, "10.0.0.4"], 5)
+        for i in (0, 1):
+            kv.set(f"rdzv/0/node/{i}", encode_entry(_entry(i)))
+            kv.add("rdzv/0/count", 1)
+        rdzv._last_count = (0, 1)  # node 0 came in first; node 1 arrived since
+        assert rdzv._absent(0) == "2 of 4 nodes"  # (naming them reads every entry)
+        assert rdzv._absent(0) == "node 2 (10.0.0.3), node 3 (10.0.0.4)"  # no one came
+        kv.set("rdzv/0/node/2", encode_entry(_entry(2)))
+        kv.add("rdzv/0/count", 1)
+        assert rdzv._absent(0, named=True) == "node 3 (10.0.0.4)"  # (the timeout's)
