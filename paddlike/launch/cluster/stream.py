@@ -85,6 +85,8 @@ class Consoles:
     def wait(self, timeout: float | None) -> Events:
         events = Events([], [])
         for key, _ in self.selector.select(timeout):
+            if key.fd not in self.selector.get_map():
+                continue  # closed by an earlier event of this batch (a session's exit)
             kind, what = key.data
             if kind == "wake":
                 with contextlib.suppress(BlockingIOError):
@@ -135,6 +137,10 @@ class Consoles:
             _write_all(dest, b"".join(session.prefixed(line + b"\n") for line in lines))
 
     def _copy_eof(self, fd: int, session: Session, dest: int) -> None:
+        """Once per fd: a session's exit drains its pipes, and the same select() batch may
+        still hold their end-of-file events (then already done)."""
+        if fd not in self.selector.get_map():
+            return
         self.selector.unregister(fd)
         rest = session.partial.pop(fd, b"")
         if rest:

@@ -39,3 +39,24 @@ def test_lines_are_prefixed_split_writes_joined_and_a_last_partial_line_ended() 
     assert {s.host: s.returncode for s in exited} == {"a": 3, "b": 0}
     for fd in (out_r, err_r, wake_r):
         os.close(fd)
+
+
+def test_a_session_that_exited_with_its_pipes_closed_in_one_batch_is_ended_once() -> None:
+    """Its exit and its pipes' end of file come in the same select() batch (Ctrl-C, or
+    one host's ssh killed): its output is shown once and the loop does not crash."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    session = _session("a", "import sys; sys.stdout.write('last'); sys.stderr.write('words')")
+    os.waitid(os.P_PID, session.proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+    consoles = Consoles([session], wake_r, out=out_w, err=err_w)
+    events = consoles.wait(10)  # the exit first (registered first), then both EOFs
+    assert [s.host for s in events.exited] == ["a"]
+    assert consoles.running == []
+    consoles.close()
+    for fd in (out_w, err_w, wake_w):
+        os.close(fd)
+    assert os.read(out_r, 65536) == b"[a] last\n"
+    assert os.read(err_r, 65536) == b"[a] words\n"
+    for fd in (out_r, err_r, wake_r):
+        os.close(fd)
