@@ -191,6 +191,15 @@ class CountingKV:
             self.missing = self._missing
         if hasattr(kv, "get_many"):
             self.get_many = self._get_many
+        if hasattr(kv, "arrive_and_claim"):  # etcd: an arrival in one transaction
+            self.arrive_and_claim = self._arrive_and_claim
+
+    def _arrive_and_claim(
+        self, arrived: str, key: str, value: bytes, count: str
+    ) -> tuple[int, bytes, int | None]:
+        got = self.kv.arrive_and_claim(arrived, key, value, count)
+        self._count(arrived + key + count, value, b"%d" % got[0] + got[1] + b"%d" % (got[2] or 0))
+        return got
 
     def _missing(self, keys: list[str]) -> list[str]:
         lacking = self.kv.missing(keys)
@@ -246,6 +255,7 @@ class PreviousRendezvous(Rendezvous):
         mine = protocol.encode_entry(entry)
         complete = protocol.complete_key(round_)
         try:
+            self.ticket = self.kv.add(protocol.arrived_key(round_), 1)
             stored = self.kv.compare_set(protocol.node_key(round_, entry.index), None, mine)
             if stored != mine:
                 raise FingerprintMismatch(claim_message(protocol.decode_entry(stored), entry))

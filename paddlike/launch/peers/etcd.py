@@ -371,6 +371,38 @@ class EtcdStore:
             if time.monotonic() > deadline:  # 96 random bits taken already: never in practice
                 raise StoreTimeoutError(f"add to etcd key {key!r}: no fresh tally")
 
+    def arrive_and_claim(
+        self, arrived: str, key: str, value: bytes, count: str
+    ) -> tuple[int, bytes, int | None]:
+        """A rendezvous arrival in one transaction (was three requests, each a write etcd
+        commits on its own): a tally of the counter `arrived`; `value` under `key` if no
+        one holds it (create-only) and then a tally of `count`. Returns (this arrival's
+        number, the value `key` holds now, the count after this tally or None when `key`
+        was taken already), as `peers.kv.arrive_and_claim` does with three calls."""
+        arrival = self._tally_txn(arrived, 1)
+        counted = self._tally_txn(count, 1)
+        tally_put, arrivals_count = arrival["success"]
+        claim = {"key": self._k(key), "result": "EQUAL", "target": "CREATE"}
+        claim["create_revision"] = "0"
+        txn = {
+            "compare": [claim],
+            "success": [
+                tally_put,
+                {"request_put": self._put_op(key, value)},
+                counted["success"][0],
+                arrivals_count,
+                counted["success"][1],
+            ],
+            "failure": [tally_put, arrivals_count, {"request_range": {"key": self._k(key)}}],
+        }
+        r = self._call("kv/txn", txn)
+        answers = [a.get("response_range", {}) for a in r.get("responses") or []]
+        if r.get("succeeded"):
+            return int(answers[3].get("count", 0) or 0), value, int(answers[4].get("count", 0) or 0)
+        kvs = answers[2].get("kvs") or [] if len(answers) > 2 else []
+        held = _unb64(kvs[0].get("value")) if kvs else b""
+        return int(answers[1].get("count", 0) or 0), held, None
+
     def _tally_txn(self, key: str, amount: int) -> dict:
         """`amount` fresh tallies of `key`, each create-only, then the count of them all."""
         mine = [(self.prefix + key + "\0" + os.urandom(12).hex()).encode() for _ in range(amount)]

@@ -56,6 +56,21 @@ def get_all(kv: KV, keys: Sequence[str], timeout: float) -> list[bytes]:
     return [kv.get(k, timeout=max(0.001, deadline - time.monotonic())) for k in keys]
 
 
+def arrive_and_claim(
+    kv: KV, arrived: str, key: str, value: bytes, count: str
+) -> tuple[int, bytes, int | None]:
+    """A rendezvous arrival: count it (`arrived`), put `value` under `key` create-only and,
+    when that succeeded, count it again (`count`). Returns (the arrival's number, the value
+    `key` holds now, `count` after this arrival or None when `key` was taken already). One
+    request where the backend has it (etcd: one transaction, not three commits)."""
+    together = getattr(kv, "arrive_and_claim", None)
+    if together is not None:
+        return together(arrived, key, value, count)
+    ticket = kv.add(arrived, 1)
+    stored = kv.compare_set(key, None, value)
+    return ticket, stored, kv.add(count, 1) if stored == value else None
+
+
 def connect_with_progress(
     master: tuple[str, int],
     token: bytes | None,

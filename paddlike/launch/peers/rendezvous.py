@@ -40,7 +40,7 @@ from paddlike.launch.peers.errors import (
     RendezvousFull,
     RendezvousTimeout,
 )
-from paddlike.launch.peers.kv import KV, get_all, wait_keys
+from paddlike.launch.peers.kv import KV, arrive_and_claim, get_all, wait_keys
 from paddlike.launch.plan.agreement import (
     assign_ranks,
     check_fingerprints,
@@ -102,20 +102,20 @@ class Rendezvous:
     def join(self, entry: NodeEntry, round_: int = 0) -> RendezvousResult:
         """Meet the others; every launcher that arrived marks when it has read the verdict
         (`left/<ticket>`), so that the store's host can stay up until all have read it."""
-        ticket = None
+        self.ticket = None
         try:
-            ticket = self.ticket = self.kv.add(p.arrived_key(round_), 1)
             if self.assign:
-                return self._join_by_ticket(entry, round_, ticket)
-            return self._join(entry, round_)
+                self.ticket = self.kv.add(p.arrived_key(round_), 1)
+                return self._join_by_ticket(entry, round_, self.ticket)
+            return self._join(entry, round_)  # (takes the ticket as it publishes the entry)
         except StoreError as exc:
             raise RendezvousError(
                 f"rendezvous: lost the store at {self.kv.address} (node 0's launcher gone?): {exc}"
             ) from exc
         finally:
-            if ticket is not None and getattr(self.kv, "connected", True):
+            if self.ticket is not None and getattr(self.kv, "connected", True):
                 with contextlib.suppress(StoreError):
-                    self.kv.set(p.left_key(round_, ticket), b"1")
+                    self.kv.set(p.left_key(round_, self.ticket), b"1")
 
     def linger(self, round_: int, timeout: float) -> None:
         """The store's host, failing: wait (up to `timeout`) until every launcher that
@@ -128,13 +128,18 @@ class Rendezvous:
         mine = p.encode_entry(entry)
         complete = p.complete_key(round_)
         try:
-            stored = self.kv.compare_set(p.node_key(round_, entry.index), None, mine)
-            if stored != mine:
+            self.ticket, stored, counted = arrive_and_claim(
+                self.kv,
+                p.arrived_key(round_),
+                p.node_key(round_, entry.index),
+                mine,
+                p.count_key(round_),
+            )
+            if counted is None:
                 message = claim_message(p.decode_entry(stored), entry)
                 # Fail the whole round, so that the launcher already waiting says the same.
                 self.kv.compare_set(complete, None, p.MISMATCH_PREFIX + message.encode())
                 raise FingerprintMismatch(message)
-            counted = self.kv.add(p.count_key(round_), 1)
             self._last_count = (round_, counted)
             if counted == self.nnodes:
                 left = max(1.0, deadline - self.clock())

@@ -158,6 +158,16 @@ def test_a_wait_made_of_short_waits_opens_one_watch(
     assert store.get("verdict", timeout=1) == b"ok" and len(opened) == 1
 
 
+def test_an_arrival_is_counted_claimed_and_counted_again_in_one_request(
+    store: EtcdStore,
+) -> None:
+    assert store.arrive_and_claim("arrived", "node/0", b"a", "count") == (1, b"a", 1)
+    assert store.arrive_and_claim("arrived", "node/0", b"twin", "count") == (2, b"a", None)
+    assert store.arrive_and_claim("arrived", "node/1", b"b", "count") == (3, b"b", 2)
+    assert store.try_get("arrived") == b"3" and store.try_get("count") == b"2"
+    assert store.try_get("node/0") == b"a"
+
+
 def test_get_many_reads_present_keys_at_once_and_waits_for_the_rest(store: EtcdStore) -> None:
     for i in range(3):
         store.set(f"r/node/{i}", b"e%d" % i)
