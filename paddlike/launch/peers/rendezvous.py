@@ -54,6 +54,9 @@ from paddlike.launch.plan.agreement import (
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing
 
 PROGRESS_FIRST = 1.0  # seconds before the first "waiting for" line (fast joins print nothing)
+# jobs up to this many nodes name the missing ones in every progress line; larger ones
+# count them while nodes still arrive (naming reads every entry: O(N) per node a second)
+ALWAYS_NAMED = 64
 RIVAL_PROBE_TIMEOUT = 0.2  # seconds per connection attempt to a missing node's store port
 
 
@@ -234,9 +237,10 @@ class Rendezvous:
 
     def _present(self, round_: int, named: bool = False) -> list[int] | int:
         """The nodes whose entry is in the store. One read of the count when all are (the
-        usual case), or while nodes still arrive (the count then, not who: each node
-        naming the missing each second cost etcd O(N²) while 1024 nodes arrived; those
-        still missing are named once no one came for a second); else a look at the nodes
+        usual case), or, in a job of more than ALWAYS_NAMED nodes, while nodes still arrive
+        (the count then, not who: each node naming the missing each second cost etcd
+        O(N²) while 1024 nodes arrived; they are named once no one came for a second);
+        else a look at the nodes
         not seen before only (entries never go), so a node waiting for a straggler does
         not read every entry each second."""
         count = int(self.kv.try_get(p.count_key(round_)) or b"0")
@@ -244,7 +248,7 @@ class Rendezvous:
             return list(range(self.nnodes))
         last, self._last_count = self._last_count, (round_, count)
         arriving = last is not None and last[0] == round_ and last[1] < count
-        if arriving and not named:
+        if arriving and not named and self.nnodes > ALWAYS_NAMED:
             return count
         unseen = self._unseen[1] if self._unseen and self._unseen[0] == round_ else None
         candidates = range(self.nnodes) if unseen is None else unseen

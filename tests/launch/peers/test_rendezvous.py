@@ -10,6 +10,7 @@ import pytest
 
 from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.launch.context.master import master_address
+from paddlike.launch.peers import rendezvous
 from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.protocol import decode_entry, decode_world, encode_entry, encode_world
 from paddlike.launch.peers.rendezvous import Rendezvous
@@ -246,10 +247,11 @@ def test_every_node_reads_one_world_in_a_few_calls_however_many_nodes(store) -> 
 
 
 def test_progress_counts_nodes_while_they_arrive_and_names_them_once_they_stall(
-    store: StoreServer,
+    store: StoreServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with StoreClient(*store.address) as kv:
         rdzv = Rendezvous(kv, 0, 4, [*HOSTS, "10.0.0.4"], 5)
+        monkeypatch.setattr(rendezvous, "ALWAYS_NAMED", 3)  # (as in a job of 65 nodes)
         for i in (0, 1):
             kv.set(f"rdzv/0/node/{i}", encode_entry(_entry(i)))
             kv.add("rdzv/0/count", 1)
