@@ -1,4 +1,5 @@
-"""The per-node launcher's end when the session that started it goes away.
+"""The per-node launcher's end when the session that started it goes away, and the
+starter's signals carried over the same stdin.
 
 A command started by ssh without a terminal gets no SIGHUP when the connection drops or
 the starting machine's ssh is killed: the only sign is that its stdin reaches end of file
@@ -6,6 +7,13 @@ the starting machine's ssh is killed: the only sign is that its stdin reaches en
 launcher there (`launch.main`) then watches its stdin and, at end of file, sends itself
 SIGHUP, which ends the job as a hang-up of its terminal would: workers stopped, the other
 nodes told, exit 129. Workers never read this stdin (they get /dev/null).
+
+The starter holds that stdin for the whole job, so it is also the starter's way to signal
+each host's launcher: a line ``signal N`` (`signal_line`) makes the launcher send itself
+signal N, as if `kill -N` had been typed on that host (Ctrl-C on the login node: SIGINT
+once; again: SIGINT again; SIGUSR1: stacks; a --signals_to_handle signal: to the
+workers). One ending is one signal: a hang-up that follows (sshd's, or this watch's at the
+end of file) never counts as a second one (`run.signals.escalates`).
 """
 
 from __future__ import annotations
@@ -15,6 +23,23 @@ import signal
 import threading
 
 STDIN_EOF_ENDS = "PADDLIKE_STDIN_EOF_ENDS"  # "1": end the job when stdin closes
+SIGNAL_WORD = b"signal"
+# the signals a line may carry: the ones a launcher handles (ending, stacks, passed on)
+MAX_SIGNAL = 64
+
+
+def signal_line(signum: int) -> bytes:
+    """What the starter writes to a host's launcher's stdin to signal it."""
+    return SIGNAL_WORD + b" " + str(int(signum)).encode() + b"\n"
+
+
+def parse_signal_line(line: bytes) -> int | None:
+    """`signal_line`'s number; None for anything else (ignored: nothing else is sent)."""
+    word, _, number = line.strip().partition(b" ")
+    if word != SIGNAL_WORD or not number.isdigit():
+        return None
+    signum = int(number)
+    return signum if 0 < signum <= MAX_SIGNAL else None
 
 
 def end_on_stdin_eof() -> threading.Thread:
@@ -27,6 +52,7 @@ def end_on_stdin_eof() -> threading.Thread:
 
 
 def _hang_up_at_eof(fd: int = 0) -> None:
+    pending = b""
     while True:
         try:
             data = os.read(fd, 4096)
@@ -37,3 +63,8 @@ def _hang_up_at_eof(fd: int = 0) -> None:
         if not data:
             os.kill(os.getpid(), signal.SIGHUP)
             return
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            signum = parse_signal_line(line)
+            if signum is not None:
+                os.kill(os.getpid(), signum)

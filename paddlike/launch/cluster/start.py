@@ -8,11 +8,14 @@ consoles, end them together, exit with the job's code.
             ─► the console loop ─► the job's exit code
     A host that fails the check: one line each, exit 2, nothing started anywhere.
 
-Ending: Ctrl-C (SIGINT), SIGTERM or SIGHUP here, a host's ssh connection lost (ssh's 255),
-or a host's launcher failing without the others ending within the grace: every session's
-stdin is closed, which every host's launcher takes as its hang-up (`eofwatch`); sessions
-still there after the kill timeout and a margin are killed. A second signal kills them at
-once.
+Ending: Ctrl-C (SIGINT), SIGTERM or SIGHUP here: the same signal, once, to every host's
+launcher (a ``signal N`` line on its stdin, `eofwatch`), whose workers then get their full
+--kill_timeout; the same signal again: again to every launcher, which kills its workers
+at once. A host's ssh connection lost (ssh's 255), or a host's launcher failing without
+the others ending within the grace: every session's stdin is closed, which every host's
+launcher takes as its hang-up. Sessions still there after the kill timeout and a margin
+are killed. SIGUSR1 and SIGRTMIN+4 (stacks) and the other --signals_to_handle signals are
+passed on to every host's launcher, which does with them what it does on its own.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
 # rendezvous); past this many seconds more than --kill_timeout, their sessions are closed
 FAILURE_GRACE = 10.0
 SESSIONS_MARGIN = 15.0  # closed sessions still running after --kill_timeout + this: killed
+AGAIN_MARGIN = 5.0  # after a second signal: sessions still running after this are killed
+ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def forwarded_args(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -179,7 +184,8 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
             )
             if problems:
                 return _refuse(problems)
-        return _run_sessions(job, launcher, base, environ, options.kill_timeout, script)
+        relayed = _relayed_signals(options.signals_to_handle, environ)
+        return _run_sessions(job, launcher, base, environ, options.kill_timeout, script, relayed)
     except KeyboardInterrupt:  # Ctrl-C before the sessions started: nothing runs anywhere
         _say("SIGINT: stopped before the job started on any host")
         return 130
@@ -221,9 +227,10 @@ def _run_sessions(
     environ: Mapping[str, str],
     kill_timeout: float,
     script: str | None,
+    relayed: tuple[int, ...] = (),
 ) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    handled = (*ENDING, *relayed)
     previous = {s: signal.signal(s, lambda *_: None) for s in handled}
     old_wake = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     sessions: list[Session] = []
@@ -249,7 +256,7 @@ def _run_sessions(
             gate.start(sessions)
         consoles = Consoles(sessions, wake_r)
         try:
-            return _watch(consoles, kill_timeout)
+            return _watch(consoles, kill_timeout, relayed)
         finally:
             consoles.close()
     finally:
@@ -309,10 +316,22 @@ def _start_sessions(
     ]
 
 
-def _watch(consoles: Consoles, kill_timeout: float) -> int:
+def _relayed_signals(handled: tuple[int, ...] | None, environ: Mapping[str, str]) -> tuple:
+    """The signals passed on to every host's launcher as they are (not ending the job
+    here): stacks (SIGUSR1, SIGRTMIN+4) and --signals_to_handle's others; each host's
+    launcher has the same --signals_to_handle, and so does with them what it would do."""
+    from paddlike.launch.run.signals import signal_policy
+
+    policy = signal_policy(handled, environ, cgroup_text="")
+    return tuple(s for s in (*policy.forward, *policy.stacks) if s not in ENDING)
+
+
+def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = ()) -> int:
     """The loop, until every session has exited; the job's exit code: 128 + a signal's
     number when the job was ended from here, else the first non-zero exit of a host (its
     launcher's code, or ssh's 255 when the connection was lost), else 0."""
+    from paddlike.launch.run.signals import signal_label
+
     cause: int | None = None
     close_at: float | None = None  # when the sessions' stdins are to be closed
     kill_at: float | None = None  # when sessions still running are killed
@@ -328,13 +347,21 @@ def _watch(consoles: Consoles, kill_timeout: float) -> int:
         wake = [t for t in (None if closed else close_at, kill_at) if t is not None]
         events = consoles.wait(max(min(wake) - now, 0) if wake else None)
         for signum in events.signals:
-            if signalled:
-                _kill(consoles.running)  # a second signal: no more waiting
+            if signum in relayed:
+                reached = _signal_hosts(consoles.running, signum)
+                _say(f"{signal_label(signum)}: passed on to the launchers of {reached}")
+                continue
+            if signalled:  # the user's second signal: every launcher kills its workers now
+                _signal_hosts(consoles.running, signum, ending=True)
+                soon = time.monotonic() + AGAIN_MARGIN
+                kill_at = soon if kill_at is None else min(kill_at, soon)
                 continue
             signalled = True
             cause = cause or 128 + signum
             _say(f"{signal.Signals(signum).name}: ending the job on every host")
-            close_at = time.monotonic()
+            _signal_hosts(consoles.running, signum, ending=True)  # one signal each
+            if not closed:  # a backstop: their stdin closed (their hang-up), then killed
+                close_at = time.monotonic() + kill_timeout + SESSIONS_MARGIN
         for s in events.exited:
             code = s.returncode
             if not code:
@@ -350,6 +377,27 @@ def _watch(consoles: Consoles, kill_timeout: float) -> int:
                 _say(f"host {s.host}: its launcher exited with {code}; the others end with it")
                 close_at = time.monotonic() + kill_timeout + FAILURE_GRACE
     return cause or 0
+
+
+def _signal_hosts(sessions: Sequence[Session], signum: int, *, ending: bool = False) -> str:
+    """`signum` to the launcher of every running session (`Session.signal`); pdsh's,
+    whose hosts' stdins are pdsh's own, ends by SIGTERM (`ending`) and is killed on a
+    second ending signal. What was reached, in words."""
+    hosts = []
+    for s in sessions:
+        if s.ended_by_sigterm:
+            if not ending:
+                continue
+            if s.proc.stdin is None or s.proc.stdin.closed:
+                s.proc.kill()  # pdsh asked once already: its second signal
+            else:
+                s.end()
+            continue
+        if s.signal(signum):
+            hosts.append(s.host)
+    return f"{len(hosts)} host{'' if len(hosts) == 1 else 's'}" + (
+        f" ({', '.join(hosts)})" if hosts else " (pdsh cannot pass signals on)"
+    )
 
 
 def _kill(sessions: Sequence[Session]) -> None:

@@ -49,6 +49,20 @@ class Session:
         if self.ended_by_sigterm and self.proc.poll() is None:
             self.proc.terminate()
 
+    def signal(self, signum: int) -> bool:
+        """`signum` to this session's launcher: a line on its stdin (`eofwatch`); False
+        when the stdin is closed already or the session is gone."""
+        from paddlike.launch.cluster.eofwatch import signal_line
+
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed or self.proc.poll() is not None:
+            return False
+        try:
+            os.set_blocking(stdin.fileno(), False)  # a stuck ssh never blocks the loop
+            return os.write(stdin.fileno(), signal_line(signum)) > 0
+        except (BlockingIOError, BrokenPipeError):
+            return False
+
     def prefixed(self, line: bytes) -> bytes:
         if self.line_host is not None:
             split = self.line_host(line)

@@ -115,3 +115,5 @@ class RoundState:
         self.held: RootCause | None = None
         self.held_until = 0.0
         self.hold = 0.0  # seconds
+        # the ending signals this launcher itself received (`signals.ending_again`)
+        self.own_endings: list[int] = []

@@ -124,6 +124,18 @@ def signal_label(signum: int) -> str:
         return f"SIG{signum}"
 
 
+def ending_again(seen: list[int], signum: int) -> bool:
+    """Is the ending signal `signum` a repeat that means "kill the workers now"? Only when
+    this launcher itself received an ending signal before (`seen`, which this adds to): a
+    job already ending for another node's cause (its SIGINT, heard through the rendezvous)
+    keeps its grace when this node's own SIGINT comes. And never a SIGHUP: a hang-up reports
+    a session that is gone, and one session's end can come as several (the cluster stage's
+    stdin watch at end of file, sshd's hang-up)."""
+    again = bool(seen) and signum != signal.SIGHUP
+    seen.append(signum)
+    return again
+
+
 class LauncherSignal(BaseException):
     """An ending signal arrived outside a supervised round. A BaseException, like
     KeyboardInterrupt, so that no `except Exception` on the way swallows it."""

@@ -54,6 +54,7 @@ from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_ta
 from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
 from paddlike.launch.run.signals import (
     SignalPolicy,
+    ending_again,
     forward_signal,
     read_signals,
     signal_label,
@@ -326,7 +327,11 @@ class Supervisor:
             if signum in self.signals.forward:
                 self._forward(rnd, signum, name)
                 continue
+            again = ending_again(rnd.own_endings, signum)
             if rnd.phase is Phase.TEARDOWN:
+                if not again:  # the job is ending already: the workers keep their grace
+                    self.console.say(f"received {name}: the job is ending already")
+                    continue
                 # A second interrupt: the user does not want to wait for the grace period.
                 self.console.warn(f"received {name} again: killing the remaining processes now")
                 self._teardown.kill_now(rnd)

@@ -1,0 +1,105 @@
+"""How a job started with one command on a login node ends (issue 24): Ctrl-C, a second
+Ctrl-C, a lost ssh connection, SIGUSR1 and passed-on signals. Each ending is one signal to
+every host's launcher, so every worker gets its full grace; the starter never crashes and
+leaves no ControlPath directory behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cluster.common import REPO, Site, site, worker_ranks
+
+pytestmark = pytest.mark.timeout(180)
+
+# A worker whose SIGTERM handler takes 2 s (a checkpoint) and says so; SIGUSR2 is noted.
+TERM_WORKER = """
+import os, signal, sys, time
+rank = int(os.environ["PADDLE_TRAINER_ID"])
+def save(signum, frame):
+    time.sleep(2)
+    print("saved", rank, flush=True)
+    sys.exit(0)
+def note(signum, frame):
+    print("got", signal.Signals(signum).name, rank, flush=True)
+signal.signal(signal.SIGTERM, save)
+signal.signal(signal.SIGUSR2, note)
+print("RANK", rank, "x", "0", flush=True)
+while True:
+    time.sleep(0.2)
+"""
+
+
+@contextlib.contextmanager
+def term_site(tmp_path: Path) -> Iterator[tuple[Site, Path, dict[str, str]]]:
+    """Three hosts, the worker above, and a short TMPDIR of the test's own (the starter's
+    ControlPath directory goes there: what is left in it is the starter's)."""
+    with site(tmp_path) as s:
+        s.worker.write_text(TERM_WORKER)
+        tmp = Path(tempfile.mkdtemp(prefix="pe-", dir="/tmp"))
+        try:
+            yield s, tmp, {**os.environ, "TMPDIR": str(tmp)}
+        finally:
+            subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
+def start(s: Site, env: dict[str, str], *options: str) -> subprocess.Popen[bytes]:
+    hostfile = s.hostfile("h0 slots=2\nh1 slots=2\nh2 slots=2\n")
+    argv = s.argv(hostfile, "--kill_timeout", "10", *options)
+    return s.login.popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_running(proc: subprocess.Popen[bytes], log_dir: Path, ranks: int = 6) -> None:
+    """Until every host's first rank shows on the console and every rank wrote its line
+    (its SIGTERM handler is in place by then)."""
+    assert proc.stdout is not None
+    hosts = set()
+    for line in proc.stdout:
+        if b"] RANK " in line:
+            hosts.add(line.split(b"]")[0])
+        if len(hosts) == 3:
+            break
+    assert len(hosts) == 3, hosts
+    deadline = time.monotonic() + 30
+    while worker_ranks(log_dir) != list(range(ranks)):
+        assert time.monotonic() < deadline, worker_ranks(log_dir)
+        time.sleep(0.1)  # the workers' logs, on disk: nothing to wait on
+
+
+def saved(log_dir: Path) -> list[int]:
+    """The ranks whose SIGTERM handler ran to its end (their worker logs say so)."""
+    return sorted(
+        int(line.split()[1])
+        for log in log_dir.rglob("workerlog.*")
+        for line in log.read_text().splitlines()
+        if line.startswith("saved ")
+    )
+
+
+def summaries(log_dir: Path) -> list[str]:
+    return [p.read_text() for p in sorted(log_dir.rglob("summary.json"))]
+
+
+def test_ctrl_c_gives_every_rank_its_full_grace_and_one_signal_per_host(tmp_path) -> None:
+    with term_site(tmp_path) as (s, tmp, env):
+        proc = start(s, env)
+        wait_running(proc, s.tmp / "log")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+        text = (out + err).decode()
+        assert proc.returncode == 130, text
+        assert "again" not in text and "KeyError" not in text, text
+        assert saved(s.tmp / "log") == [0, 1, 2, 3, 4, 5], text
+        reports = summaries(s.tmp / "log")
+        assert len(reports) == 3 and not any("SIGKILL" in r for r in reports), reports
+        assert list(tmp.iterdir()) == []
+        assert s.leftovers() == {}
