@@ -286,11 +286,23 @@ def _named_absent(self: Rendezvous, round_: int, named: bool = False) -> str | N
 PreviousRendezvous._absent = _named_absent  # type: ignore[method-assign]
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 class PreviousEtcdStore(EtcdStore):
     """The previous etcd client, kept here as the same-run baseline: kept-alive connections
     as now, but counters by compare-and-swap on one key (retried until it wins: O(N)
     tries per arrival), a watch opened anew for each wait, and the last arrival's N
     entries read with one `get` each."""
+
+    def _open(self, path: str, body: dict, timeout: float):  # type: ignore[no-untyped-def]
+        """The previous watch's connection: urllib, a new one per wait, no proxy."""
+        host, port = self.endpoints[0]
+        req = urllib.request.Request(
+            f"http://{host}:{port}/v3/{path}", data=json.dumps(body).encode(), method="POST"
+        )
+        req.add_header("Content-Type", "application/json")
+        return _DIRECT.open(req, timeout=max(0.05, timeout))
 
     def _range(self, key: str) -> tuple[dict | None, int]:
         r = self._call("kv/range", {"key": self._k(key)})

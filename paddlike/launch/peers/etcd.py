@@ -5,14 +5,21 @@ get, try_get, add, compare_set, delete, wait), so the same rendezvous, abort and
 restart logic runs through etcd, and no node is a single point of failure. It talks
 to etcd's HTTP/JSON gateway (``/v3/...``, served by etcd 3.3 and later; 3.4 also
 serves ``/v3beta``) with the standard library: one kept-alive connection per thread
-(http.client), a watch on a socket of its own, kept between waits for the same key (`etcd_watch`).
+(http.client; never through a proxy from the environment: cluster nodes often carry
+one for the internet, which cannot reach, or must not see, etcd), and a watch on a
+socket of its own, kept between waits for the same key (`etcd_watch`).
 
 - keys and values are base64 in the JSON; every key lives under
   ``/paddlike/<job id>/`` (``--job_id``, default "default");
-- `compare_set` and `add` are transactions (`/v3/kv/txn`); `add` retries its
-  compare-and-swap on the key's mod revision until it wins or the deadline passes;
+- `compare_set` is a transaction (`/v3/kv/txn`); `add` never contends: each call writes
+  create-only tallies of its own (``<key>\\0<random>``) and counts them in the same
+  transaction, and a counter reads as its count; `arrive_and_claim` is a rendezvous
+  arrival (two counters and a create-only entry) in one transaction;
 - `get` waits with a watch (`/v3/watch`, a stream of JSON lines) that starts just
   after the revision at which the key was found missing, so no put is missed;
+- a tally, like every key this launcher writes, carries its lease: a launcher that
+  leaves takes its tallies with it, so a counter can go down (its count is who is
+  still there, not who ever came);
 - liveness is a lease: every key this launcher writes is attached to its lease
   (TTL = --heartbeat_timeout), kept alive every TTL/5. A launcher that dies or is cut
   off loses its lease, and with it its ``alive/<node>`` key: the others notice that
@@ -29,8 +36,6 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 
 from paddlike import netaddr
@@ -40,10 +45,6 @@ from paddlike.launch.peers.etcd_watch import WatchRejected, WatchStream
 PREFIX = "/paddlike"
 DEFAULT_JOB = "default"
 IO_TIMEOUT = 5.0  # seconds for one gateway request that does not wait for a key
-
-# Straight to etcd, never through http_proxy/https_proxy from the environment: cluster
-# nodes often carry a proxy for the internet, which cannot reach (or must not see) etcd.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 # what a kept-alive connection that etcd closed while idle raises on its next request
@@ -110,31 +111,6 @@ class EtcdStore:
         return "etcd://" + ",".join(netaddr.join(h, p) for h, p in self.endpoints)
 
     # -- the gateway --
-
-    def _open(self, path: str, body: dict, timeout: float):  # type: ignore[no-untyped-def]
-        """POST `body` to the first endpoint that answers; the open response."""
-        data = json.dumps(body).encode()
-        errors = []
-        n = len(self.endpoints)
-        for k in range(n):
-            i = (self._good + k) % n
-            host, port = self.endpoints[i]
-            url = f"http://{netaddr.join(host, port)}/v3/{path}"  # IPv6 in brackets
-            req = urllib.request.Request(url, data=data, method="POST")
-            req.add_header("Content-Type", "application/json")
-            try:
-                resp = _DIRECT.open(req, timeout=max(0.05, timeout))
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode("utf-8", "replace").strip()
-                raise StoreError(f"etcd at {host}:{port} rejected /v3/{path}: {detail}") from exc
-            except (urllib.error.URLError, OSError) as exc:
-                errors.append(f"{host}:{port}: {getattr(exc, 'reason', exc)}")
-                continue
-            self._good = i
-            return resp
-        raise EtcdUnreachable(
-            f"no etcd endpoint of {self.address} answered /v3/{path}: " + "; ".join(errors)
-        )
 
     def _call(self, path: str, body: dict, timeout: float | None = None) -> dict:
         """One request on this thread's kept-alive connection to the endpoint that answered
