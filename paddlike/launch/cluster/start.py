@@ -326,12 +326,22 @@ def _relayed_signals(handled: tuple[int, ...] | None, environ: Mapping[str, str]
     return tuple(s for s in (*policy.forward, *policy.stacks) if s not in ENDING)
 
 
+def _stacks_signals(relayed: tuple[int, ...]) -> tuple[int, ...]:
+    """Those of `relayed` that take stacks: sent to one host's launcher only, which asks
+    every node for theirs (one set of stacks for the job, not one per host)."""
+    from paddlike.launch.run.signals import DUMP_SIGNAL, STACKS_SIGNAL
+
+    forwarded = relayed[: relayed.index(STACKS_SIGNAL)] if STACKS_SIGNAL in relayed else ()
+    return tuple(s for s in (STACKS_SIGNAL, DUMP_SIGNAL) if s in relayed and s not in forwarded)
+
+
 def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = ()) -> int:
     """The loop, until every session has exited; the job's exit code: 128 + a signal's
     number when the job was ended from here, else the first non-zero exit of a host (its
     launcher's code, or ssh's 255 when the connection was lost), else 0."""
     from paddlike.launch.run.signals import signal_label
 
+    stacks = _stacks_signals(relayed)
     cause: int | None = None
     close_at: float | None = None  # when the sessions' stdins are to be closed
     kill_at: float | None = None  # when sessions still running are killed
@@ -348,7 +358,8 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
         events = consoles.wait(max(min(wake) - now, 0) if wake else None)
         for signum in events.signals:
             if signum in relayed:
-                reached = _signal_hosts(consoles.running, signum)
+                targets = consoles.running[:1] if signum in stacks else consoles.running
+                reached = _signal_hosts(targets, signum)
                 _say(f"{signal_label(signum)}: passed on to the launchers of {reached}")
                 continue
             if signalled:  # the user's second signal: every launcher kills its workers now

@@ -6,7 +6,6 @@ leaves no ControlPath directory behind."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -101,5 +100,67 @@ def test_ctrl_c_gives_every_rank_its_full_grace_and_one_signal_per_host(tmp_path
         assert saved(s.tmp / "log") == [0, 1, 2, 3, 4, 5], text
         reports = summaries(s.tmp / "log")
         assert len(reports) == 3 and not any("SIGKILL" in r for r in reports), reports
+        assert list(tmp.iterdir()) == []
+        assert s.leftovers() == {}
+
+
+def lines_in_logs(log_dir: Path, word: str, count: int) -> None:
+    """Until `count` lines starting with `word` are in the workers' logs (on disk)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = [
+            line
+            for log in log_dir.rglob("workerlog.*")
+            for line in log.read_text().splitlines()
+            if line.startswith(word)
+        ]
+        if len(found) >= count:
+            return
+        assert time.monotonic() < deadline, found
+        time.sleep(0.1)  # the workers' logs, on disk: nothing to wait on
+
+
+def test_a_second_ctrl_c_kills_at_once_without_a_crash_and_leaves_no_control_directory(
+    tmp_path,
+) -> None:
+    with term_site(tmp_path) as (s, tmp, env):
+        proc = start(s, env)
+        wait_running(proc, s.tmp / "log")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # the user's second Ctrl-C, a moment later (what is tested)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        text = (out + err).decode()
+        assert proc.returncode == 130, text
+        assert "KeyError" not in text and "Traceback" not in text, text
+        assert text.count("received SIGINT again: killing the remaining processes now") == 3
+        assert list(tmp.iterdir()) == []
+        assert s.leftovers() == {}
+
+
+def test_sigusr1_takes_stacks_on_every_host_and_handled_signals_reach_every_worker(
+    tmp_path,
+) -> None:
+    with term_site(tmp_path) as (s, tmp, env):
+        proc = start(s, env, "--signals_to_handle", "SIGINT,SIGTERM,SIGHUP,SIGUSR2")
+        wait_running(proc, s.tmp / "log")
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.stderr is not None
+        stacks: list[bytes] = []
+        requests = 0
+        for line in proc.stderr:  # one request for the job; every host takes its stacks
+            requests += b"stacks requested (received SIGUSR1 on node" in line
+            if b"stacks of 2 ranks of this node in " in line:
+                stacks.append(line.split(b"]")[0])
+            if len(stacks) == 3:
+                break
+        assert sorted(stacks) == [b"[h0", b"[h1", b"[h2"] and requests == 3, stacks
+        assert proc.poll() is None  # the job goes on
+        proc.send_signal(signal.SIGUSR2)
+        lines_in_logs(s.tmp / "log", "got SIGUSR2", 6)  # passed on to every worker
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, (out + err).decode()
+        assert saved(s.tmp / "log") == [0, 1, 2, 3, 4, 5]
         assert list(tmp.iterdir()) == []
         assert s.leftovers() == {}
