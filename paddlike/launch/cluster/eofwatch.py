@@ -24,6 +24,8 @@ import threading
 
 STDIN_EOF_ENDS = "PADDLIKE_STDIN_EOF_ENDS"  # "1": end the job when stdin closes
 SIGNAL_WORD = b"signal"
+# True in a launcher started by the cluster stage (`console.tee` keeps rank prefixes)
+watching = False
 # the signals a line may carry: the ones a launcher handles (ending, stacks, passed on)
 MAX_SIGNAL = 64
 
@@ -45,7 +47,9 @@ def parse_signal_line(line: bytes) -> int | None:
 def end_on_stdin_eof() -> threading.Thread:
     """Start the watch; the variable is taken out of this process's environment so that
     the workers (and a launcher they might start) do not inherit it."""
+    global watching
     os.environ.pop(STDIN_EOF_ENDS, None)
+    watching = True
     watch = threading.Thread(target=_hang_up_at_eof, name="stdin-eof", daemon=True)
     watch.start()
     return watch

@@ -48,7 +48,7 @@ def start_tee(
                 echo.follow(proc.spec, proc.log.err_path, proc.log.err_start)
     if not echo:
         return None, None
-    echo.finish_setup()
+    echo.finish_setup(selection)
     try:
         inotify = _shared_inotify()
     except OSError:

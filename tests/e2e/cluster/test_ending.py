@@ -164,3 +164,38 @@ def test_sigusr1_takes_stacks_on_every_host_and_handled_signals_reach_every_work
         assert saved(s.tmp / "log") == [0, 1, 2, 3, 4, 5]
         assert list(tmp.iterdir()) == []
         assert s.leftovers() == {}
+
+
+def test_console_all_prefixes_every_rank_alike_whatever_a_hosts_worker_count(
+    tmp_path,
+) -> None:
+    with site(tmp_path) as s:
+        hostfile = s.hostfile("h0 slots=2\nh1 slots=1\nh2 slots=1\n")
+        done = s.run(s.argv(hostfile, "--console", "all"))
+        assert done.returncode == 0, done.stdout + done.stderr
+        for host, rank in (("h0", 0), ("h0", 1), ("h1", 2), ("h2", 3)):
+            assert f"[{host}] [rank {rank}] RANK {rank} " in done.stdout, done.stdout
+        assert s.leftovers() == {}
+
+
+def test_a_lost_ssh_connection_names_the_host_exits_255_and_leaves_nothing(tmp_path) -> None:
+    with term_site(tmp_path) as (s, tmp, env):
+        proc = start(s, env)
+        wait_running(proc, s.tmp / "log")
+        pids = subprocess.run(
+            ["ip", "netns", "pids", s.hosts[1].netns], capture_output=True, text=True
+        ).stdout.split()
+        for pid in pids:  # h1's side of the connection: its sshd session processes
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                if name == "sshd" and int(pid) != s.ssh.daemons["h1"]:
+                    os.kill(int(pid), signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        text = (out + err).decode()
+        assert "KeyError" not in text and "Traceback" not in text, text
+        # h1's launcher hangs up at once (its stdin closed): the others may hear it from
+        # the rendezvous (129) before this side's ssh notices the connection is gone (255)
+        assert proc.returncode in (129, 255), text
+        assert "again" not in text, text
+        assert list(tmp.iterdir()) == []
+        assert s.leftovers() == {}
