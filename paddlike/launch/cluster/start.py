@@ -387,6 +387,8 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
             elif consoles.running:
                 _say(f"host {s.host}: its launcher exited with {code}; the others end with it")
                 close_at = time.monotonic() + kill_timeout + FAILURE_GRACE
+    if cause and consoles.root_cause:  # each host printed it: once more, in one line
+        _say(f"exit {cause}: {consoles.root_cause}")
     return cause or 0
 
 

@@ -72,6 +72,11 @@ class Session:
         return b"[" + self.host.encode() + b"] " + line
 
 
+# A launcher's report of the job's root cause: the head line, then indented fields.
+REPORT_HEADS = (b"FAILED: ", b"STOPPED: ")
+REPORT_FIELDS = ("where ", "log ")  # the fields the starter's last line repeats
+
+
 class Events(NamedTuple):
     exited: list[Session]
     signals: list[int]
@@ -84,6 +89,10 @@ class Consoles:
         self.sessions = list(sessions)
         self.out, self.err = out, err
         self.selector = selectors.DefaultSelector()
+        # the first root-cause report any host printed (every host prints the same one):
+        # the starter's last line repeats it once (`root_cause`)
+        self.report: list[str] = []
+        self._reporting: Session | None = None
         self.selector.register(wake_fd, selectors.EVENT_READ, ("wake", None))
         for s in self.sessions:
             self.selector.register(s.pidfd, selectors.EVENT_READ, ("exit", s))
@@ -148,7 +157,30 @@ class Consoles:
         lines = session.partial.pop(fd, b"").split(b"\n")
         session.partial[fd] = lines.pop()
         if lines:
+            if dest == self.err:
+                self._note_report(session, lines)
             _write_all(dest, b"".join(session.prefixed(line + b"\n") for line in lines))
+
+    def _note_report(self, session: Session, lines: list[bytes]) -> None:
+        for line in lines:
+            if self._reporting is session and line.startswith(b"  ") and line.strip():
+                field = " ".join(line.decode(errors="replace").split())
+                if field.startswith(REPORT_FIELDS):
+                    self.report.append(field)
+                continue
+            if self._reporting is session:
+                self._reporting = None  # the block ended: the first one is kept
+            if not self.report and line.startswith(REPORT_HEADS):
+                self.report.append(line.decode(errors="replace"))
+                self._reporting = session
+
+    @property
+    def root_cause(self) -> str | None:
+        """The first root-cause report in one line: ``FAILED: ... (where ...; log ...)``."""
+        if not self.report:
+            return None
+        head, *fields = self.report
+        return f"{head} ({'; '.join(fields)})" if fields else head
 
     def _copy_eof(self, fd: int, session: Session, dest: int) -> None:
         """Once per fd: a session's exit drains its pipes, and the same select() batch may

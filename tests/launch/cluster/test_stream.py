@@ -60,3 +60,24 @@ def test_a_session_that_exited_with_its_pipes_closed_in_one_batch_is_ended_once(
     assert os.read(err_r, 65536) == b"[a] words\n"
     for fd in (out_r, err_r, wake_r):
         os.close(fd)
+
+
+def test_the_first_root_cause_report_of_any_host_is_kept_in_one_line() -> None:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    report = (
+        "import sys; sys.stderr.write('note\\nFAILED: trainer rank 3 exited with code 7\\n"
+        "  where    node 1 (h1), trainer rank 3\\n  exit     code 7\\n"
+        "  log      /l/workerlog.1\\nnext\\n')"
+    )
+    consoles = Consoles([_session("a", report)], wake_r, out=out_w, err=err_w)
+    while consoles.running:
+        consoles.wait(10)
+    consoles.close()
+    for fd in (out_r, out_w, err_r, err_w, wake_r, wake_w):
+        os.close(fd)
+    assert consoles.root_cause == (
+        "FAILED: trainer rank 3 exited with code 7 (where node 1 (h1), trainer rank 3; "
+        "log /l/workerlog.1)"
+    )
