@@ -65,10 +65,13 @@ def _hang_up_at_eof(fd: int = 0) -> None:
         except OSError:  # no stdin at all: nothing to watch
             return
         if not data:
-            os.kill(os.getpid(), signal.SIGHUP)
+            signal.raise_signal(signal.SIGHUP)
             return
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
             signum = parse_signal_line(line)
             if signum is not None:
-                os.kill(os.getpid(), signum)
+                # raised in this thread: its C-level handler writes the launcher's wake-up
+                # pipe before this returns, so the launcher reads the signals in the order
+                # they were sent (a signal line, then the end of stdin: never the reverse)
+                signal.raise_signal(signum)
