@@ -57,7 +57,9 @@ def test_an_ipv6_master_without_brackets_or_port_names_the_variable_and_the_form
         E.master_address({"PADDLE_MASTER": raw})
 
 
-def test_the_node_list_form_passes_an_ipv6_node_0_to_the_launcher_in_brackets() -> None:
+def test_the_node_list_form_passes_an_ipv6_node_0_to_the_launcher_in_brackets(monkeypatch) -> None:
+    # pytest's own __main__ (xdist's worker: python -c) is no script to re-run
+    monkeypatch.setattr(nodelist, "_script_argv", lambda: ["train.py"])
     nodelist._reset()
     try:
         nodelist.machine([{"addr": "fd00::1"}, {"addr": "[fd00::2]"}])

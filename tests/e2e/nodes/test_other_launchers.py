@@ -250,9 +250,9 @@ def _refused_on_both(
     [
         (("--logs-specs", "x"), {},
          "paddlike.launch: error: --logs_specs: paddlike's log layout is fixed"),
-        ((), {"PET_START_METHOD": "fork"},
-         "paddlike.launch: error: --start_method (from PET_START_METHOD): workers are always "
-         "fresh processes"),
+        ((), {"PET_EVENT_LOG_HANDLER": "console"},
+         "paddlike.launch: error: --event_log_handler (from PET_EVENT_LOG_HANDLER): no event "
+         "handlers"),
     ],
     ids=["torchrun-flag", "pet-variable"],
 )  # fmt: skip
