@@ -343,6 +343,7 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
 
     stacks = _stacks_signals(relayed)
     cause: int | None = None
+    stopped_by: int | None = None  # the signal this command got first, when it ended the job
     close_at: float | None = None  # when the sessions' stdins are to be closed
     kill_at: float | None = None  # when sessions still running are killed
     closed = signalled = False
@@ -368,7 +369,8 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
                 kill_at = soon if kill_at is None else min(kill_at, soon)
                 continue
             signalled = True
-            cause = cause or 128 + signum
+            if cause is None:
+                cause, stopped_by = 128 + signum, signum
             _say(f"{signal.Signals(signum).name}: ending the job on every host")
             _signal_hosts(consoles.running, signum, ending=True)  # one signal each
             if not closed:  # a backstop: their stdin closed (their hang-up), then killed
@@ -377,7 +379,8 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
             code = s.returncode
             if not code:
                 continue
-            code = 128 - code if code < 0 else code
+            if code < 0:  # our ssh (or pdsh) client itself was killed: the host is lost to us
+                code = ssh.SSH_FAILED
             if cause is not None:
                 continue  # a consequence of the first cause
             cause = code
@@ -385,9 +388,12 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
                 _say(f"host {s.host}: the ssh connection failed or was lost; ending the job")
                 close_at = time.monotonic()
             elif consoles.running:
-                _say(f"host {s.host}: its launcher exited with {code}; the others end with it")
+                _say(f"host {s.host}: its launcher ended first (exit {code}); ending the others")
                 close_at = time.monotonic() + kill_timeout + FAILURE_GRACE
-    if cause and consoles.root_cause:  # each host printed it: once more, in one line
+    if stopped_by is not None:  # the hosts' reports name their own launchers: it was us
+        name = signal.Signals(stopped_by).name
+        _say(f"exit {cause}: STOPPED: this command received {name}; every host ended its job")
+    elif cause and consoles.root_cause:  # each host printed it: once more, in one line
         _say(f"exit {cause}: {consoles.root_cause}")
     return cause or 0
 

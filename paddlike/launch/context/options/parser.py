@@ -366,14 +366,19 @@ _TAKES_VALUE = (
 )
 
 
+# options whose value is itself options of another tool, so may start with "-":
+# ``--ssh_args "-i key"`` (argparse would take "-i" for --include)
+DASH_VALUES = frozenset({"ssh_args"})
+
+
 def parse_ours(ours: Sequence[str]) -> dict[str, object]:
     """Our options (`split_argv`'s part, the other launchers' taken out) -> {dest: text,
     or True for a switch}; the last of a repeated option wins, as in argparse.
 
     Only plainly correct arguments are read here: an option of ours with a value that
-    does not start with "-" (or given as ``--name=value``), or a switch. Anything else
-    (--help, an unknown option, a missing value, ``--switch=1``) goes to argparse, which
-    prints the help or raises the `UsageError` it always did.
+    does not start with "-" (any value for `DASH_VALUES`; or ``--name=value``), or a
+    switch. Anything else (--help, an unknown option, a missing value, ``--switch=1``) goes
+    to argparse, which prints the help or raises the `UsageError` it always did.
     """
     given: dict[str, object] = {}
     i, n = 0, len(ours)
@@ -382,7 +387,9 @@ def parse_ours(ours: Sequence[str]) -> dict[str, object]:
         if arg in _SWITCHES:
             given[DEST[arg]] = True
             i += 1
-        elif arg in DEST and i + 1 < n and not ours[i + 1].startswith("-"):
+        elif arg in DEST and i + 1 < n and (
+            not ours[i + 1].startswith("-") or DEST[arg] in DASH_VALUES
+        ):
             given[DEST[arg]] = ours[i + 1]
             i += 2
         else:

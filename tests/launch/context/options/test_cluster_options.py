@@ -56,3 +56,10 @@ def test_help_lists_the_cluster_group_right_before_output() -> None:
     assert text.index("one command for the cluster:") < text.index("\noutput:")
     for spelling in ("--hostfile HOSTFILE, -H HOSTFILE", "--include INCLUDE, -i INCLUDE"):
         assert spelling in text
+
+
+def test_ssh_args_given_with_a_space_may_start_with_an_option_of_ours() -> None:
+    """``--ssh_args "-i KEY"``: "-i" is also --include's short form; the value is ssh's."""
+    options = parse_options(["-H", "hf", "--ssh_args", "-i key -e none", "train.py"], {})
+    assert options.ssh_args == "-i key -e none"
+    assert options.include is None and options.exclude is None
