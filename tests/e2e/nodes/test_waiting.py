@@ -95,7 +95,9 @@ def test_a_signal_during_the_rendezvous_ends_every_node_that_arrived(tmp_path, s
     assert took < 5, outs
     assert f"received {name} while waiting for " in outs[1], outs[1]
     assert "at the rendezvous at 127.0.0.1" in outs[1], outs[1]
-    assert "told the other nodes" in outs[1], outs[1]
+    # (its line ends "; told the other nodes" when it saw node 0's arrival counted; under
+    # load it may stop before it reads that count, and node 0 then learns it from node 1's
+    # guardian: the line below is what must hold)
     assert (
         f"the job stopped during the rendezvous: launcher on 127.0.0.2 received {name}" in outs[0]
     ), outs[0]
