@@ -70,6 +70,8 @@ def without_hostfile(
             "--nproc_per_node, not both",
             which,
         )
+    if options.num_gpus and not options.dry_run:  # a preview may be for a GPU node
+        _check_num_gpus(options.num_gpus, environ)
     return options._replace(
         gpus=tuple(map(str, devices)), num_gpus=None, include=None, exclude=None, num_nodes=None
     )
@@ -112,6 +114,25 @@ def _local_devices(options: LaunchOptions, environ: Mapping[str, str]) -> list[i
             f"{option}: this machine has {visible} GPU(s); none is left after {text!r}", option
         )
     return left
+
+
+def _check_num_gpus(n: int, environ: Mapping[str, str]) -> None:
+    """DeepSpeed's --num_gpus N on this machine: refused by its own name where the GPUs
+    are not there (not as the --gpus it becomes, which the user never typed)."""
+    from paddlike.launch.context.devices import probe_gpus
+
+    found = probe_gpus(environ)
+    if not found.count:
+        raise UsageError(
+            f"--num_gpus {n}: no NVIDIA GPU found on this machine ({found.tried}); leave it "
+            f"out, or run CPU workers with --devices cpu --nproc_per_node {n}",
+            "--num_gpus",
+        )
+    if n > found.count:
+        raise UsageError(
+            f"--num_gpus {n}: this machine has {found.count} GPU(s) ({found.source})",
+            "--num_gpus",
+        )
 
 
 def _visible_gpus(environ: Mapping[str, str]) -> int:

@@ -40,11 +40,15 @@ def test_deepspeeds_one_machine_spellings_pick_this_machines_gpus(
 
 
 @needs_no_gpu
-def test_num_gpus_without_gpus_is_refused_as_gpus_is_not_run_on_one_cpu_worker(tmp_path) -> None:
+def test_num_gpus_without_gpus_is_refused_by_its_own_name_not_run_on_one_cpu_worker(
+    tmp_path,
+) -> None:
     done = _run(tmp_path, "--num_gpus", "2")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "RAN" not in done.stdout
-    assert "--gpus" in done.stderr or "GPU" in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--num_gpus 2: no NVIDIA GPU found on this machine" in lines[0]
+    assert "--devices cpu --nproc_per_node 2" in lines[0]
 
 
 @pytest.mark.parametrize(

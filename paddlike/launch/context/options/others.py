@@ -78,6 +78,9 @@ REFUSED_OPTIONS = {
     "the launcher; " + _SCALE_BY_NODES,
     "scale": "no scale command: " + _SCALE_BY_NODES,
     "force": "no forced rescale: " + _SCALE_BY_NODES,
+    # DeepSpeed's launcher
+    "launcher_args": "give ssh's (and pdsh's ssh's) options with --ssh_args='...' "
+    "(docs/cli.md#one-command-for-the-whole-cluster)",
 }
 
 BOOL_TRUE = {"1", "true", "t", "yes", "y", "on"}

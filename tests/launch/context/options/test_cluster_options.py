@@ -63,3 +63,8 @@ def test_ssh_args_given_with_a_space_may_start_with_an_option_of_ours() -> None:
     options = parse_options(["-H", "hf", "--ssh_args", "-i key -e none", "train.py"], {})
     assert options.ssh_args == "-i key -e none"
     assert options.include is None and options.exclude is None
+
+
+def test_deepspeeds_launcher_args_points_at_ssh_args() -> None:
+    with pytest.raises(UsageError, match=r"^--launcher_args: give ssh's .*--ssh_args="):
+        parse_options(["-H", "hf", "--launcher_args", "-p 22", "train.py"], {})
