@@ -333,16 +333,11 @@ class Wait(Command):
         return f"wait for keys {self.keys!r}"
 
     def request(self) -> bytes:
-        body = b"".join(_key(k) for k in self.keys)
-        head = U8.pack(self.opcode) + U32.pack(_ms(self.timeout)) + U32.pack(len(self.keys))
-        return head + body
+        return _keys_request(self.opcode, self.keys, self.timeout)
 
     @classmethod
     def parse(cls, r: Reader) -> Wait:
-        ms, count = r.u32(), r.u32()
-        if count > MAX_FRAME // 4:
-            raise ProtocolError(f"{count} keys cannot fit in one frame")
-        return cls([r.key() for _ in range(count)], ms / 1000.0)
+        return cls(*_parse_keys(r))
 
     def awaited(self) -> Sequence[str]:
         return self.keys
@@ -355,12 +350,30 @@ class Wait(Command):
         return status(TIMEOUT) + field(",".join(missing).encode())
 
     def result(self, reply: Reply) -> None:
-        if reply.status == TIMEOUT:
-            missing = reply.fields.bytes_().decode()
-            raise StoreTimeoutError(
-                f"keys {missing} did not appear in the store at {reply.address} "
-                f"within {self.timeout:g} s"
-            )
+        _raise_missing(reply, self.timeout)
+
+
+def _keys_request(opcode: int, keys: Sequence[str], timeout: float) -> bytes:
+    """`Wait`'s and `GetMany`'s request: u32 timeout_ms, u32 count, `count` keys."""
+    head = U8.pack(opcode) + U32.pack(_ms(timeout)) + U32.pack(len(keys))
+    return head + b"".join(_key(k) for k in keys)
+
+
+def _parse_keys(r: Reader) -> tuple[list[str], float]:
+    """`_keys_request`'s keys and timeout (seconds), read back by the server."""
+    ms, count = r.u32(), r.u32()
+    if count > MAX_FRAME // 4:
+        raise ProtocolError(f"{count} keys cannot fit in one frame")
+    return [r.key() for _ in range(count)], ms / 1000.0
+
+
+def _raise_missing(reply: Reply, timeout: float) -> None:
+    """A TIMEOUT reply (the keys still missing, joined by ","): StoreTimeoutError."""
+    if reply.status == TIMEOUT:
+        missing = reply.fields.bytes_().decode()
+        raise StoreTimeoutError(
+            f"keys {missing} did not appear in the store at {reply.address} within {timeout:g} s"
+        )
 
 
 class Lookup(Command):
@@ -404,15 +417,11 @@ class GetMany(Command):
         return f"get of {len(self.keys)} keys"
 
     def request(self) -> bytes:
-        head = U8.pack(self.opcode) + U32.pack(_ms(self.timeout)) + U32.pack(len(self.keys))
-        return head + b"".join(_key(k) for k in self.keys)
+        return _keys_request(self.opcode, self.keys, self.timeout)
 
     @classmethod
     def parse(cls, r: Reader) -> GetMany:
-        ms, count = r.u32(), r.u32()
-        if count > MAX_FRAME // 4:
-            raise ProtocolError(f"{count} keys cannot fit in one frame")
-        return cls([r.key() for _ in range(count)], ms / 1000.0)
+        return cls(*_parse_keys(r))
 
     def awaited(self) -> Sequence[str]:
         return self.keys
@@ -427,12 +436,7 @@ class GetMany(Command):
         return status(TIMEOUT) + field(",".join(missing).encode())
 
     def result(self, reply: Reply) -> list[bytes]:
-        if reply.status == TIMEOUT:
-            missing = reply.fields.bytes_().decode()
-            raise StoreTimeoutError(
-                f"keys {missing} did not appear in the store at {reply.address} "
-                f"within {self.timeout:g} s"
-            )
+        _raise_missing(reply, self.timeout)
         return [reply.fields.bytes_() for _ in range(reply.fields.u32())]
 
 
