@@ -256,10 +256,13 @@ import numpy as np
 import paddlike.distributed as dist
 from paddlike.distributed.collective.errors import CollectiveTimeoutError
 
+# Spins on the global nanosecond timer, so its length is the same at any clock rate.
 SPIN = """
-extern "C" __global__ void spin(long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) { }
+extern "C" __global__ void spin(unsigned long long ns, int *done) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+    *done = 1;
 }
 """
 dist.init_parallel_env(backend="nccl", timeout=60)
@@ -268,8 +271,9 @@ g.timeout = 1.0  # every operation's deadline from here on (the setup had 60 s)
 report = {}
 stream = cp.cuda.Stream(non_blocking=True)
 with stream:
-    cp.RawKernel(SPIN, "spin")((1,), (1,), (np.int64(8 * 10**9),))  # 4-8 s at 2-1 GHz
-    x = cp.ones(16, cp.float32)
+    # Every array before the kernel: a new allocation (cudaMalloc) waited for it on an H200.
+    done, x, after = cp.zeros(1, cp.int32), cp.ones(16, cp.float32), cp.ones(4, cp.float32)
+    cp.RawKernel(SPIN, "spin")((1,), (1,), (np.uint64(4 * 10**9), done))  # 4 s
     start = time.monotonic()
     try:
         dist.all_reduce(x, group=g)  # queued behind the kernel: misses its deadline
@@ -277,7 +281,7 @@ with stream:
         report["error"] = str(exc)
     report["waited"] = time.monotonic() - start
     try:
-        dist.all_reduce(cp.ones(4, cp.float32), group=g)
+        dist.all_reduce(after, group=g)
     except Exception as exc:
         report["after"] = str(exc)
 stream.synchronize()  # the kernel ends; the CUDA context must still be usable
@@ -413,9 +417,13 @@ def test_a_launch_on_this_node_runs_one_nccl_worker_per_gpu_by_default(tmp_path)
 @gpu
 @needs_gpu
 def test_two_ranks_forced_onto_one_gpu_fail_naming_both_ranks_and_the_device(tmp_path):
+    # CPU workers get no FLAGS_selected_gpus; the script names GPU 0 for both (by LOCAL_RANK
+    # rank 1 would ask for GPU 1, which a one-GPU machine refuses before NCCL is asked).
     script = """
+import os
+os.environ["FLAGS_selected_gpus"] = "0"
 import paddlike.distributed as dist
-dist.init_parallel_env(backend="nccl", timeout=60)  # both on GPU 0: CPU workers, no FLAGS
+dist.init_parallel_env(backend="nccl", timeout=60)
 """
     run = _launch(tmp_path, "--devices", "cpu", "--nproc_per_node", "2", script=script)
     assert run.returncode != 0
