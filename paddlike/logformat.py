@@ -15,6 +15,8 @@ Standard library only: the launcher imports it at start-up.
 
 Every file that is replaced whole (endpoints.log, summary.json, the job page) goes
 through `write_atomically`: a reader sees the old file or the new one, never half.
+A log directory may be shared with other users, who can plant links in it: every file
+is opened with O_NOFOLLOW, and a temporary one is new (O_EXCL, a random name).
 """
 
 from __future__ import annotations
@@ -188,9 +190,7 @@ def owner_record(host: str, job_key: str | None = None, job_what: str | None = N
 
 def write_owner(root: Path, owner: dict[str, Any]) -> None:
     """Replace the owner file atomically (a reader never sees half of it)."""
-    tmp = root / f"{OWNER_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(owner) + "\n")
-    os.replace(tmp, root / OWNER_FILE)
+    write_atomically(root / OWNER_FILE, json.dumps(owner) + "\n")
 
 
 def read_owner(root: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -251,6 +251,23 @@ def parse_endpoints(text: str) -> dict[str, list[str]]:
     return lists
 
 
+# Opening a file in a log directory that other users may write into: never through a
+# link (ELOOP instead), never becoming the controlling terminal.
+NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def new_file(path: Path, mode: int = 0o644) -> int:
+    """A file created at `path` for writing, its fd; FileExistsError when anything is
+    there already, a link included (O_EXCL never follows one)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW, mode)
+
+
+def append_fd(path: Path, mode: int = 0o644) -> int:
+    """`path` opened for append (created when missing), never through a link: OSError
+    (ELOOP) when `path` is a symbolic link."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | NO_FOLLOW, mode)
+
+
 def write_atomically(
     path: Path, data: bytes | str, *, in_place_when_full: bool = False
 ) -> None:
@@ -262,14 +279,20 @@ def write_atomically(
     word (endpoints.log must fail instead: no round starts on a full disk)."""
     if isinstance(data, str):
         data = data.encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # A new file (never one someone planted, never through a link), renamed over `path`:
+    # a rename replaces a link at `path` and never writes through it.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    created = False
     try:
-        with open(tmp, "wb") as f:
+        fd = new_file(tmp)
+        created = True
+        with open(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if created:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         full = exc.errno == errno.ENOSPC and in_place_when_full
         if not full or not _overwrite_in_place(path, data):
             raise OSError(exc.errno, exc.strerror, str(path)) from exc  # the file it was for
@@ -279,7 +302,7 @@ def _overwrite_in_place(path: Path, data: bytes) -> bool:
     """Write `data` over `path` when the blocks the file holds already fit it (a full disk
     gives no new ones); False, the file untouched, when they do not."""
     try:
-        fd = os.open(path, os.O_WRONLY)
+        fd = os.open(path, os.O_WRONLY | NO_FOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:

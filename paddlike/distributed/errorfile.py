@@ -16,9 +16,11 @@ import contextlib
 import json
 import os
 import time
+from pathlib import Path
 from types import TracebackType
 
 from paddlike.contract import ERROR_FILE, PEER_EXITED
+from paddlike.logformat import write_atomically
 
 from .collective.errors import PeerExitedError
 
@@ -71,11 +73,6 @@ def _write(message: str, callstack: str, peer: int | None, since: float) -> None
     }
     if peer is not None:
         body["paddlike"] = {PEER_EXITED: peer}
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(body, f)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    # the log directory may be shared: a new temporary file, never one through a link
+    with contextlib.suppress(OSError):
+        write_atomically(Path(path), json.dumps(body))

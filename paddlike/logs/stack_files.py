@@ -11,6 +11,7 @@ its store; `merge_reports` / `merge_torch_records` read every node's back.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlike.distributed import progress as P
+from paddlike.logformat import new_file
 from paddlike.logs import torch_flight
 from paddlike.logs.hang import Frame, RankStack, ThreadStack
 from paddlike.logs.torch_flight import TorchOp
@@ -185,6 +187,8 @@ def _write_dump(
 ) -> Path:
     root, stamp = out.parent, out.name
     root.mkdir(parents=True, exist_ok=True)
+    if root.is_symlink():  # a shared log directory: someone else's link, somewhere else
+        raise OSError(errno.ELOOP, "it is a symbolic link", str(root))
     n = 1
     while True:
         try:
@@ -202,8 +206,8 @@ def _write_dump(
             parts.append(format_progress(progress[rank], now_mono))
         if rank in torch_records:
             parts.append(torch_flight.format_record(torch_records[rank]))
-        (out / f"rank.{rank}.txt").write_text("\n".join(parts))
-    (out / "summary.txt").write_text("\n".join(lines) + "\n")
+        _write_new(out / f"rank.{rank}.txt", "\n".join(parts))
+    _write_new(out / "summary.txt", "\n".join(lines) + "\n")
     data = {
         "time": when or time.time(),
         "summary": list(lines),
@@ -211,5 +215,11 @@ def _write_dump(
         "progress": {str(r): asdict(p) for r, p in sorted(progress.items())},
         "torch_flight": torch_flight.records_to_json(torch_records),
     }
-    (out / "stacks.json").write_text(json.dumps(data, indent=1) + "\n")
+    _write_new(out / "stacks.json", json.dumps(data, indent=1) + "\n")
     return out
+
+
+def _write_new(path: Path, text: str) -> None:
+    """A file of a dump directory just made: created, never opened through a link."""
+    with open(new_file(path), "w", encoding="utf-8") as f:
+        f.write(text)

@@ -27,6 +27,13 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+
+from paddlike.logformat import append_fd
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import TextIO
 
 INFO_FIELDS = "index,uuid,driver_version,name,serial,display_active,display_mode"
 INFO_HEADER = "index,uuid,driver_version,name,gpu_serial,display_active,display_mode"
@@ -97,8 +104,12 @@ class GpuLog:
             return None
         return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
+    def _append(self) -> TextIO:
+        """The log opened for append, never through a link (the log directory may be shared)."""
+        return open(append_fd(Path(self.path)), "a", encoding="utf-8")
+
     def _note(self, line: str) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
+        with self._append() as f:
             f.write(f"# {line}\n")
 
     def _write(self) -> None:
@@ -116,7 +127,7 @@ class GpuLog:
             while not self.stopped.is_set():
                 rows = self._query("gpu", USE_FIELDS)
                 if rows is not None:
-                    with open(self.path, "a", encoding="utf-8") as f:
+                    with self._append() as f:
                         f.write("".join(row + "\n" for row in rows))
                 self.stopped.wait(self.interval)
         except OSError as exc:  # the log directory's disk: the job runs on without its log
@@ -125,7 +136,7 @@ class GpuLog:
     def _header(self) -> None:
         info = self._query("gpu", INFO_FIELDS) or []
         procs = self._query("compute-apps", PROCESS_FIELDS) or []
-        with open(self.path, "a", encoding="utf-8") as f:
+        with self._append() as f:
             f.write("".join(line + "\n" for line in (INFO_HEADER, *info, "")))
             f.write("".join(line + "\n" for line in (PROCESS_FIELDS, *procs, "")))
             f.write(USE_HEADER + "\n")

@@ -10,6 +10,11 @@
     <host>/         a node of the same job that found the directory held (a shared
                     home over NFS): the same files, its own lock (docs/logdir.md)
 
+Another user may share the directory and plant links in it: no file here is opened
+through a link. A link where a log file should be is refused before anything starts
+(`LogDir.checked`: one line naming it, exit 2); endpoints.log, summary.json and the
+owner file are replaced by a rename, which replaces a link rather than writing through.
+
 The lock is what keeps a second launcher from interleaving its workers' output
 with ours; its message names the holder so the user can find and stop it. Nodes of
 one job are not rivals: the first takes the directory, each later one a directory of
@@ -274,13 +279,15 @@ class LogDir:
         return WorkerLog(out_path, out_fd, err_fd, out_start, err_path, err_start)
 
     def _open_one(self, path: Path, header: str) -> tuple[int, int]:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | logformat.NO_FOLLOW
         first = path.name not in self._opened
         if first and self._overwrite:
             flags |= os.O_TRUNC
         try:
             fd = os.open(path, flags, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LogDirError(_symlink_message(path)) from exc
             raise LogDirError(f"cannot open log file {path}: {exc.strerror}") from exc
         self._opened.add(path.name)
         try:
@@ -343,7 +350,7 @@ def _open_lock(path: Path) -> int:
     no write permission, so one we may only read is locked read-only; one we create in a
     shared directory is made writable for those who share it (0666, or 0664 for a group).
     LogDirError names the file when it cannot be opened."""
-    flags = os.O_CLOEXEC | os.O_NOCTTY
+    flags = logformat.NO_FOLLOW
     try:
         fd = os.open(path, flags | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -368,9 +375,9 @@ def _open_lock(path: Path) -> int:
 
 def _cannot_open(path: Path, exc: OSError) -> LogDirError:
     """The one line for a file of the log directory the launcher cannot use."""
+    why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
     return LogDirError(
-        f"cannot open {path}: {exc.strerror} (make it writable, remove it, "
-        "or pass another --log_dir)"
+        f"cannot open {path}: {why} (make it writable, remove it, or pass another --log_dir)"
     )
 
 
@@ -390,7 +397,7 @@ def _check_writable(path: Path) -> None:
     """LogDirError unless `path` is missing or a file this process may append to. As
     root, permission bits do not stop a write, but a directory or an immutable file
     does: opening is the one test that asks the kernel what the launch will ask."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+    flags = os.O_WRONLY | os.O_APPEND | logformat.NO_FOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
@@ -398,11 +405,26 @@ def _check_writable(path: Path) -> None:
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             return  # a FIFO that nobody reads yet
+        if exc.errno == errno.ELOOP:
+            raise LogDirError(_symlink_message(path)) from exc
         raise LogDirError(
             f"cannot open log file {path} for writing: {exc.strerror} (make it writable, "
             "remove it, or pass another --log_dir)"
         ) from exc
     os.close(fd)
+
+
+def _symlink_message(path: Path) -> str:
+    """A link where a log file goes: in a shared directory, another user may have planted
+    it to make the launcher write into a file of its choice. Refused, never followed."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (
+        f"log file {path} is a symbolic link{target}: the launcher does not write through "
+        "links; remove it, or pass another --log_dir"
+    )
 
 
 def _dir_name(host: str) -> str:
@@ -414,9 +436,14 @@ def _dir_name(host: str) -> str:
 
 
 def _ends_with_newline(path: Path, size: int) -> bool:
-    with open(path, "rb") as f:
-        f.seek(size - 1)
-        return f.read(1) == b"\n"
+    try:
+        fd = os.open(path, os.O_RDONLY | logformat.NO_FOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False  # unreadable: a blank line more before the header
+    try:
+        return os.pread(fd, 1, size - 1) == b"\n"
+    finally:
+        os.close(fd)
 
 
 def _write_owner(root: Path, host: str, job: JobClaim | None) -> None:

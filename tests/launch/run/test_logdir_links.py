@@ -1,0 +1,113 @@
+"""A log directory shared with another user, who plants links where the launcher will
+write: a link at a log file is refused before anything starts (one line, exit 2), the
+files replaced whole (endpoints.log, summary.json, the owner file) replace the link, and
+nothing is ever written through one. The other user is uid 4242 (setpriv)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddlike.launch.plan.plan import ProcessSpec, Role
+from paddlike.launch.run.logdir import LogDir, LogDirError
+from paddlike.logformat import write_atomically
+from tests.support.second_user import root_only_file, run_as_second_user, shared_temp_dir
+
+pytestmark = pytest.mark.timeout(60)
+
+SECRET = "root's secret\n"
+
+
+@pytest.fixture
+def shared_log() -> Path:
+    """log/ in a shared temp directory, world-writable as a team's shared log folder."""
+    with shared_temp_dir() as shared:
+        log = shared / "log"
+        log.mkdir()
+        log.chmod(0o1777)
+        yield log
+
+
+def _plant(link: Path, target: Path) -> None:
+    run_as_second_user(["ln", "-s", str(target), str(link)])
+
+
+def _launch(log: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    script = log.parent / "train.py"
+    script.write_text("open(__file__ + '.STARTED', 'a').close()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "1", *extra,
+         "--log_dir", str(log), str(script)],
+        cwd=log.parent, env=env, capture_output=True, text=True, timeout=45,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["append", "log_overwrite"])
+def test_a_link_planted_at_workerlog_is_refused_before_anything_starts(shared_log, overwrite):
+    victim = root_only_file(shared_log.parent)
+    _plant(shared_log / "workerlog.0", victim)
+    done = _launch(shared_log, *(["--log_overwrite"] if overwrite else []))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"paddlike.launch: error: --log_dir: log file {shared_log}/workerlog.0 is a symbolic "
+        f"link (to {victim}): the launcher does not write through links; remove it, or pass "
+        "another --log_dir"
+    ]
+    assert victim.read_text() == SECRET
+    assert not (shared_log.parent / "train.py.STARTED").exists()
+
+
+def test_links_at_the_files_replaced_whole_are_replaced_not_written_through(shared_log):
+    victim = root_only_file(shared_log.parent)
+    for name in ("endpoints.log", "summary.json", ".paddlike.owner"):
+        _plant(shared_log / name, victim)
+    done = _launch(shared_log)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == SECRET
+    assert (shared_log / "endpoints.log").read_text().startswith("PADDLE_TRAINER_ENDPOINTS: ")
+    assert not (shared_log / "endpoints.log").is_symlink()
+    assert not (shared_log / "summary.json").is_symlink()
+
+
+def test_a_lock_file_planted_as_a_link_is_one_line_and_exit_2(shared_log):
+    victim = root_only_file(shared_log.parent)
+    _plant(shared_log / ".paddlike.lock", victim)
+    done = _launch(shared_log)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"paddlike.launch: error: --log_dir: cannot open {shared_log}/.paddlike.lock: it is "
+        "a symbolic link (make it writable, remove it, or pass another --log_dir)"
+    ]
+    assert victim.read_text() == SECRET
+
+
+def _spec(log_name: str) -> ProcessSpec:
+    return ProcessSpec(
+        role=Role.TRAINER, rank=0, local_index=0, device_ids=(), endpoint="127.0.0.1:1",
+        env={}, argv=("python", "t.py"), log_name=log_name,
+    )  # fmt: skip
+
+
+def test_a_link_planted_after_the_check_is_still_not_opened(tmp_path):
+    victim = root_only_file(tmp_path)
+    log = tmp_path / "log"
+    with LogDir.open(log, overwrite=True, host="127.0.0.1", logs=["workerlog.0"]) as logdir:
+        (log / "workerlog.0").symlink_to(victim)  # between the check and a restart's open
+        with pytest.raises(LogDirError, match=r"workerlog\.0 is a symbolic link"):
+            logdir.open_log(_spec("workerlog.0"), "==== header ====")
+    assert victim.read_text() == SECRET
+
+
+def test_a_replaced_file_whose_temporary_name_is_planted_is_still_written(tmp_path):
+    victim = root_only_file(tmp_path)
+    target = tmp_path / "endpoints.log"
+    for n in range(8):  # whatever a neighbour guesses, the temporary file is a new one
+        (tmp_path / f".endpoints.log.{os.getpid() + n}.tmp").symlink_to(victim)
+    write_atomically(target, "PADDLE_TRAINER_ENDPOINTS: 127.0.0.1:1")
+    assert target.read_text() == "PADDLE_TRAINER_ENDPOINTS: 127.0.0.1:1"
+    assert victim.read_text() == SECRET
