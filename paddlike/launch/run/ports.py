@@ -3,10 +3,11 @@
 Asking the kernel for a free port (bind to port 0) and closing the socket leaves a
 window until the worker binds it; two launchers starting at the same moment can get
 the same port in that window. So every port handed out is also written into a
-registry shared by all launchers on the host, under a file lock:
+registry of the user's launchers on the host, under a file lock (`run.portregistry`:
+where it is, why one per user, and how it is kept safe in a shared temp directory):
 
-    /tmp/paddlike-ports/lock          the flock that guards the registry
-    /tmp/paddlike-ports/<port>        "<pid> <pid start time> <unix time>"
+    /tmp/paddlike-ports-<uid>/lock          the flock that guards the registry
+    /tmp/paddlike-ports-<uid>/<port>        "<pid> <pid start time> <unix time>"
 
 An entry blocks its port for `TTL` seconds (enough for workers to bind it) or until
 the launcher that took it is gone, whichever comes first. A port is handed out only
@@ -16,15 +17,17 @@ when it is not in the registry and can be bound right now.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from paddlike import netaddr
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.layout import port_span
+from paddlike.launch.run import portregistry
+from paddlike.launch.run.portregistry import Warn, warn_on_stderr
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -34,37 +37,6 @@ if TYPE_CHECKING:
 TTL = 60.0
 LOCK_TIMEOUT = 10.0
 MAX_TRIES_PER_PORT = 200
-
-
-def default_registry_dir() -> Path:
-    """The machine's registry; inside a network namespace of its own, a folder of it per
-    namespace: ports belong to a network namespace, so "nodes" that are namespaces of one
-    machine must not block each other's ports (a fixed --master_port above all)."""
-    # Not tempfile.gettempdir(): importing tempfile costs more than the whole reservation.
-    registry = Path(os.environ.get("TMPDIR") or "/tmp") / "paddlike-ports"
-    with contextlib.suppress(OSError):
-        ns = os.stat("/proc/self/ns/net").st_ino
-        if _own_network_namespace(ns):
-            registry = registry / f"netns-{ns}"
-    return registry
-
-
-def _own_network_namespace(ns: int) -> bool:
-    """Whether this process's network namespace is not the machine's: pid 1's differs or,
-    where pid 1's cannot be read (some containers), it is one that `ip netns` named."""
-    try:
-        return os.stat("/proc/1/ns/net").st_ino != ns
-    except OSError:
-        pass
-    try:
-        names = os.listdir("/run/netns")
-    except OSError:
-        return False
-    for name in names:
-        with contextlib.suppress(OSError):
-            if os.stat(f"/run/netns/{name}").st_ino == ns:
-                return True
-    return False
 
 
 class PortError(RuntimeError):
@@ -101,35 +73,41 @@ def _kernel_free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def _lock(path: Path, timeout: float) -> int:
-    """flock `path` exclusively within `timeout` seconds; returns the fd (close to release).
+class _Session(NamedTuple):
+    registry: Path
+    me: int
+    started: float | None  # this process's start time, for its entries
 
-    fcntl directly rather than the filelock package: same kernel lock, and the
-    import of filelock alone costs the launcher ~20 ms. The lock is held for
-    microseconds, so a short retry interval is cheap.
-    """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise PortError(
-                    f"could not lock the port registry {path.parent} within {timeout:g} s "
-                    "(another launcher holds it)"
-                ) from None
-            time.sleep(0.001)
+
+@contextlib.contextmanager
+def _session(given: Path | None, lock_timeout: float, warn: Warn) -> Iterator[_Session]:
+    """The checked registry, locked (or, past `lock_timeout`, not: a warning) for the block."""
+    try:
+        registry = portregistry.registry_dir(given, warn)
+    except OSError as exc:
+        raise PortError(str(exc)) from None
+    with portregistry.locked(registry, lock_timeout, warn):
+        yield _Session(registry, os.getpid(), _process_start_time(os.getpid()))
+
+
+def _write_entries(session: _Session, ports: tuple[int, ...] | list[int], now: float) -> None:
+    try:
+        for port in ports:
+            portregistry.write_entry(
+                session.registry, port, f"{session.me} {session.started} {now}\n"
+            )
+    except OSError as exc:
+        raise PortError(
+            f"cannot write the port registry {session.registry}: {exc.strerror}"
+        ) from None
 
 
 def _entry_expired(path: Path, now: float, ttl: float, seen: dict[int, float | None]) -> bool:
     try:
-        pid, started, stamp = path.read_text().split()
+        pid, started, stamp = (portregistry.read_entry(path) or "").split()
         owner = _Owner(int(pid), float(started))
         age = now - float(stamp)
-    except (OSError, ValueError):
+    except ValueError:
         return True  # unreadable or half-written by a crashed launcher: not a valid claim
     return not (0 <= age < ttl) or not _owner_alive(owner, seen)
 
@@ -141,32 +119,25 @@ def reserve_ports(
     registry_dir: Path | None = None,
     ttl: float = TTL,
     lock_timeout: float = LOCK_TIMEOUT,
+    warn: Warn = warn_on_stderr,
 ) -> tuple[int, ...]:
     """Reserve `n` distinct free TCP ports on `host` ("" = every address) for this process.
 
     The reservation needs no release: it lapses after `ttl` seconds or when this
-    process exits. Raises `PortError` if the registry lock is not obtained within
-    `lock_timeout` or no free port is found.
+    process exits. Raises `PortError` if no free port is found or the registry cannot be
+    used; a registry lock not obtained within `lock_timeout`, or a registry path that is
+    not safe to use, is one line to `warn` and the reservation goes on.
     """
-    registry = registry_dir or default_registry_dir()
-    with contextlib.suppress(FileExistsError):
-        registry.mkdir(mode=0o777, parents=True)
-        os.chmod(registry, 0o1777)  # shared by every user's launchers, like /tmp
-    me = os.getpid()
-    started = _process_start_time(me)
-    lock_fd = _lock(registry / "lock", lock_timeout)
-    try:
+    with _session(registry_dir, lock_timeout, warn) as session:
+        registry = session.registry
         now = time.time()
         taken: set[int] = set()
-        seen: dict[int, float | None] = {me: started}
-        for path in registry.iterdir():
-            if not path.name.isdigit():
-                continue
-            if _entry_expired(path, now, ttl, seen):
-                with contextlib.suppress(OSError):
-                    path.unlink()
+        seen: dict[int, float | None] = {session.me: session.started}
+        for name in portregistry.entry_names(registry):
+            if _entry_expired(registry / name, now, ttl, seen):
+                portregistry.remove_entry(registry, name)
             else:
-                taken.add(int(path.name))
+                taken.add(int(name))
         ports: list[int] = []
         tries = 0
         while len(ports) < n:
@@ -182,13 +153,8 @@ def reserve_ports(
             if port in taken or port in ports:
                 continue
             ports.append(port)
-        for port in ports:
-            tmp = registry / f".{port}.{me}"
-            tmp.write_text(f"{me} {started} {now}\n")
-            os.replace(tmp, registry / str(port))
+        _write_entries(session, ports, now)
         return tuple(ports)
-    finally:
-        os.close(lock_fd)  # releases the flock
 
 
 def free_ports(n: int, host: str = "") -> tuple[int, ...]:
@@ -226,8 +192,8 @@ def _held_by_other(
     """A live claim of another launcher (this launcher's own, from an earlier restart
     round, is no obstacle: its workers are gone)."""
     try:
-        owner = int(entry.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        owner = int((portregistry.read_entry(entry) or "").split()[0])
+    except (ValueError, IndexError):
         return False
     return owner != me and not _entry_expired(entry, now, ttl, seen)
 
@@ -242,6 +208,7 @@ def claim_ports(
     registry_dir: Path | None = None,
     ttl: float = TTL,
     lock_timeout: float = LOCK_TIMEOUT,
+    warn: Warn = warn_on_stderr,
 ) -> tuple[int, ...]:
     """Claim the `n` consecutive ports from `start` on `host`, as `reserve_ports` reserves
     free ones: each must be bindable now and not held by another launcher's registry entry.
@@ -260,21 +227,14 @@ def claim_ports(
         )
     if start + n - 1 > 65535:
         raise PortTakenError(f"{source} {start}: leaves no room for {n} ports below 65536")
-    registry = registry_dir or default_registry_dir()
-    with contextlib.suppress(FileExistsError):
-        registry.mkdir(mode=0o777, parents=True)
-        os.chmod(registry, 0o1777)
-    me = os.getpid()
-    started = _process_start_time(me)
     wanted = tuple(range(start, start + n))
     where = host or "*"
-    lock_fd = _lock(registry / "lock", lock_timeout)
-    try:
+    with _session(registry_dir, lock_timeout, warn) as session:
         now = time.time()
-        seen: dict[int, float | None] = {me: started}
+        seen: dict[int, float | None] = {session.me: session.started}
         for port in wanted:
-            entry = registry / str(port)
-            if _held_by_other(entry, me, now, ttl, seen):
+            entry = session.registry / str(port)
+            if _held_by_other(entry, session.me, now, ttl, seen):
                 raise PortTakenError(
                     f"{source} {start}: port {port} on {where} was just given to another "
                     f"launcher's workers ({entry}); pick another {source}"
@@ -286,13 +246,8 @@ def claim_ports(
                     f"({error.strerror}); pick another {source} (this node needs "
                     f"{port_span(start, start + n - 1)})"
                 )
-        for port in wanted:
-            tmp = registry / f".{port}.{me}"
-            tmp.write_text(f"{me} {started} {now}\n")
-            os.replace(tmp, registry / str(port))
+        _write_entries(session, wanted, now)
         return wanted
-    finally:
-        os.close(lock_fd)
 
 
 def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
