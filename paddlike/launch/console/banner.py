@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from paddlike.contract import JOB_TOKEN
 from paddlike.launch.console.output import PREFIX
 from paddlike.launch.plan.plan import LaunchPlan, Role, node_sizes_text
 
@@ -20,6 +21,8 @@ def format_banner(
     paddlike.launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: matched --ips)
     paddlike.launch: 2 trainers on this node, devices cpu, logs in /abs/log
     paddlike.launch: devices: no NVIDIA GPU found (...): CPU workers
+
+    and on node 0 of a job of several nodes without a token, `tokenless_warning`'s line.
     """
     where = plan.host
     if interface:
@@ -51,4 +54,25 @@ def format_banner(
             for s in plan.processes
             if s.binding
         )
+        + "".join(f"\n{PREFIX} warning: {line}" for line in [tokenless_warning(plan)] if line)
+    )
+
+
+def tokenless_warning(plan: LaunchPlan) -> str | None:
+    """Node 0's word that a job of several nodes runs without a job token (its workers
+    get none: every node of such a job was started without one, typed on each node).
+    Said once, on node 0 only: it is the same on every node. A warning, not a refusal:
+    without a token the stores still admit only the job's hosts, but any user of them.
+
+        2 nodes, node 0, no token     -> "this job of 2 nodes has no job token, ..."
+        node 1; a token; one node     -> None (one node makes a token of its own)
+    """
+    if plan.nnodes < 2 or plan.node_index != 0 or not plan.processes:
+        return None
+    if any(JOB_TOKEN in spec.env for spec in plan.processes):
+        return None
+    return (
+        f"this job of {plan.nnodes} nodes has no job token, so its stores accept any user "
+        "of its machines; give every node the same --job_token_file FILE (or "
+        "PADDLIKE_JOB_TOKEN_FILE, --job_token, PADDLIKE_JOB_TOKEN)"
     )

@@ -1,7 +1,10 @@
 """console/banner.py: the start banner names the GPUs this node's workers hold by their
-physical ids, also when --virtual_local_rank shows each worker its own as GPU 0."""
+physical ids, also when --virtual_local_rank shows each worker its own as GPU 0; node 0 of
+a job of several nodes without a job token says so, with the ways to give one."""
 
 from __future__ import annotations
+
+import pytest
 
 from paddlike.launch.console.banner import format_banner
 from paddlike.launch.context.devices import DeviceAssignment
@@ -37,3 +40,28 @@ def test_the_banner_names_the_physical_gpus_not_the_workers_view():
 def test_cpu_workers_are_devices_cpu():
     text = banner(DeviceAssignment("cpu", ((), ())))
     assert "devices cpu," in text
+
+
+TWO_NODES = EndpointLayout(("10.0.0.1", "10.0.0.2"), 0, ((6070,), (6070,)), 6071)
+NO_TOKEN = (
+    "paddlike.launch: warning: this job of 2 nodes has no job token, so its stores accept "
+    "any user of its machines; give every node the same --job_token_file FILE (or "
+    "PADDLIKE_JOB_TOKEN_FILE, --job_token, PADDLIKE_JOB_TOKEN)"
+)
+
+
+@pytest.mark.parametrize(
+    ("layout", "argv", "warned"),
+    [
+        (TWO_NODES, ["--nnodes", "2"], True),  # node 0, started per node, no token
+        (TWO_NODES._replace(node_index=1), ["--nnodes", "2"], False),  # node 0 says it
+        (TWO_NODES, ["--nnodes", "2", "--job_token", "s3cret"], False),
+        (LAYOUT._replace(ports=((6070,),)), [], False),  # one node: a token of its own
+    ],
+    ids=["node-0", "node-1", "a-token", "one-node"],
+)
+def test_node_0_of_a_job_of_several_nodes_without_a_token_warns_once(layout, argv, warned):
+    options = parse_options([*argv, "--nproc_per_node", "1", "train.py"], {})
+    plan = plan_collective(options, layout, DeviceAssignment("cpu", ((),)), FACTS)
+    lines = format_banner(plan, "/abs/log").splitlines()
+    assert [line for line in lines if "warning" in line] == ([NO_TOKEN] if warned else [])
