@@ -130,6 +130,19 @@ def test_the_dump_has_a_file_per_rank_a_summary_and_json_that_round_trips(tmp_pa
     assert data["progress"]["2"]["step"] == 5
 
 
+def test_a_stacks_link_in_a_shared_log_directory_is_not_written_through(tmp_path, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "stacks").symlink_to(elsewhere)  # planted by another user
+    S.write_dump(tmp_path / "log", {}, ["rank 0 stuck"], {})
+    assert list(elsewhere.iterdir()) == []
+    assert capsys.readouterr().err == (
+        f"paddlike.logs: warning: cannot write the stacks to {tmp_path}/log/stacks: it is a "
+        "symbolic link; the report is from the stacks in memory\n"
+    )
+
+
 def test_py_spy_json_is_parsed_into_threads_innermost_frame_first():
     text = json.dumps(
         [

@@ -127,7 +127,10 @@ def checked_dir(path: Path, warn: Warn = warn_on_stderr) -> Path:
                     f"(remove {path} if no one needs it)"
                 )
             return candidate
-    raise OSError(f"port registry {path} {why}, and none of its alternates can be used")
+    raise OSError(
+        f"port registry {path} {why}, and neither {path.name}.1 to .{ALTERNATES} nor a fresh "
+        f"one beside it could be made (set TMPDIR to a directory of your own)"
+    )
 
 
 def registry_dir(given: Path | None = None, warn: Warn = warn_on_stderr) -> Path:

@@ -98,6 +98,19 @@ def test_without_nvidia_smi_the_file_says_so_and_the_console_warns_once(tmp_path
     ]
 
 
+def test_a_link_at_the_gpu_log_is_not_written_through(tmp_path, smi_path):
+    """A shared log directory: another user's link where <job id>.gpu.log goes."""
+    victim = tmp_path / "root-only"
+    victim.write_text("root's secret\n")
+    path = tmp_path / "job.gpu.log"
+    path.symlink_to(victim)
+    warnings: list[str] = []
+    log = GpuLog(str(path), 0.05, (), smi_path, warn=warnings.append).start()
+    log.thread.join(10)
+    assert victim.read_text() == "root's secret\n"
+    assert len(warnings) == 1 and warnings[0].startswith(f"--gpu_log_interval: cannot write {path}")
+
+
 def test_the_warning_names_the_option_the_user_gave(tmp_path):
     path = tmp_path / "job.gpu.log"
     warnings: list[str] = []

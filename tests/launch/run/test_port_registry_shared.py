@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlike.launch.run.ports import claim_ports, reserve_ports
+from paddlike.launch.run.ports import PortError, claim_ports, reserve_ports
 from tests.support.fixed_ports import fixed_ports
 from tests.support.second_user import (
     SECOND_UID,
@@ -173,3 +173,14 @@ def test_a_registry_path_that_is_not_a_closed_directory_of_ours_is_passed_over(t
         f"(remove {registry} if no one needs it)"
     ]
     assert _registry_files(tmp_path / "registry.1") == set(ports)
+
+
+def test_a_temp_directory_that_does_not_exist_is_one_line_not_a_traceback(tmp_path):
+    missing = tmp_path / "missing" / "registry"
+    with pytest.raises(PortError) as raised:
+        reserve_ports(1, registry_dir=missing, warn=pytest.fail)
+    assert str(raised.value) == (
+        f"port registry {missing} cannot be created (No such file or directory), and neither "
+        "registry.1 to .7 nor a fresh one beside it could be made (set TMPDIR to a directory "
+        "of your own)"
+    )
