@@ -28,7 +28,7 @@ pytestmark = pytest.mark.netns
 
 DUMP_ENV = Path(__file__).resolve().parents[2] / "support" / "workers" / "dump_env.py"
 # Each namespace has its own network stack, but the launchers' port registry
-# (/tmp/paddlike-ports) is one per machine: node 0 of every test claims its --master_port
+# (/tmp/paddlike-ports-<uid>) is one per machine: node 0 of every test claims its --master_port
 # there, so each test has its own port (the launchers meet at the next one).
 PORTS = {"torchrun": 29500, "pet": 29510, "pet_flag": 29520, "c10d": 29530, "paddle": 29540,
          "ps": 29550, "refused": 29560}  # fmt: skip
