@@ -50,7 +50,13 @@ from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, peer_exited
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
-from paddlike.launch.run.logdir import LogDir, WorkerLog, format_header, read_tail_since
+from paddlike.launch.run.logdir import (
+    LogDir,
+    LogDirError,
+    WorkerLog,
+    format_header,
+    read_tail_since,
+)
 from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
 from paddlike.launch.run.signals import (
     SignalPolicy,
@@ -220,6 +226,12 @@ class Supervisor:
                     spec, job_id=self.plan.job_id, restart=restart_count, when=when, round_=round_
                 )
                 logs.append(self.logdir.open_log(spec, header))
+        except LogDirError as exc:  # since the launch's check (a link planted): none starts
+            for log in logs:
+                log.close()
+            where = {"host": self.plan.host, "node_index": self.plan.node_index}
+            self._fail(rnd, RootCause(reason=str(exc), time=time.time(), **where))
+            return
         except BaseException:
             for log in logs:
                 log.close()

@@ -111,3 +111,37 @@ def test_a_replaced_file_whose_temporary_name_is_planted_is_still_written(tmp_pa
     write_atomically(target, "PADDLE_TRAINER_ENDPOINTS: 127.0.0.1:1")
     assert target.read_text() == "PADDLE_TRAINER_ENDPOINTS: 127.0.0.1:1"
     assert victim.read_text() == SECRET
+
+
+# Round 0 plants the link in its own log's place (as another user could between rounds),
+# then fails so that the launcher restarts it.
+PLANT_THEN_FAIL = """
+import os, sys
+if os.environ["PADDLIKE_RESTART_COUNT"] == "0":
+    log = os.path.join(os.environ["PADDLE_LOG_DIR"], "workerlog.0")
+    os.remove(log)
+    os.symlink(sys.argv[1], log)
+    sys.exit(3)
+open(sys.argv[1] + ".RESTARTED", "a").close()
+"""
+
+
+def test_a_link_planted_before_a_restart_ends_the_job_naming_it_without_a_traceback(tmp_path):
+    victim = root_only_file(tmp_path)
+    script = tmp_path / "plant.py"
+    script.write_text(PLANT_THEN_FAIL)
+    log = tmp_path / "log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "1", "--max_restarts",
+         "1", "--log_dir", str(log), str(script), str(victim)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=45,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (
+        f"FAILED: log file {log}/workerlog.0 is a symbolic link (to {victim}): the launcher "
+        "does not write through links; remove it, or pass another --log_dir"
+    ) in done.stderr.splitlines()
+    assert victim.read_text() == SECRET
+    assert not Path(f"{victim}.RESTARTED").exists()
