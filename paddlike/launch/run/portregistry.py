@@ -183,8 +183,12 @@ def _flock_within(fd: int, timeout: float) -> bool:
 
 
 def entry_names(registry: Path) -> list[str]:
-    """The registry's port entries (names that are port numbers)."""
-    return [name for name in os.listdir(registry) if name.isdigit()]
+    """The registry's port entries (names that are port numbers); none when it cannot be
+    read (removed under us: a temp-directory cleaner)."""
+    try:
+        return [name for name in os.listdir(registry) if name.isdigit()]
+    except OSError:
+        return []
 
 
 def read_entry(path: Path) -> str | None:
