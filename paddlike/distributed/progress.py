@@ -29,6 +29,7 @@ Stdlib only: the launcher imports the reader and must not pull in numpy.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import socket
@@ -146,8 +147,12 @@ class ProgressWriter:
         """Create the file under a temporary name, fill its header, then rename it, so a
         reader sees either the previous incarnation's file or a complete new one."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        if path.parent.is_symlink():  # a shared log directory: another user's link
+            raise OSError(errno.ELOOP, "it is a symbolic link", str(path.parent))
+        # a new file, never one planted there (O_EXCL does not follow a link either)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644)
         try:
             os.ftruncate(fd, FILE_BYTES)
             self.mm = mmap.mmap(fd, FILE_BYTES)

@@ -143,6 +143,23 @@ def test_a_stacks_link_in_a_shared_log_directory_is_not_written_through(tmp_path
     )
 
 
+def test_a_progress_file_is_never_made_through_a_planted_link(tmp_path):
+    victim = tmp_path / "root-only"
+    victim.write_text("root's secret\n")
+    log = tmp_path / "log"
+    path = progress.progress_path(log, 0)
+    path.parent.mkdir(parents=True)
+    for n in range(8):  # the temporary names a neighbour would guess
+        (path.parent / f".rank.0.{os.getpid() + n}.tmp").symlink_to(victim)
+    progress.ProgressWriter(path, {}).beat(1)
+    assert victim.read_text() == "root's secret\n"
+    assert progress.read_all(log)[0].pid == os.getpid()
+    (path.parent).rename(tmp_path / "moved")
+    (log / ".progress").symlink_to(tmp_path / "moved")  # the directory itself a link
+    with pytest.raises(OSError, match="it is a symbolic link"):
+        progress.ProgressWriter(path, {})
+
+
 def test_py_spy_json_is_parsed_into_threads_innermost_frame_first():
     text = json.dumps(
         [
