@@ -184,3 +184,27 @@ def test_a_temp_directory_that_does_not_exist_is_one_line_not_a_traceback(tmp_pa
         "registry.1 to .7 nor a fresh one beside it could be made (set TMPDIR to a directory "
         "of your own)"
     )
+
+
+def test_a_second_users_launch_after_roots_runs_without_a_traceback(shared, tmp_path):
+    """The reviewer's case: root's launcher made the registry first; uid 4242's launcher,
+    with a --master_port of its own, used to end in a PermissionError traceback."""
+    script = shared / "train.py"
+    script.write_text("print('trained')\n")
+    script.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLIKE_", "PET_"))}
+    first = subprocess.run(
+        [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "1",
+         "--log_dir", str(tmp_path / "log"), str(script)],
+        env=env, capture_output=True, text=True, timeout=45,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    python, theirs = second_user_python(shared)
+    second = subprocess.run(
+        [*python, "-m", "paddlike.launch", "--master_port", str(fixed_ports(1)),
+         "--nproc_per_node", "1", "--log_dir", str(shared / "log4242"), str(script)],
+        cwd=shared, env=theirs, capture_output=True, text=True, timeout=45,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert "Traceback" not in second.stderr and "warning" not in second.stderr
+    assert second.stderr.splitlines()[-1].startswith("OK: 1 worker finished in ")
