@@ -26,6 +26,7 @@ import errno
 import json
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -44,6 +45,9 @@ LOG_PREFIXES = {"workerlog": "trainer", "serverlog": "server", "heterlog": "hete
 _LOG_NAME = r"^(workerlog|serverlog|heterlog)\.(\d+)$"
 # How many lines of a log a failure report quotes.
 TAIL_LINES = 20
+# Opening a file in a log directory that other users may write into: never through a
+# link (ELOOP instead), never becoming the controlling terminal.
+NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 
 # --- the run header -----------------------------------------------------------------------
 
@@ -197,10 +201,22 @@ def read_owner(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The owner record, or None where there is none (no launcher holds the directory,
     or it was written by Paddle's launchers) or it cannot be read."""
     try:
-        owner = json.loads((Path(root) / OWNER_FILE).read_text())
+        owner = json.loads(_read_small(Path(root) / OWNER_FILE))
     except (OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) else None
+
+
+def _read_small(path: Path, limit: int = 65536) -> bytes:
+    """A small regular file's bytes; OSError for a link or a FIFO (another user's, in a
+    shared directory: a FIFO would block the reader forever) or a device."""
+    fd = os.open(path, os.O_RDONLY | NO_FOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 # --- endpoints.log ------------------------------------------------------------------------
@@ -249,11 +265,6 @@ def parse_endpoints(text: str) -> dict[str, list[str]]:
         elif current is not None:
             current.extend(v.strip() for v in line.split(",") if v.strip())
     return lists
-
-
-# Opening a file in a log directory that other users may write into: never through a
-# link (ELOOP instead), never becoming the controlling terminal.
-NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 
 
 def new_file(path: Path, mode: int = 0o644) -> int:

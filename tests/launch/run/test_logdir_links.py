@@ -15,7 +15,12 @@ import pytest
 from paddlike.launch.plan.plan import ProcessSpec, Role
 from paddlike.launch.run.logdir import LogDir, LogDirError
 from paddlike.logformat import write_atomically
-from tests.support.second_user import root_only_file, run_as_second_user, shared_temp_dir
+from tests.support.second_user import (
+    as_second_user,
+    root_only_file,
+    run_as_second_user,
+    shared_temp_dir,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,3 +150,27 @@ def test_a_link_planted_before_a_restart_ends_the_job_naming_it_without_a_traceb
     ) in done.stderr.splitlines()
     assert victim.read_text() == SECRET
     assert not Path(f"{victim}.RESTARTED").exists()
+
+
+def test_a_fifo_planted_as_the_owner_file_of_a_held_directory_does_not_hang_the_launcher(
+    shared_log,
+):
+    """uid 4242 holds the shared directory's lock and puts a FIFO where the holder's
+    record is read: the launcher says the directory is busy instead of blocking on it."""
+    run_as_second_user(["mkfifo", str(shared_log / ".paddlike.owner")])
+    holder = subprocess.Popen(
+        [*as_second_user(), "flock", "--shared", str(shared_log / ".paddlike.lock"),
+         "sh", "-c", "echo held; exec cat"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        done = _launch(shared_log)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"paddlike.launch: error: --log_dir: log directory {shared_log} is in use by another "
+        "launcher (its pid is unknown); wait for it to finish or pass another --log_dir"
+    ]
