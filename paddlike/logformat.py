@@ -201,15 +201,15 @@ def read_owner(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The owner record, or None where there is none (no launcher holds the directory,
     or it was written by Paddle's launchers) or it cannot be read."""
     try:
-        owner = json.loads(_read_small(Path(root) / OWNER_FILE))
+        owner = json.loads(read_regular(Path(root) / OWNER_FILE))
     except (OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) else None
 
 
-def _read_small(path: Path, limit: int = 65536) -> bytes:
-    """A small regular file's bytes; OSError for a link or a FIFO (another user's, in a
-    shared directory: a FIFO would block the reader forever) or a device."""
+def read_regular(path: str | os.PathLike[str], limit: int = 1 << 20) -> bytes:
+    """A regular file's first `limit` bytes; OSError for a link, a FIFO (another user's, in
+    a shared directory: opening a FIFO blocks the reader until someone writes) or a device."""
     fd = os.open(path, os.O_RDONLY | NO_FOLLOW | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

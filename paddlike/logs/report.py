@@ -21,7 +21,7 @@ import os
 import signal as _signal
 from collections.abc import Sequence
 
-from paddlike.logformat import TAIL_LINES
+from paddlike.logformat import TAIL_LINES, read_regular
 from paddlike.logformat import read_tail as read_tail  # one tail reader, the launcher's too
 from paddlike.summary import RootCause
 
@@ -140,9 +140,8 @@ def read_error_file(path: str | os.PathLike[str]) -> WorkerError | None:
                                                             "timestamp": "1700000000"}}}
     {"message": "ValueError: x", "timestamp": 1700000000}     (a message given as text)
     """
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            data = json.load(f)
+    try:  # never a link or a FIFO another user put in a shared log directory
+        data = json.loads(read_regular(path, 16 << 20).decode("utf-8", "replace"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):

@@ -56,6 +56,20 @@ def test_reads_the_message_as_text_form_too(tmp_path):
     assert error is not None and error.message == "worker ran out of data" and not error.traceback
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_fifo_or_link_planted_as_the_error_file_is_no_error_file(tmp_path, kind):
+    """A shared log directory: a FIFO would block the launcher's report forever; a link
+    would show it a file of another user's choosing."""
+    path = tmp_path / "workerlog.1.error.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        real = tmp_path / "elsewhere.json"
+        real.write_text(json.dumps(torch_error("ValueError: planted", TRACE, 1700000000)))
+        path.symlink_to(real)
+    assert read_error_file(path) is None
+
+
 @pytest.mark.parametrize("content", ["", "not json", "[]", '{"other": 1}', '{"message": 3}'])
 def test_an_unreadable_error_file_is_no_error_file(tmp_path, content):
     path = tmp_path / "e.json"
