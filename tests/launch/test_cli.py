@@ -65,6 +65,11 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
             "--nprocs_per_node: unknown option; did you mean --nproc_per_node? (see --help)",
         ),
         (["--nope"], {}, "--nope: unknown option (see --help)"),
+        (
+            ["-nproc_per_node", "2"],
+            {},
+            "-nproc_per_node: unknown option; did you mean --nproc_per_node? (see --help)",
+        ),
         # named as typed, pointing to where torchrun's word goes
         (
             ["--devices", "gpu"],

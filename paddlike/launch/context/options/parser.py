@@ -160,9 +160,10 @@ def _did_you_mean(unknown: str) -> str:
     import difflib
 
     name = unknown.split()[0].partition("=")[0]
-    if name.startswith("--"):
+    if len(name) > 2:  # a long option, or one given a single dash (-nproc_per_node)
         words = {s[2:]: s for s in _LONG}  # compared without the dashes: --np is not --nope
-        close = difflib.get_close_matches(name[2:].replace("-", "_"), words, n=1, cutoff=0.8)
+        word = name.lstrip("-").replace("-", "_")
+        close = difflib.get_close_matches(word, words, n=1, cutoff=0.8)
         if close:
             return f"; did you mean {words[close[0]]}? (see --help)"
     return " (see --help)"
