@@ -153,3 +153,12 @@ def test_the_documented_console_scripts_run_a_job_and_read_its_logs(tmp_path):
         2, "paddlike.launch: error: --nproc_per_node: expected a positive integer, got 'x'; "
         "or gpu, cpu, auto (as in torchrun)\n",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("page", ["migrating.md", "ps.md"])
+def test_paddle_s_ps_exit_code_is_told_per_launcher(page):
+    """Only the fleet-era launcher exits 0 in PS mode after a trainer failed; Paddle 3.3.1's
+    `paddle.distributed.launch` exits 241 (issue 32)."""
+    text = " ".join((ROOT / "docs" / page).read_text().split())
+    assert "Paddle's PS mode exits 0" not in text
+    assert "fleet-era launcher" in text and "241" in text

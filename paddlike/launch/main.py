@@ -303,20 +303,29 @@ def _print_dry_run(described: Described) -> None:
             flush=True,  # __main__ ends with os._exit: nothing is flushed after this
         )
     elastic = described.job.elastic
+    job = described.job
+    # not at --master's address: not node 0, whose launcher hosts the store there
+    shown = f"shown as node {described.preview.node_index}"
+    if job.node0_host:
+        shown = (
+            f"node 0 is the node at {job.node0_host}, where the launchers meet, so this node "
+            f"is {shown}"
+        )
     if elastic is not None:
         count = (
-            f"{elastic.max_nodes} nodes, a lost one replaced in a new round"
+            f"{elastic.max_nodes} node{'s' if elastic.max_nodes != 1 else ''}, a lost one "
+            "replaced in a new round"
             if elastic.min_nodes == elastic.max_nodes
             else f"{elastic.min_nodes}..{elastic.max_nodes} nodes"
         )
         print(
             f"(elastic: {count}; the ranks and the world are found at each round's "
-            f"rendezvous: shown as node 0 of {elastic.max_nodes})",
+            f"rendezvous; {shown} of {elastic.max_nodes})",
             flush=True,
         )
-    elif not described.job.rank_known:
+    elif not job.rank_known:
         print(
-            "(no --node_rank: shown as node 0; the rendezvous assigns the node ranks)",
+            f"(no --node_rank: the node rank is decided at the rendezvous; {shown})",
             flush=True,
         )
 

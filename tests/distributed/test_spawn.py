@@ -308,7 +308,7 @@ def test_nprocs_minus_one_on_cpu_starts_one_process_per_cpu():
 def test_print_config_shows_the_launchers_lines_on_stderr(capfd):
     context = dist.spawn(fns.where_am_i, args=("x",), nprocs=1, print_config=True)
     err = capfd.readouterr().err
-    assert "paddlike.launch: job " in err and "1 trainer on this node" in err
+    assert "paddlike.launch: job " in err and "1 worker on this node" in err
     assert context.launcher_output == ""
     quiet = dist.spawn(fns.where_am_i, args=("x",), nprocs=1)
     assert "paddlike.launch: job " not in capfd.readouterr().err

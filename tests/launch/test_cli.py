@@ -58,6 +58,26 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
         (["--nproc_per_node", "2", "--console", "0,2"], {}, "--console (--local_ranks_filter): "),
         (["--host", "10.255.255.1"], {}, "--host: '10.255.255.1' is not one of --ips"),
         (["--unknown_flag"], {}, "--unknown_flag: unknown option"),
+        # a typo gets the option it was meant to be (issue 32)
+        (
+            ["--nprocs_per_node", "2"],
+            {},
+            "--nprocs_per_node: unknown option; did you mean --nproc_per_node? (see --help)",
+        ),
+        (["--nope"], {}, "--nope: unknown option (see --help)"),
+        (
+            ["-nproc_per_node", "2"],
+            {},
+            "-nproc_per_node: unknown option; did you mean --nproc_per_node? (see --help)",
+        ),
+        # named as typed, pointing to where torchrun's word goes
+        (
+            ["--devices", "gpu"],
+            {},
+            "--devices: expected a comma-separated list of GPU ids, e.g. 0,1, or cpu, got "
+            "'gpu'; for one worker per visible GPU leave it out, or give --nproc_per_node gpu "
+            "(as in torchrun)",
+        ),
         (["--servers", "127.0.0.1:7000"], {}, "--workers: needed too"),
         (
             ["--servers", "10.255.255.1:7000", "--workers", "10.255.255.1"],
@@ -160,10 +180,35 @@ def test_dry_run_never_prints_the_job_token(tmp_path):
     assert "s3cret-value" not in result.stdout + result.stderr
 
 
+def test_version_prints_the_version_and_starts_nothing(tmp_path):
+    import paddlike
+
+    result = launch(tmp_path, "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"python -m paddlike.launch (paddlike {paddlike.__version__})\n"
+
+
+def test_help_has_a_one_line_usage_then_the_common_options_first(tmp_path):
+    out = launch(tmp_path, "--help", env={"COLUMNS": "100"}).stdout
+    lines = out.splitlines()
+    assert lines[0] == (
+        "usage: python -m paddlike.launch [options] training_script [training_script_args ...]"
+    )
+    assert lines[1] == ""
+    groups = [line for line in lines if line and not line[0].isspace() and line.endswith(":")]
+    assert groups[:3] == ["positional arguments:", "options:", "common options:"], groups
+    common = out[out.index("common options:") : out.index("Paddle options:")]
+    for spelling in ("--nproc_per_node", "--gpus", "--nnodes", "--ips", "--master",
+                     "--log_dir", "--max_restarts", "--dry_run", "--version"):  # fmt: skip
+        assert f"  {spelling}" in common, spelling
+    # each option's value is named once, not once per spelling
+    assert "--gpus, --devices, --selected_gpus GPUS\n" in out
+
+
 def test_help_lists_torchruns_spellings(tmp_path):
     out = launch(tmp_path, "--help").stdout
     assert "torchrun's options:" in out
-    spellings = ("-t TEE, --tee TEE", "-r REDIRECTS, --redirects REDIRECTS", "--nproc-per-node",
+    spellings = ("-t, --tee TEE", "-r, --redirects REDIRECTS", "--nproc-per-node",
                  "--local-ranks-filter", "--rdzv-endpoint", "--rdzv-backend", "--standalone",
                  "--role ROLE", "--max-restarts")  # fmt: skip
     for spelling in spellings:

@@ -18,11 +18,13 @@ def format_banner(
 ) -> str:
     """A few lines:
 
-    paddlike.launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: matched --ips)
-    paddlike.launch: 2 trainers on this node, devices cpu, logs in /abs/log
+    paddlike.launch: job job-x, collective mode, node 0 of 1 (127.0.0.1 on lo: one node ...)
+    paddlike.launch: 2 workers on this node, devices cpu, logs in /abs/log
     paddlike.launch: devices: no NVIDIA GPU found (...): CPU workers
 
     and on node 0 of a job of several nodes without a token, `tokenless_warning`'s line.
+    Trainers are "workers", as in the last line ("OK: 2 workers finished"), Paddle's
+    --worker_num and workerlog.N, and torchrun.
     """
     where = plan.host
     if interface:
@@ -32,7 +34,7 @@ def format_banner(
     counts: dict[Role, int] = {}
     for spec in plan.processes:
         counts[spec.role] = counts.get(spec.role, 0) + 1
-    names = {Role.TRAINER: "trainer", Role.SERVER: "server", Role.HETER: "heter trainer"}
+    names = {Role.TRAINER: "worker", Role.SERVER: "server", Role.HETER: "heter worker"}
     parts = [f"{n} {names[r]}{'s' if n != 1 else ''}" for r, n in counts.items()]
     # the GPUs by their physical ids: under --virtual_local_rank every worker sees its
     # own as 0, which says nothing about which GPUs the job holds
@@ -48,7 +50,7 @@ def format_banner(
         f"{PREFIX} {', '.join(parts) or 'no processes'} on this node, devices {device_text}, "
         f"logs in {os.fspath(log_dir)}"
         + (f"\n{PREFIX} devices: {plan.devices_why}" if plan.devices_why else "")
-        + (f"\n{PREFIX} trainers per node: {sizes}" if sizes else "")
+        + (f"\n{PREFIX} workers per node: {sizes}" if sizes else "")
         + "".join(  # --numa_binding: where each process runs
             f"\n{PREFIX} numa binding: {s.role.value} {s.local_index}: {s.binding}"
             for s in plan.processes

@@ -50,16 +50,17 @@ def report_success(
     nnodes: int,
     log_dir: str | os.PathLike[str],
     restarts: int,
+    last_round: float | None = None,
 ) -> None:
+    """"OK: 2 workers finished in 57.0 s (2 nodes, the last round 25.3 s), logs in log":
+    `duration` is the whole job's; `last_round`, when the job had several rounds (restarts,
+    an elastic job's membership changes), the last one's."""
     from paddlike.logs import report
 
-    console.block(
-        report.format_success(
-            trainers,
-            duration,
-            color=console.color,
-            nnodes=nnodes,
-            log_dir=log_dir,
-            restarts=restarts,
-        )
+    text = report.format_success(
+        trainers, duration, color=console.color, nnodes=nnodes, restarts=restarts
     )
+    if last_round is not None:
+        also = f"the last round {report.format_duration(last_round)}"
+        text = text[:-1] + f", {also})" if text.endswith(")") else f"{text} ({also})"
+    console.block(f"{text}, logs in {os.fspath(log_dir)}")

@@ -134,12 +134,16 @@ def match_node_in_list(
     check_one_family(entries, hosts, option)
 
     def found(index: int, why: str) -> NodeMatch:
+        # without --ips (or a scheduler's list) there is nothing to match: one node
+        matched = options.ips_given or option != "--ips"
         return NodeMatch(
             entries=tuple(entries),
             hosts=hosts,
             node_index=index,
             interface=local.interface_of(hosts[index]),
-            reason=f"matched {option} entry {index} ({entries[index]}), {why}",
+            reason=f"matched {option} entry {index} ({entries[index]}), {why}"
+            if matched
+            else "one node (no --ips given)",
             scheduler=sched.name if sched else None,
             scheduler_master=sched.master if sched else None,
         )

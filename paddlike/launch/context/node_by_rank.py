@@ -86,9 +86,12 @@ def match_node_by_rank(
                 "ip:port); or give --ips with one entry per node",
                 "--node_rank",
             )
-        return _match_unranked(
+        match = _match_unranked(
             nnodes, master_ip, host, port, option, given, given_option, local, resolve, route
         )
+        if etcd or match.address == master_ip:
+            return match
+        return match._replace(node0_host=master_ip)  # node 0 is at the store's address
     rank = options.node_rank
     if rank == 0 and not etcd and not local.is_local(master_ip):
         raise UsageError(

@@ -26,6 +26,9 @@ class NodeMatch(NamedTuple):
     discovered: bool = False
     # no --node_rank: the rendezvous assigns it (`node_index` is 0 until then, a placeholder)
     rank_known: bool = True
+    # ... and this node is not at --master's address: that address is node 0's (it hosts the
+    # launchers' store), so --dry_run shows this node as another one; "" otherwise
+    node0_host: str = ""
 
     @property
     def address(self) -> str:

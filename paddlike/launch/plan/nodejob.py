@@ -85,6 +85,8 @@ class NodeJob(NamedTuple):
     # collective on GPUs: this node's workers' devices, published in its entry (nodes may
     # differ); "" on CPUs and in PS mode
     devices: str = ""
+    # no --node_rank, and this node is not at --master's address (`NodeMatch.node0_host`)
+    node0_host: str = ""
 
     @property
     def nnodes(self) -> int:
@@ -121,7 +123,12 @@ class NodeJob(NamedTuple):
     ) -> RendezvousResult:
         """A world as a rendezvous would give it, for --dry_run and the checks made before
         anything starts: `ports_of(node)` gives each node's ports; unknown addresses
-        (torchrun style) show as "<node i>"."""
+        (torchrun style) show as "<node i>". A node whose rank the rendezvous decides and
+        that is not at --master's address (`node0_host`, node 0's) shows as node 1."""
+        hosts, own = self.hosts, self.index
+        if self.node0_host and not self.rank_known and self.nnodes > 1:
+            hosts = (self.node0_host, self.host) + ("",) * (self.nnodes - 2)
+            own = 1
         nodes = tuple(
             NodeEntry(
                 i,
@@ -131,11 +138,11 @@ class NodeJob(NamedTuple):
                 tuple(ports_of(i)),
                 self.fingerprint,
                 job_id,
-                devices=self.devices if i == self.index else "",
+                devices=self.devices if i == own else "",
             )
-            for i, h in enumerate(self.hosts)
+            for i, h in enumerate(hosts)
         )
-        return RendezvousResult(0, nodes, job_id, 0.0)
+        return RendezvousResult(0, nodes, job_id, 0.0, index=own)
 
 
 def fingerprint(
@@ -253,6 +260,7 @@ def collective_node_job(
         plan=plan,
         assign_ranks=node.discovered,
         rank_known=node.rank_known,
+        node0_host=node.node0_host,
         workers_port=port,
         elastic=elastic,
         devices=world_devices_text(devices),
@@ -297,6 +305,7 @@ def ps_counts_node_job(options: LaunchOptions, node: NodeMatch) -> NodeJob:
         servers_wait_for_job=True,
         assign_ranks=node.discovered,
         rank_known=node.rank_known,
+        node0_host=node.node0_host,
     )
 
 

@@ -424,8 +424,10 @@ class JobRun:
                 )
             )
         elif elastic_round is not None:
+            n = len(result.nodes)
             self.console.say(
-                f"round {elastic_round}: {len(result.nodes)} nodes ({', '.join(result.hosts)}); "
+                f"round {elastic_round}: {n} node{'s' if n != 1 else ''} "
+                f"({', '.join(result.hosts)}); "
                 f"this node is node {self.job.index}, ranks {_rank_span(plan)}"
             )
 

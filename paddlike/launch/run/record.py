@@ -33,6 +33,8 @@ class RunRecord:
         self.warn = warn
         self.hostname = os.uname().nodename
         self.start_time: float | None = None
+        self.started: float | None = None  # the same moment, monotonic (the job's duration)
+        self.rounds_started = 0  # restarts and elastic rounds: the last round is not the job
         # elastic jobs: each round's members and why it ended (summary.json "rounds")
         self.rounds: list[dict] = []
         # --max_restarts: why each restart happened (summary.json "restart_causes")
@@ -67,6 +69,8 @@ class RunRecord:
     def running(self, plan: LaunchPlan, records: Sequence[ProcessRecord], restarts: int) -> None:
         if self.start_time is None:
             self.start_time = time.time()
+            self.started = time.monotonic()
+        self.rounds_started += 1
         self._write(plan, records, restarts, RunStatus.RUNNING, None, None)
 
     def finished(

@@ -97,10 +97,15 @@ def conclude_round(
     if is_membership_change(cause):  # said already, and the next round's line follows
         return RoundEnd(exit_code, cause)
     if cause is None:
+        # the whole job's time (every restart and elastic round), not only the last round's
+        job_time, last_round = outcome.duration, None
+        if record.rounds_started > 1 and record.started is not None:
+            job_time, last_round = time.monotonic() - record.started, outcome.duration
         report_success(
             console,
             trainers=outcome.trainers,
-            duration=outcome.duration,
+            duration=job_time,
+            last_round=last_round,
             nnodes=plan.nnodes,
             log_dir=record.log_dir,
             restarts=round_,

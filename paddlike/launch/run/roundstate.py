@@ -67,6 +67,7 @@ class Proc:
         "spec",
         "started",
         "stop_sent",
+        "stop_signal",
         "stopped",
     )
 
@@ -77,7 +78,8 @@ class Proc:
         self.popen: subprocess.Popen[bytes] | None = None
         self.pidfd = -1
         self.started = 0.0  # monotonic
-        self.stop_sent = False  # the launcher sent SIGTERM
+        self.stop_sent = False  # the launcher asked it to stop (SIGINT or SIGTERM)
+        self.stop_signal = 0  # the last of those it sent (0: none yet)
         self.kill_sent = False  # the launcher sent SIGKILL
         self.returncode: int | None = None
         self.lost = False  # still there long after SIGKILL; given up on

@@ -3,9 +3,11 @@ stacks.
 
     signal                               what the launcher does
     SIGINT, SIGTERM, SIGHUP, SIGQUIT     ends the job: 130, 143, 129 or 131, the other nodes
-                                         told; listed in --signals_to_handle or not (a
-                                         SIGQUIT unhandled would dump the launcher's core
-                                         and leave its workers without a report)
+                                         told (SIGINT goes on to this node's workers as
+                                         SIGINT first: `run.teardown`); listed in
+                                         --signals_to_handle or not (a SIGQUIT unhandled
+                                         would dump the launcher's core and leave its
+                                         workers without a report)
     others in --signals_to_handle        passed on to every running worker; the job goes on
       (default under Slurm: SIGUSR1, SIGUSR2, for `sbatch --signal=USR1@90`)
     STACKS_SIGNAL (SIGRTMIN+4)           writes the stacks of the workers (what

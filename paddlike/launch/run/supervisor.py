@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -352,7 +353,10 @@ class Supervisor:
             cause = launcher_signal_cause(
                 self.plan.host, self.plan.node_index, name, "", time.time()
             )
-            self._fail(rnd, cause)
+            # Ctrl-C reaches only the launcher (the workers have sessions of their own):
+            # the workers get it as SIGINT first, as in a terminal or under torchrun.
+            first = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+            self._fail(rnd, cause, first=first)
 
     def _forward(self, rnd: RoundState, signum: int, name: str) -> None:
         """--signals_to_handle: `signum` to every running worker; the round goes on."""
@@ -433,8 +437,16 @@ class Supervisor:
             self._teardown.stop_services(rnd, "all trainers finished")
 
     # ------------------------------------------------------------------ teardown
-    def _fail(self, rnd: RoundState, cause: RootCause, *, publish: bool = True) -> None:
-        """Record the root cause (the first one wins), tell the job, start the teardown."""
+    def _fail(
+        self,
+        rnd: RoundState,
+        cause: RootCause,
+        *,
+        publish: bool = True,
+        first: int = signal.SIGTERM,
+    ) -> None:
+        """Record the root cause (the first one wins), tell the job, start the teardown
+        (`first`: the signal the processes get first, `run.teardown`)."""
         if rnd.phase is Phase.TEARDOWN:
             return
         rnd.cause = cause
@@ -446,7 +458,7 @@ class Supervisor:
                 rnd.on_failure(cause)
             except Exception as exc:  # the local teardown must happen regardless
                 self.console.warn(f"could not publish the failure to the other nodes: {exc}")
-        self._teardown.start(rnd, cause.reason)
+        self._teardown.start(rnd, cause.reason, first)
 
     def _timeout(self, rnd: RoundState, tee: TeeEcho | None) -> float | None:
         timeout: float | None = None

@@ -5,6 +5,13 @@
       -> wait up to kill_timeout, then SIGKILL the groups still there (named first)
       -> reap every child; one still there long after SIGKILL is given up on, named
 
+    the launcher's own SIGINT (Ctrl-C in its terminal, which reaches only the launcher:
+    the workers run in sessions of their own)
+      -> SIGINT to every process group first, so that a script's
+         `except KeyboardInterrupt:` runs as it would under torchrun or in a terminal
+      -> wait up to kill_timeout, then SIGTERM to the groups still there (named)
+      -> wait up to kill_timeout, then SIGKILL, as above
+
 Apart from the event loop (`run.supervisor`), which decides when a round tears down
 and wakes this policy at its deadline: what the policy does to the processes, what it
 says and how long it waits reads here whole. A round never ends with a child
@@ -43,18 +50,24 @@ class Teardown:
         self.guardian = guardian
         self.kill_timeout = kill_timeout
 
-    def start(self, rnd: RoundState, reason: str) -> None:
-        """Tear the round down for a cause's `reason`: say what is stopped, and how."""
+    def start(self, rnd: RoundState, reason: str, first: int = signal.SIGTERM) -> None:
+        """Tear the round down for a cause's `reason`: say what is stopped, and how.
+        `first`: SIGTERM, or SIGINT for the launcher's own SIGINT (SIGTERM follows it)."""
         rnd.phase = Phase.TEARDOWN
         others = sum(1 for p in rnd.procs if p.alive)
         if others:
             failed = any(p.record.status == ProcessStatus.FAILED for p in rnd.procs)
             other = "other " if failed else ""
-            self.console.say(
-                f"{reason}: stopping {others} {other}process{'es' if others > 1 else ''} "
-                f"(SIGTERM, SIGKILL after {self.kill_timeout:g} s)"
+            grace = f"{self.kill_timeout:g} s"
+            how = (
+                f"SIGINT, SIGTERM after {grace}, SIGKILL {grace} later"
+                if first == signal.SIGINT
+                else f"SIGTERM, SIGKILL after {grace}"
             )
-        self.stop_groups(rnd.procs)
+            self.console.say(
+                f"{reason}: stopping {others} {other}process{'es' if others > 1 else ''} ({how})"
+            )
+        self.stop_groups(rnd.procs, first)
         rnd.kill_deadline = time.monotonic() + self.kill_timeout
 
     def stop_services(self, rnd: RoundState, why: str) -> None:
@@ -67,17 +80,21 @@ class Teardown:
         self.stop_groups(services)
         rnd.kill_deadline = time.monotonic() + self.kill_timeout
 
-    def stop_groups(self, procs: list[Proc]) -> None:
-        """SIGTERM; a stopped process (SIGSTOP) cannot act on it until continued, so it
-        gets SIGCONT after it (said once, since it explains the wait that may follow)."""
+    def stop_groups(self, procs: list[Proc], sig: int = signal.SIGTERM) -> None:
+        """SIGTERM (or SIGINT); a stopped process (SIGSTOP) cannot act on it until
+        continued, so it gets SIGCONT after it (said once, since it explains the wait that
+        may follow)."""
+        name = signal.Signals(sig).name
         for proc in procs:
-            if proc.alive and proc.popen is not None and linux.is_stopped(proc.popen.pid):
+            if proc.stopped or not proc.alive or proc.popen is None:
+                continue
+            if linux.is_stopped(proc.popen.pid):
                 proc.stopped = True
                 self.console.say(
                     f"{proc.spec.label} (pid {proc.record.pid}) is stopped (SIGSTOP, or held by "
-                    "a debugger): sending SIGCONT after SIGTERM so that it can exit"
+                    f"a debugger): sending SIGCONT after {name} so that it can exit"
                 )
-        self.signal_groups(procs, signal.SIGTERM)
+        self.signal_groups(procs, sig)
         self.signal_groups([p for p in procs if p.stopped], signal.SIGCONT)
 
     def signal_groups(self, procs: list[Proc], sig: int) -> None:
@@ -89,16 +106,29 @@ class Teardown:
             if proc.alive:
                 if sig == signal.SIGKILL:
                     proc.kill_sent = True
-                else:
+                elif sig in (signal.SIGTERM, signal.SIGINT):
                     proc.stop_sent = True
+                    proc.stop_signal = sig
             spawn.signal_group(proc.popen.pid, sig)
 
     def check_deadline(self, rnd: RoundState) -> None:
-        """At the deadline: SIGKILL whoever outlived the grace after SIGTERM (named, with
-        the fix), or, once SIGKILL had its time too, give up on what is still there."""
+        """At the deadline: SIGTERM whoever outlived the grace after SIGINT, SIGKILL whoever
+        outlived it after SIGTERM (named, with the fix), or, once SIGKILL had its time too,
+        give up on what is still there."""
         if rnd.kill_deadline is None or time.monotonic() < rnd.kill_deadline:
             return
         stubborn = [p for p in rnd.procs if p.alive and p.stop_sent and not p.kill_sent]
+        interrupted = [p for p in stubborn if p.stop_signal == signal.SIGINT]
+        if interrupted:
+            for proc in interrupted:
+                self.console.say(
+                    f"{proc.spec.label} (pid {proc.record.pid}, {proc.spec.log_name}) did not "
+                    f"exit within {self.kill_timeout:g} s of SIGINT; sending SIGTERM "
+                    f"(SIGKILL {self.kill_timeout:g} s later)"
+                )
+            self.stop_groups(interrupted, signal.SIGTERM)
+            rnd.kill_deadline = time.monotonic() + self.kill_timeout
+            return
         if stubborn:
             for proc in stubborn:
                 if proc.stopped:  # not the script's fault: no advice about SIGTERM

@@ -20,7 +20,8 @@ from tests.e2e.cluster.common import REPO, Site, site, worker_ranks
 
 pytestmark = pytest.mark.timeout(180)
 
-# A worker whose SIGTERM handler takes 2 s (a checkpoint) and says so; SIGUSR2 is noted.
+# A worker whose SIGTERM (and SIGINT) handler takes 2 s (a checkpoint) and says so;
+# SIGUSR2 is noted.
 TERM_WORKER = """
 import os, signal, sys, time
 rank = int(os.environ["PADDLE_TRAINER_ID"])
@@ -31,6 +32,7 @@ def save(signum, frame):
 def note(signum, frame):
     print("got", signal.Signals(signum).name, rank, flush=True)
 signal.signal(signal.SIGTERM, save)
+signal.signal(signal.SIGINT, save)  # Ctrl-C reaches the workers as SIGINT first
 signal.signal(signal.SIGUSR2, note)
 print("RANK", rank, "x", "0", flush=True)
 while True:

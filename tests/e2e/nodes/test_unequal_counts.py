@@ -74,7 +74,7 @@ def test_three_nodes_of_1_2_3_workers_are_one_world_of_6_ranks_that_all_reduce(t
     text = files.pop()
     assert [ln for ln in text.splitlines() if ln.startswith("198.18.")] == endpoints
     for out in outs:  # the banner names each node's count
-        assert "trainers per node: node 0: 1, node 1: 2, node 2: 3" in out, out
+        assert "workers per node: node 0: 1, node 1: 2, node 2: 3" in out, out
     oks = [ln for ln in logs.splitlines() if ln.startswith("OK ")]
     assert sorted(int(ln.split()[1]) for ln in oks) == [0, 1, 2, 3, 4, 5], logs
 

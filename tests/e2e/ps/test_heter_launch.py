@@ -50,7 +50,7 @@ def test_two_servers_two_trainers_and_a_heter_trainer_train_the_ctr_example_to_e
     run = _launch(tmp_path, *ONE_NODE, "--heter_devices", "cpu", EXAMPLE, "--steps", "150")
     log = tmp_path / "log"
     assert run.returncode == 0, run.stderr + (log / "heterlog.0").read_text()
-    assert "2 servers, 2 trainers, 1 heter trainer on this node" in run.stderr
+    assert "2 servers, 2 workers, 1 heter worker on this node" in run.stderr
     assert "reached target" in (log / "workerlog.0").read_text()
     assert "every trainer ended after 150 steps" in (log / "heterlog.0").read_text()
     procs = _summary(log)["processes"]

@@ -29,12 +29,22 @@ def banner(devices: DeviceAssignment, *argv: str) -> str:
 
 def test_the_banner_lists_a_two_gpu_jobs_gpus_under_virtual_local_rank():
     text = banner(gpus(("0", "1"), ("0", "1")), "--virtual_local_rank")
-    assert "2 trainers on this node, devices gpus 0,1," in text
+    assert "2 workers on this node, devices gpus 0,1," in text
 
 
 def test_the_banner_names_the_physical_gpus_not_the_workers_view():
     text = banner(gpus(("0", "1"), ("2", "10")), "--virtual_local_rank")
     assert "devices gpus 2,10," in text
+
+
+def test_ps_mode_calls_its_trainers_workers_as_the_last_line_does():
+    from paddlike.launch.plan.plan import PsLayout, plan_ps
+
+    options = parse_options(["--server_num", "1", "--worker_num", "2", "train.py"], {})
+    ep = ("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002")
+    layout = PsLayout(ep[:1], ep[1:], "127.0.0.1", 0, 1)
+    text = format_banner(plan_ps(options, layout, FACTS), "/abs/log")
+    assert "1 server, 2 workers on this node, devices cpu," in text  # "OK: 2 workers finished"
 
 
 def test_cpu_workers_are_devices_cpu():

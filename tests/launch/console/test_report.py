@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,8 +98,14 @@ def test_restarts_print_one_line_each_and_the_job_ends_ok(tmp_path):
         f"restart 1 (log {log1})",
         "paddlike.launch: restart 2 of 2 after: trainer rank 1 exited with code 1",
     ], done.stderr
-    assert lines[-1].startswith("OK: 2 workers finished in ")
-    assert lines[-1].endswith(f" (after 2 restarts), logs in {tmp_path / 'log'}")
+    # the whole job's time, and the last round's (issue 32)
+    ok = re.fullmatch(
+        r"OK: 2 workers finished in ([\d.]+) s \(after 2 restarts, the last round ([\d.]+) s\), "
+        rf"logs in {re.escape(str(tmp_path / 'log'))}",
+        lines[-1],
+    )
+    assert ok is not None, lines[-1]
+    assert float(ok.group(1)) > float(ok.group(2))
 
 
 def test_the_failure_that_ends_the_job_gets_the_full_report(tmp_path):

@@ -47,6 +47,10 @@ def match(*argv: str, local: LocalAddresses = NODE_B, env: dict | None = None):
 def test_default_is_one_node_on_loopback():
     node = match_node(parse_options(["t.py"], {}), {})
     assert (node.hosts, node.node_index, node.interface) == (("127.0.0.1",), 0, "lo")
+    # the banner's words: nothing was matched against an --ips nobody gave (issue 32)
+    assert node.reason == "one node (no --ips given)"
+    given = match_node(parse_options(["--ips", "127.0.0.1", "t.py"], {}), {})
+    assert given.reason == "matched --ips entry 0 (127.0.0.1), an address of this node"
 
 
 def test_hostnames_resolve_and_the_local_one_is_this_node():

@@ -120,3 +120,35 @@ def test_ps_counts_nodes_must_agree_on_the_counts():
     ]
     message = check_fingerprints(entries)
     assert message is not None and "disagrees on servers per node: it has '2'" in message
+
+
+# --- the preview of a torchrun-style node (issue 32) ------------------------------------
+
+
+def _preview(local_addr: str):
+    """--master nodea:6170 --nnodes 2 without --node_rank, on the machine at `local_addr`
+    (the route to nodea leaves from 10.0.0.2; no socket is opened): its --dry_run plan."""
+    from paddlike.launch.context.node_by_rank import match_node_by_rank
+    from tests.launch.context.test_node import fake_resolve, machine
+
+    options = parse_options(["--master", "nodea:6170", "--nnodes", "2", "train.py"], {})
+    node = match_node_by_rank(
+        options, {}, local=machine((local_addr, "eth0")), resolve=fake_resolve,
+        route=lambda a, p: "10.0.0.2",
+    )  # fmt: skip
+    job = collective_node_job(options, node, cpus(1))
+    return job.plan(job.preview_world(lambda i: (6070, 6071), "job-t"), FACTS)
+
+
+def test_a_node_not_at_the_master_address_is_previewed_as_another_node_than_node_0():
+    plan = _preview("10.0.0.2")
+    assert plan.node_index == 1
+    env = plan.processes[0].env
+    assert (env[contract.RANK], env["MASTER_ADDR"]) == ("1", "10.0.0.1")  # node 0: nodea
+    assert env[contract.TRAINER_ENDPOINTS] == "10.0.0.1:6070,10.0.0.2:6070"
+
+
+def test_the_node_at_the_master_address_is_previewed_as_node_0():
+    plan = _preview("10.0.0.1")
+    assert plan.node_index == 0
+    assert plan.processes[0].env["MASTER_ADDR"] == "10.0.0.1"

@@ -5,7 +5,8 @@ another launcher's variable (PET_*, PADDLE_*) — is one table: `sources.py`.
 
     record.py   LaunchOptions (the frozen record), UsageError, Source
     values.py   what each value may be: one range checker (`in_range`) and the list forms
-    parser.py   argparse (what --help lists) and the split at the training script
+    table.py    every option of ours: its spellings and help text, in --help's groups
+    parser.py   the fast parse, argparse (what --help lists) and the split at the script
     others.py   torchrun's, Paddle's and OneFlow's options and variables: translated,
                 accepted or refused with a reason (docs/migrating.md has the table)
     sources.py  the precedence of the five sources, returning each value's source

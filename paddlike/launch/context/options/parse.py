@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.context.options import console, others, rules, values
-from paddlike.launch.context.options.parser import parse_ours, split_argv
+from paddlike.launch.context.options.parser import parse_ours, split_argv, typed_spellings
 from paddlike.launch.context.options.record import FLAG, LaunchOptions, UsageError
 from paddlike.launch.context.options.sources import resolve
 
@@ -22,6 +22,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     ours, script = split_argv(argv)
     ours, theirs, extra, named = others.their_options(ours, environ)
     ns = parse_ours(ours)  # only our options: positionals come from `script`
+    typed = typed_spellings(argv[: len(argv) - len(script)])
     if not script:
         raise UsageError(
             "training_script: missing; usage: python -m paddlike.launch [options] "
@@ -39,10 +40,10 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         try:
             raw[dest] = check(text)
         except values.BadValue as bad:
-            hint = values.HINTS.get(dest, "") if str(bad).startswith("expected") else ""
-            raise UsageError(
-                f"{source.label(dest)}: {bad}, got {text!r}{hint}", f"--{dest}"
-            ) from None
+            hint = values.hint(dest, text) if str(bad).startswith("expected") else ""
+            # named as typed: --devices, not the --gpus it stands for
+            label = typed.get(dest, source.name) if source.kind == FLAG else source.label(dest)
+            raise UsageError(f"{label}: {bad}, got {text!r}{hint}", f"--{dest}") from None
         given.add(dest)
         sources[dest] = source
         if dest == "start_port":

@@ -1,7 +1,7 @@
-"""The options of ours, as one table: what --help lists, the fast parse, the split at the
+"""The options of ours (`table`): what --help lists, the fast parse, the split at the
 training script.
 
-`HELP_GROUPS` is the table. A launch reads its options with `parse_ours` (no argparse: its
+`table.HELP_GROUPS` is the table. A launch reads its options with `parse_ours` (no argparse: its
 import and the building of the parser were an eighth of a launch's start-up); argparse is
 built from the same table only for --help and for anything the fast parse does not take
 as plainly correct, so that every error and the help text are argparse's own. Values come
@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import paddlike
 from paddlike.commands import command_name
 from paddlike.contract import OPTION_ENV_PREFIX
 from paddlike.launch.context.options.others import (
@@ -24,341 +25,21 @@ from paddlike.launch.context.options.others import (
     normalize_spelling,
 )
 from paddlike.launch.context.options.record import UsageError
+from paddlike.launch.context.options.table import (
+    COMMON,
+    DEST,
+    HELP_GROUPS,
+    TORCHRUN_HELP,
+    dest_of,
+)
 from paddlike.launch.context.options.values import FLAGS
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     import argparse
 
-# --help's groups: (title, ((spellings, help), ...)); an option's dest is its first long
-# spelling. Switches are `values.FLAGS`; every other option takes one value.
-HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
-    (
-        "Paddle options",
-        (
-            (
-                ("--ips",),
-                "comma-separated node IPs or hostnames (default 127.0.0.1)",
-            ),
-            (
-                ("--gpus", "--devices", "--selected_gpus"),
-                "physical GPU ids for this node's workers, e.g. 0,1 (entries of "
-                "CUDA_VISIBLE_DEVICES when set), or cpu; default: every visible GPU, or CPU "
-                "workers when none is visible",
-            ),
-            (
-                ("--nproc_per_node", "--nproc-per-node"),
-                "workers per node: a number (the GPUs split into that many slices), or gpu, cpu, "
-                "auto as in torchrun (default: one per visible GPU, or 1)",
-            ),
-            (
-                ("--run_mode",),
-                "collective (default), ps or ps-heter",
-            ),
-            (
-                ("--host", "--local_addr", "--local-addr"),
-                "this node's address, when it cannot be matched (or POD_IP)",
-            ),
-            (
-                ("--start_port",),
-                "first port on multi-node jobs (default 6070)",
-            ),
-            (
-                ("--job_id", "--rdzv_id", "--rdzv-id"),
-                "job name (default: generated from the time)",
-            ),
-        ),
-    ),
-    (
-        "torchrun/OneFlow compatible",
-        (
-            (
-                ("--nnodes", "--np"),
-                "number of nodes (must agree with --ips), or MIN:MAX for an elastic job",
-            ),
-            (
-                ("--node_rank", "--node-rank", "--rank"),
-                "this node's index in --ips (ignored by elastic jobs)",
-            ),
-            (
-                ("--master_addr", "--master-addr"),
-                "address where the launchers meet (default: node 0)",
-            ),
-            (
-                ("--master_port", "--master-port"),
-                "the workers' MASTER_PORT on node 0, as in torchrun; the launchers then meet at "
-                "the next port, unless --master says where (default: launchers at 6170, the "
-                "workers' port picked free)",
-            ),
-            (
-                ("-m", "--module"),
-                "run the script as a module",
-            ),
-            (
-                ("--no_python", "--no-python"),
-                "run training_script as a command, without the Python interpreter",
-            ),
-        ),
-    ),
-    (
-        "multi-node",
-        (
-            (
-                ("--master",),
-                "ip:port or etcd://host:port[,host:port] for rendezvous",
-            ),
-            (
-                ("--rdzv_timeout",),
-                "seconds to wait for all nodes (default 300)",
-            ),
-            (
-                ("--heartbeat_timeout",),
-                "seconds before a silent node is lost (10)",
-            ),
-            (
-                ("--rdzv_last_call",),
-                "elastic jobs: a round closes with MIN or more nodes after this many seconds "
-                "without a new arrival (default 30)",
-            ),
-            (
-                ("--elastic_level",),
-                "-1 off (default; 1 with --nnodes MIN:MAX), 0 fault tolerance (a fixed --nnodes N"
-                " waits for a replacement node), 1 scale within MIN:MAX",
-            ),
-            (
-                ("--elastic_timeout",),
-                "elastic jobs (Paddle's meaning): seconds a job with MIN to MAX-1 nodes waits for"
-                " more before a round starts; overrides --rdzv_last_call (default: that)",
-            ),
-            (
-                ("--max_restarts", "--max-restarts", "--max_restart"),
-                "restart rounds after a failure (default 0)",
-            ),
-            (
-                ("--job_token",),
-                "shared secret for the launchers' store",
-            ),
-            (
-                ("--job_token_file",),
-                "file holding the job token (instead of --job_token)",
-            ),
-        ),
-    ),
-    (
-        "parameter server",
-        (
-            (
-                ("--server_num",),
-                "servers on this node (implies --run_mode ps)",
-            ),
-            (
-                ("--worker_num", "--trainer_num"),
-                "trainers on this node (implies --run_mode ps)",
-            ),
-            (
-                ("--servers",),
-                "server endpoints ip:port,... (implies --run_mode ps)",
-            ),
-            (
-                ("--workers", "--trainers"),
-                "trainer hosts ip[:port],... (implies --run_mode ps)",
-            ),
-            (
-                ("--heter_workers",),
-                "heter trainer endpoints ip:port, stages separated by ';' (implies ps-heter)",
-            ),
-            (
-                ("--heter_worker_num",),
-                "heter trainers on this node per stage, e.g. 1;2 (implies ps-heter)",
-            ),
-            (
-                ("--heter_devices",),
-                "device kind per heter stage: gpu, or cpu;gpu (ps-heter)",
-            ),
-        ),
-    ),
-    (
-        "one command for the cluster",
-        (
-            (
-                ("--hostfile", "-H"),
-                "start the job on every host of this file (DeepSpeed's format: 'host slots=N' "
-                "a line, # comments) from this one command; slots: that host's workers",
-            ),
-            (
-                ("--include", "-i"),
-                "only these hosts (and devices) of the hostfile, as in DeepSpeed: "
-                "host1:0,1@host2",
-            ),
-            (
-                ("--exclude", "-e"),
-                "all hosts (and devices) of the hostfile but these, e.g. host3@host1:2",
-            ),
-            (
-                ("--num_nodes",),
-                "the first N hosts of the hostfile",
-            ),
-            (
-                ("--num_gpus",),
-                "N workers on each host (DeepSpeed's: devices 0..N-1), over the slots",
-            ),
-            (
-                ("--launcher",),
-                "how the hosts' launchers are started: ssh (default with --hostfile), pdsh or "
-                "slurm (srun inside an allocation)",
-            ),
-            (
-                ("--export",),
-                "NAME[,NAME]: also carry these variables of this shell to every host (besides "
-                "the NAME=VALUE lines of .deepspeed_env and .paddlike_env)",
-            ),
-            (
-                ("--remote_python",),
-                "the Python on the hosts (default: this one's path, the same on every host)",
-            ),
-            (
-                ("--ssh_args",),
-                "more options for ssh (and pdsh's ssh), before ours, e.g. --ssh_args='-F cfg'",
-            ),
-            (
-                ("--ssh_port",),
-                "the hosts' ssh port (ssh's Port, also for pdsh's ssh), as in DeepSpeed",
-            ),
-            (
-                ("--force_multi",),
-                "as in DeepSpeed: a hostfile of one host is started over ssh too (ours always "
-                "is); needs --hostfile",
-            ),
-            (
-                ("--no_ssh_check",),
-                "DeepSpeed's; refused: the check of every host runs in the job's own ssh "
-                "session and is what keeps a failing host from starting the others",
-            ),
-        ),
-    ),
-    (
-        "output",
-        (
-            (
-                ("--log_dir", "--log-dir", "--logdir"),
-                "log directory (default log)",
-            ),
-            (
-                ("--log_overwrite",),
-                "truncate the log files instead of appending",
-            ),
-            (
-                ("--redirect_stdout_and_stderr",),
-                "stdout to workerlog.N, stderr to workerlog.N.err",
-            ),
-            (
-                ("--console", "--local_ranks_filter", "--local-ranks-filter"),
-                "local workers shown on the console: 0 (default; every worker with torchrun's "
-                "-t/-r), 0,1, all, none",
-            ),
-            (
-                ("--dry_run",),
-                "print every process, its command and environment; start nothing",
-            ),
-            (
-                ("--kill_timeout", "--shutdown_timeout", "--shutdown-timeout"),
-                "seconds between SIGTERM and SIGKILL (default 5)",
-            ),
-        ),
-    ),
-    (
-        "hangs",
-        (
-            (
-                ("--hang_timeout",),
-                "seconds without a sign of life from any worker (log output, heartbeat, "
-                "collective) before the launcher takes every rank's stack (default: off)",
-            ),
-            (
-                ("--on_hang",),
-                "after a hang's stacks are written: dump (keep waiting, default) or abort (end "
-                "the job, exit code 124)",
-            ),
-        ),
-    ),
-    (
-        "signals",
-        (
-            (
-                ("--signals_to_handle", "--signals-to-handle"),
-                "signals the launcher handles, as in torchrun (default SIGTERM,SIGINT,SIGHUP,"
-                "SIGQUIT; under Slurm also SIGUSR1,SIGUSR2): SIGINT, SIGTERM, SIGHUP, SIGQUIT "
-                "end the job, the others are passed on to every worker and the job goes on; "
-                "stacks: SIGRTMIN+4 (docs/cli.md#signals)",
-            ),
-        ),
-    ),
-    (
-        "placement and GPU log",
-        (
-            (
-                ("--numa_binding", "--numa-binding"),
-                "bind each worker to the CPUs of its GPU's NUMA node (CPU workers: spread over "
-                "the nodes), as torchrun: node, socket, exclusive, core-complex; none (default)",
-            ),
-            (
-                ("--bind_core_list",),
-                "DeepSpeed's: the CPUs --numa_binding may use, e.g. 0-15,32-47 (default: "
-                "the launcher's own affinity)",
-            ),
-            (
-                ("--virtual_local_rank", "--virtual-local-rank"),
-                "as torchrun: every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to "
-                "its own GPUs",
-            ),
-            (
-                ("--gpu_log_interval",),
-                "write <log_dir>/<job id>.gpu.log (nvidia-smi's GPU use) every this many "
-                "seconds; Paddle's --enable_gpu_log true is 30 (default: no GPU log)",
-            ),
-        ),
-    ),
-)
-
-# --help only: torchrun's options that are not ours by another name, in torchrun's
-# spellings; `others` takes them out before the parse (docs/migrating.md has the table).
-TORCHRUN_HELP: tuple[tuple[tuple[str, ...], str], ...] = (
-    (
-        ("-t", "--tee"),
-        "0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:1, as in torchrun: also "
-        "on the console (the output is always in workerlog.N); shows every worker unless "
-        "--local_ranks_filter says which",
-    ),
-    (
-        ("-r", "--redirects"),
-        "the same values, as in torchrun: only in workerlog.N, not on the console (-r 3: "
-        "nothing on the console)",
-    ),
-    (
-        ("--rdzv_endpoint", "--rdzv-endpoint"),
-        "host:port where the launchers meet, as --master (localhost:0 on one node: any port)",
-    ),
-    (
-        ("--rdzv_backend", "--rdzv-backend"),
-        "static or c10d (node 0's store at --rdzv_endpoint), etcd or etcd-v2 (--master etcd://)",
-    ),
-    (
-        ("--rdzv_conf", "--rdzv-conf"),
-        "join_timeout=S, last_call_timeout=S, keep_alive_interval=S, keep_alive_max_attempt=N",
-    ),
-    (("--standalone",), "one node with its own rendezvous (what a one-node job is anyway)"),
-    (("--role",), "the workers' ROLE_NAME (default: default)"),
-)
-
-
-def _dest(spellings: tuple[str, ...]) -> str:
-    return next(s for s in spellings if s.startswith("--"))[2:]
-
-
-# every spelling of ours -> its dest (argparse's: the first long spelling)
-DEST = {s: _dest(sp) for _, rows in HELP_GROUPS for sp, _ in rows for s in sp}
 _SWITCHES = frozenset(s for s, dest in DEST.items() if dest in FLAGS)
-_KNOWN = frozenset(DEST) | {"-h", "--help"} | {"--" + name for name in COMPAT_OPTIONS}
+_KNOWN = frozenset(DEST) | {"-h", "--help", "--version"} | {"--" + name for name in COMPAT_OPTIONS}
 _TAKES_VALUE = (
     frozenset(s for s in DEST if s not in _SWITCHES)
     | {"--" + name for name in COMPAT_VALUED}
@@ -411,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
             # argparse's wording, reshaped to ours: "--ips: expected one argument".
             if message.startswith("unrecognized arguments: "):
                 unknown = message.split(": ", 1)[1]
-                raise UsageError(f"{unknown}: unknown option (see --help)", unknown)
+                raise UsageError(f"{unknown}: unknown option{_did_you_mean(unknown)}", unknown)
             if message.startswith("argument "):
                 message = message[len("argument ") :]
             raise UsageError(message)
@@ -423,40 +104,69 @@ def build_parser() -> argparse.ArgumentParser:
             columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
         except (ValueError, OSError):
             columns = 80
-        return argparse.HelpFormatter(prog, width=max(columns - 2, 40))
+        return _Formatter(prog, width=max(columns - 2, 40))
+
+    class _Formatter(argparse.HelpFormatter):
+        def _format_action_invocation(self, action: argparse.Action) -> str:
+            # "--gpus, --devices, --selected_gpus GPUS": the value once, not per spelling
+            if not action.option_strings or action.nargs == 0:
+                return super()._format_action_invocation(action)
+            metavar = self._metavar_formatter(action, action.dest.upper())(1)[0]
+            return f"{', '.join(action.option_strings)} {metavar}"
 
     p = Parser(
         prog=command_name(sys.argv[0], "paddlike.launch"),  # what the user typed
+        # one line: the options are listed below, the common ones first
+        usage="%(prog)s [options] training_script [training_script_args ...]",
         formatter_class=formatter,
         description=(
             "Start a distributed training job: one worker per device (or "
-            "--nproc_per_node CPU workers) on each node in --ips. Every option can "
-            f"also be set from the environment as {OPTION_ENV_PREFIX}<OPTION>, e.g. "
-            f"{OPTION_ENV_PREFIX}LOG_DIR; a flag on the command line wins. Every option "
-            "may be spelled with - in place of _, as torchrun spells them; torchrun's "
-            "PET_<OPTION> variables are read too, below these (docs/migrating.md). An "
-            "unambiguous prefix of an option is that option, as argparse takes it for torchrun."
+            "--nproc_per_node CPU workers) on each node. Every option may also be set as "
+            f"{OPTION_ENV_PREFIX}<OPTION> (e.g. {OPTION_ENV_PREFIX}LOG_DIR; the flag wins), "
+            "spelled with - for _, or abbreviated, as in torchrun (docs/cli.md)."
         ),
         allow_abbrev=False,
     )
     for title, rows in HELP_GROUPS:
         g = p.add_argument_group(title)
         for spellings, text in rows:
-            if _dest(spellings) in FLAGS:
+            if dest_of(spellings) in FLAGS:
                 g.add_argument(*spellings, action="store_true", default=None, help=text)
             else:
-                g.add_argument(*spellings, dest=_dest(spellings), help=text)
+                g.add_argument(*spellings, dest=dest_of(spellings), help=text)
+        if title == COMMON:
+            g.add_argument(
+                "--version",
+                action="version",
+                version=f"%(prog)s (paddlike {paddlike.__version__})",
+                help="print the version and exit",
+            )
     g = p.add_argument_group("torchrun's options")
     for spellings, text in TORCHRUN_HELP:
-        name = "torchrun_" + _dest(spellings)
+        name = "torchrun_" + dest_of(spellings)
         if spellings == ("--standalone",):
             g.add_argument(*spellings, dest=name, action="store_true", help=text)
         else:
-            g.add_argument(*spellings, dest=name, metavar=_dest(spellings).upper(), help=text)
+            g.add_argument(*spellings, dest=name, metavar=dest_of(spellings).upper(), help=text)
     # Parsed by `split_argv`, never by argparse; declared here for --help.
     p.add_argument("training_script", nargs="?", help="the script (or module, or command) to run")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER)
     return p
+
+
+def _did_you_mean(unknown: str) -> str:
+    """The tail of an unknown option's message: "; did you mean --nproc_per_node?" for a
+    misspelt long option (--nprocs_per_node), and the pointer to --help."""
+    import difflib
+
+    name = unknown.split()[0].partition("=")[0]
+    if len(name) > 2:  # a long option, or one given a single dash (-nproc_per_node)
+        words = {s[2:]: s for s in _LONG}  # compared without the dashes: --np is not --nope
+        word = name.lstrip("-").replace("-", "_")
+        close = difflib.get_close_matches(word, words, n=1, cutoff=0.8)
+        if close:
+            return f"; did you mean {words[close[0]]}? (see --help)"
+    return " (see --help)"
 
 
 # the long options a prefix may stand for (underscore spellings: dashes are normalized)
@@ -521,3 +231,21 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         else:
             i += 1
     return out, []
+
+
+def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
+    """{dest: the spelling the user typed}: messages name --devices as --devices (the last
+    spelling of an option wins, as its value does; dashes spelt as underscores)."""
+    typed: dict[str, str] = {}
+    for arg in launcher_argv:
+        name = arg.partition("=")[0]
+        if not name.startswith("-"):
+            continue
+        try:
+            full = _unabbreviated(normalize_spelling(name, _KNOWN))
+        except UsageError:
+            continue
+        if full in DEST:
+            # torchrun's dashes are only a spelling: --nproc-per-node is --nproc_per_node
+            typed[DEST[full]] = "--" + name[2:].replace("-", "_") if name[:2] == "--" else name
+    return typed

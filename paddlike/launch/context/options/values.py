@@ -375,6 +375,19 @@ CHECKS: dict[str, Callable[[str], object]] = {
 }
 # What else a value may be, said after the value given.
 HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
+# torchrun's words for "a worker per GPU", given to --gpus (or --devices): where they go
+_WORKER_PER_GPU = frozenset({"gpu", "gpus", "cuda", "auto", "all"})
+
+
+def hint(dest: str, text: str) -> str:
+    """What to say after a bad value of `dest` (`HINTS`, or where a value belongs)."""
+    if dest == "gpus" and text.strip().lower() in _WORKER_PER_GPU:
+        return (
+            "; for one worker per visible GPU leave it out, or give --nproc_per_node gpu "
+            "(as in torchrun)"
+        )
+    return HINTS.get(dest, "")
+
 
 # switches (store_true options) and the words their variables may hold
 FLAGS = (

@@ -54,7 +54,7 @@ def test_help_lists_the_cluster_group_right_before_output() -> None:
     text = build_parser().format_help()
     assert "one command for the cluster:" in text
     assert text.index("one command for the cluster:") < text.index("\noutput:")
-    for spelling in ("--hostfile HOSTFILE, -H HOSTFILE", "--include INCLUDE, -i INCLUDE"):
+    for spelling in ("--hostfile, -H HOSTFILE", "--include, -i INCLUDE"):
         assert spelling in text
 
 

@@ -416,13 +416,13 @@ def launch(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     [
         (("--nnodes", "2:4", *ETCD),
          "(elastic: 2..4 nodes; the ranks and the world are found at each round's "
-         "rendezvous: shown as node 0 of 4)"),
+         "rendezvous; shown as node 0 of 4)"),
         (("--np", "1:3", *MASTER, "--node_rank", "2"),
          "(elastic: 1..3 nodes; the ranks and the world are found at each round's "
-         "rendezvous: shown as node 0 of 3)"),
+         "rendezvous; shown as node 0 of 3)"),
         (("--nnodes", "2", "--elastic_level", "0", "--master_addr", "127.0.0.1"),
          "(elastic: 2 nodes, a lost one replaced in a new round; the ranks and the world are "
-         "found at each round's rendezvous: shown as node 0 of 2)"),
+         "found at each round's rendezvous; shown as node 0 of 2)"),
     ],
 )  # fmt: skip
 def test_dry_run_says_the_node_count_is_a_range_found_each_round(argv, line, tmp_path, script):
@@ -437,7 +437,9 @@ def test_dry_run_of_a_fixed_torchrun_style_job_keeps_its_own_line(tmp_path, scri
     run = launch("--nnodes", "2", *MASTER, "--nproc_per_node", "1", "--dry_run", script,
                  cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[-1].startswith("(no --node_rank: shown as node 0")
+    assert run.stdout.splitlines()[-1].startswith(
+        "(no --node_rank: the node rank is decided at the rendezvous; shown as node 0"
+    )
     assert "elastic" not in run.stdout.splitlines()[-1]
 
 
