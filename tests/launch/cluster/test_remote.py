@@ -68,7 +68,18 @@ def test_the_environment_is_exported_by_the_script_never_on_the_launchers_comman
 
 @pytest.mark.parametrize(
     "hostile",
-    ["x'$(touch F)\" #", "`touch F`", "a\nb", "!!", "", "$HOME", "a\\", "%h", "; touch F"],
+    [
+        "x\\'$(touch F)\" #",
+        "x'$(touch F)\" #",
+        "`touch F`",
+        "a\nb",
+        "!!",
+        "",
+        "$HOME",
+        "a\\",
+        "%h",
+        "; touch F",
+    ],
 )
 def test_every_argument_reaches_the_launcher_as_written_through_sh(tmp_path, hostile) -> None:
     job = JOB._replace(
