@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -235,7 +237,62 @@ def test_sigterm_while_ssh_reads_its_config_leaves_no_directory_and_no_process(t
     assert _processes_naming(str(marker)) == []
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
+def test_a_signal_during_pdshs_check_ends_its_master_connections_and_run_files(
+    tmp_path, signum
+) -> None:
+    """h0 passes pdsh's check (its master connection stays, its run file is written); h1's
+    ssh hangs in its ProxyCommand; the signal then: nothing of the job is left anywhere."""
+    if shutil.which("pdsh") is None:
+        pytest.skip("pdsh is not installed (Debian: pdsh)")
+    short = Path(tempfile.mkdtemp(prefix="plk-t-"))  # the starter's TMPDIR: ssh's socket
+    # path must stay under 108 bytes
+    with contextlib.ExitStack() as cleanup, site(tmp_path, hosts=2, sshd_on=[0]) as s:
+        cleanup.callback(shutil.rmtree, short, ignore_errors=True)
+        marker = tmp_path / "h1-connecting"
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host h1\n  ProxyCommand sh -c 'touch {marker}; exec sleep 60'\n"
+            + s.ssh.config.read_text()
+        )
+        hostfile = s.hostfile("h0 slots=1\nh1 slots=1\n")
+        argv = s.argv(hostfile, "--launcher", "pdsh")
+        argv[argv.index(s.ssh.ssh_args)] = f"--ssh_args=-F {config}"
+        proc = s.login.popen(
+            argv, cwd=REPO, env={**os.environ, "TMPDIR": str(short)}, stderr=subprocess.PIPE
+        )
+        try:
+            _wait_for(marker, proc)
+            _wait_for_socket(short, proc)  # h0's master connection is up
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        name = signal.Signals(signum).name
+        assert proc.returncode == 128 + signum, err.decode()
+        assert err.decode().strip() == (
+            f"paddlike.launch: {name}: stopped before the job started on any host"
+        )
+        assert not list(short.glob("paddlike-ssh-*"))
+        assert _processes_naming(str(short / "paddlike-ssh-")) == []  # no master left
+        assert _processes_naming(str(marker)) == []  # nor h1's ProxyCommand
+        assert not list(Path(pwd.getpwuid(0).pw_dir).glob(".paddlike-run-*-h0.sh"))
+        assert s.leftovers() == {}
+
+
+def _wait_for_socket(tmp: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not list(tmp.glob("paddlike-ssh-*/*")):  # ssh's socket: nothing to await
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < end, "no master connection to h0"
+        time.sleep(0.02)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
     import time
 
     end = time.monotonic() + timeout
