@@ -9,11 +9,16 @@ SIGHUP, which ends the job as a hang-up of its terminal would: workers stopped, 
 nodes told, exit 129. Workers never read this stdin (they get /dev/null).
 
 The starter holds that stdin for the whole job, so it is also the starter's way to signal
-each host's launcher: a line ``signal N`` (`signal_line`) makes the launcher send itself
-signal N, as if `kill -N` had been typed on that host (Ctrl-C on the login node: SIGINT
-once; again: SIGINT again; SIGUSR1: stacks; a --signals_to_handle signal: to the
-workers). One ending is one signal: a hang-up that follows (sshd's, or this watch's at the
-end of file) never counts as a second one (`run.signals.escalates`).
+each host's launcher. In order, that stdin carries: the host's script (read by /bin/sh,
+which then execs the launcher: `remote.REMOTE_SHELL`), GO (`hold`, sent only once every
+host said READY, so nothing follows the script before sh has read it all), then lines
+``signal N`` (`signal_line`): each makes the launcher send itself signal N, as if `kill
+-N` had been typed on that host (Ctrl-C on the login node: SIGINT once; again: SIGINT
+again; SIGUSR1: stacks; a --signals_to_handle signal: to the workers). Only the signals
+the starter sends are taken (`SENT_SIGNALS` and the launcher's --signals_to_handle):
+another line (SIGKILL, SIGSTOP) is ignored with one line on stderr. One ending is one
+signal: a hang-up that follows (sshd's, or this watch's at the end of file) never counts
+as a second one (`run.signals.escalates`).
 """
 
 from __future__ import annotations
