@@ -100,8 +100,7 @@ def host_script(
         env[HELD_AT_GATE] = "1"
     lines = [f"cd {shlex.quote(job.cwd)} 2>/dev/null || exit {NO_DIRECTORY}"]
     lines += checks.splitlines()
-    if TOKEN_FILE_VARIABLE not in env:  # the host's own would contradict the token given
-        lines.append(f"unset {TOKEN_FILE_VARIABLE}")
+    lines.append(f"unset {TOKEN_FILE_VARIABLE}")  # the host's own: not the job's token
     for name, value in env.items():
         hidden = hide and name not in (STDIN_EOF_ENDS, HELD_AT_GATE)
         shown = f"{name}={HIDDEN}" if hidden else shlex.quote(f"{name}={value}")

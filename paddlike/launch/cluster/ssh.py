@@ -1,8 +1,8 @@
 """OpenSSH as the remote starter: one master connection per host, reused by every session.
 
-The preflight opens each host's master connection (ControlMaster) and runs the check of
-`remote.check_command` through it, all hosts at once (each host's script on its session's
-stdin, read by /bin/sh there: `remote.REMOTE_SHELL`); the job's sessions then reuse those
+The preflight (pdsh's) opens each host's master connection (ControlMaster) and runs the
+check through it, all hosts at once (each host's script, `pdsh.writer_script`, on its
+session's stdin, read by /bin/sh there: `remote.REMOTE_SHELL`); the job's sessions then reuse those
 connections (no second handshake), and `close_masters` ends them. BatchMode: ssh never
 asks a question (password, unknown host key) that nobody is there to answer; it fails,
 and `ssh_failure` turns its message into one line a user acts on.

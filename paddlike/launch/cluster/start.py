@@ -143,6 +143,7 @@ def plan_remote_job(
         options.export, environ, home=home or os.path.expanduser("~"), cwd=cwd
     )
     environment[JOB_TOKEN] = options.job_token or secrets.token_hex(16)
+    environment.pop(remote.TOKEN_FILE_VARIABLE, None)  # the token itself travels
     return RemoteJob(
         picks=picks,
         launcher_args=launcher_args,
