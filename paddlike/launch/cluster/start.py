@@ -164,6 +164,8 @@ class _Stopped(Exception):
 
 
 def _stop(signum: int, _frame: object) -> None:
+    for other in (signal.SIGTERM, signal.SIGHUP):  # a second one cuts no clean-up short
+        signal.signal(other, signal.SIG_IGN)
     raise _Stopped(signum)
 
 
