@@ -63,7 +63,7 @@ chromium:
 # Best effort: the one-command cluster tests (issue 24) start real sshd, pdsh, a real Slurm
 # (slurmctld, slurmd, munge) in namespace nodes, and the NUMA tests read numactl; each skips
 # with a reason when its tool is missing.
-CLUSTER_TOOLS := sshd:openssh-server pdsh:pdsh slurmctld:slurm-wlm munged:munge numactl:numactl
+CLUSTER_TOOLS := sshd:openssh-server pdsh:pdsh slurmctld:slurm-wlm munged:munge numactl:numactl fish:fish tcsh:tcsh dash:dash
 cluster-tools:
 	@missing=""; for t in $(CLUSTER_TOOLS); do \
 	  PATH="$$PATH:/usr/sbin" command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \

@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1" and not held:
         from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
 
-        end_on_stdin_eof()
+        end_on_stdin_eof(options.signals_to_handle or ())
     try:
         described = describe_options(options, environ)
     except UsageError as exc:
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1":
             from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
 
-            end_on_stdin_eof()
+            end_on_stdin_eof(options.signals_to_handle or ())
     if described.options.dry_run:
         try:
             _print_dry_run(described)

@@ -8,7 +8,8 @@ Read in this order, a later one winning for the same name:
 directory's over the home's, as DeepSpeed reads them; --export takes the value from the
 starting shell, last, because it is typed for this run.) A line is ``NAME=VALUE``; blank
 lines and lines starting with ``#`` are skipped; the value is taken as written, to the end
-of the line (no quotes removed).
+of the line (no quotes removed). A file that others can read or write is refused
+(`secretfile`): its values travel as secrets.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.context.options.record import UsageError
+from paddlike.launch.context.secretfile import LooseFile, read_private
 
 ENV_FILES = (".deepspeed_env", ".paddlike_env")
 
@@ -50,13 +52,17 @@ def carried_environment(
     carried: dict[str, str] = {}
     for path in dict.fromkeys(env_file_paths(home, cwd)):  # home == cwd: read once
         try:
-            with open(path, encoding="utf-8") as f:
-                carried.update(parse_env_file(f.read(), path))
+            carried.update(parse_env_file(read_private(path), path))
         except FileNotFoundError:
             continue
         except OSError as exc:
             raise UsageError(
                 f"--hostfile: cannot read {path} ({exc.strerror})", "--hostfile"
+            ) from None
+        except LooseFile as exc:
+            raise UsageError(
+                f"--hostfile: refused {path}, whose values every host gets as secrets: {exc}",
+                "--hostfile",
             ) from None
     for name in exported:
         if name not in environ:

@@ -1,11 +1,12 @@
 """The check of every host and the start, in one ssh session per host.
 
-Each host's session runs `remote.gated_command`: the check, a READY line, then a wait for
-GO. `wait_ready` watches every session until each has said READY, has failed (ssh's
-message or the check's exit code, as one line naming the host), the deadline passed or a
-signal arrived; only when every host is ready does `start` send GO to all. So nothing
-starts on any host unless every host can start, and the job costs each host one ssh
-session (over its new master connection), not a check and then a second session.
+Each host's session runs `remote.gated_script` (read by sh from its stdin): the check, a
+READY line, then a wait for GO. `wait_ready` watches every session until each has said
+READY, has failed (ssh's message or the check's exit code, as one line naming the host),
+the deadline passed or a signal arrived; only when every host is ready does `start` send
+GO to all. So nothing starts on any host unless every host can start, and the job costs
+each host one ssh session (over its new master connection), not a check and then a
+second session.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _read_rest(session: Session, out: dict[str, bytes], err: dict[str, bytes]) -
 def _problem(host: str, code: int, stderr: bytes, cwd: str, python: str, script: str | None) -> str:
     if code == SSH_FAILED:
         return ssh_failure(host, stderr.decode(errors="replace"))
-    if not 201 <= code <= 204:  # the held launcher's own refusal (its error line)
+    if not 201 <= code <= 205:  # the held launcher's own refusal (its error line)
         refused = launcher_refusal(code, stderr.decode(errors="replace"), python)
         if refused:
             return f"host {host}: {refused}"

@@ -54,6 +54,11 @@ def parse_hostfile(text: str, path: str = "hostfile") -> tuple[Host, ...]:
                 f"Horovod's {name} is written '{host} slots={count}' here",
                 "--hostfile",
             )
+        if name.startswith("-"):
+            raise UsageError(
+                f"{where}: host {name!r} starts with '-' (ssh would read it as an option)",
+                "--hostfile",
+            )
         if name in seen:
             raise UsageError(
                 f"{where}: host {name!r} is listed twice (first on line {seen[name]})",

@@ -1,12 +1,17 @@
-"""Each host's command: the ordinary per-node launcher, as if typed on that host.
+"""Each host's script: the ordinary per-node launcher, as if typed on that host.
 
-    cd /the/same/dir && exec env NAME=VALUE ... /the/same/python -m paddlike.launch \
-        --ips h0,h1,h2 --node_rank 1 --job_id J --nproc_per_node 4 <the user's options> \
-        train.py <its args>
+    cd /the/same/dir || exit 201
+    export NAME=VALUE ...              (carried variables and PADDLIKE_JOB_TOKEN)
+    exec /the/same/python -m paddlike.launch --ips h0,h1,h2 --node_rank 1 --job_id J \
+        --nproc_per_node 4 <the user's options> train.py <its args>
 
-Every host gets the same options and the same job id; what differs is its `--node_rank`
-and its own worker count (`Pick.launcher_args`). Pure: the text is built here and printed
-by --dry_run; `ssh`, `pdsh` and `srun` only carry it.
+The script is POSIX sh, run by the host's /bin/sh reading it from its stdin (ssh's fixed
+remote command `REMOTE_SHELL`), never by the user's login shell: fish or tcsh there
+change nothing, and no secret is in any process's argv (a variable set by `export` lives
+in the environment, which only its owner can read). Every host gets the same options and
+the same job id; what differs is its `--node_rank` and its own worker count
+(`Pick.launcher_args`). Pure: the text is built here and printed by --dry_run (values
+`HIDDEN`); `ssh`, `pdsh` and `srun` only carry it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from paddlike.contract import OPTION_ENV_PREFIX
 from paddlike.launch import NamedTuple
 from paddlike.launch.cluster.eofwatch import STDIN_EOF_ENDS
 
@@ -21,11 +27,17 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.cluster.selection import Pick
 
+# ssh's remote command, the same for every job: the login shell only starts /bin/sh,
+# which reads the host's script from the session's stdin (what follows the script on that
+# stdin is the launcher's: GO, then `eofwatch`'s signal lines)
+REMOTE_SHELL = "exec /bin/sh -s"
+TOKEN_FILE_VARIABLE = OPTION_ENV_PREFIX + "JOB_TOKEN_FILE"  # --job_token_file's
+HIDDEN = "<hidden>"  # a carried value or the token, as --dry_run shows it
 HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"  # `launch.main`'s: describe, READY, wait for GO
 # A gated session's word that its host passed the check and waits for GO on its stdin.
 READY, GO = b"paddlike-cluster-ready\n", b"go\n"
 # The check before anything starts, and what each of its exit codes means.
-NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE, NO_SCRIPT = 201, 202, 203, 204
+NO_DIRECTORY, NO_PYTHON, NO_PADDLIKE, NO_SCRIPT, NO_RUN_FILE = 201, 202, 203, 204, 205
 
 
 class RemoteJob(NamedTuple):
@@ -68,18 +80,33 @@ def host_argv(job: RemoteJob, index: int) -> list[str]:
     ]
 
 
-def host_command(job: RemoteJob, index: int, *, end_on_eof: bool = True, held: bool = False) -> str:
-    """The shell command for one host: its directory, its environment, its launcher
-    (`held`: it describes its job, says READY and waits for GO: `hold`)."""
+def host_script(
+    job: RemoteJob,
+    index: int,
+    *,
+    end_on_eof: bool = True,
+    held: bool = False,
+    hide: bool = False,
+    checks: str = "",
+) -> str:
+    """The sh script for one host: its directory, its environment, its launcher
+    (`held`: it describes its job, says READY and waits for GO: `hold`; `hide`: the
+    values of the environment shown as `HIDDEN`, for --dry_run; `checks`: lines run
+    in the directory before the launcher)."""
     env = dict(job.environment)
     if end_on_eof:
         env[STDIN_EOF_ENDS] = "1"
     if held:
         env[HELD_AT_GATE] = "1"
-    assignments = [shlex.quote(f"{k}={v}") for k, v in env.items()]
-    launch = " ".join(shlex.quote(a) for a in host_argv(job, index))
-    prefix = f"exec env {' '.join(assignments)} " if assignments else "exec "
-    return f"cd {shlex.quote(job.cwd)} && {prefix}{launch}"
+    lines = [f"cd {shlex.quote(job.cwd)} 2>/dev/null || exit {NO_DIRECTORY}"]
+    lines += checks.splitlines()
+    lines.append(f"unset {TOKEN_FILE_VARIABLE}")  # the host's own: not the job's token
+    for name, value in env.items():
+        hidden = hide and name not in (STDIN_EOF_ENDS, HELD_AT_GATE)
+        shown = f"{name}={HIDDEN}" if hidden else shlex.quote(f"{name}={value}")
+        lines.append(f"export {shown}")
+    lines.append("exec " + " ".join(shlex.quote(a) for a in host_argv(job, index)))
+    return "\n".join(lines) + "\n"
 
 
 def check_command(cwd: str, python: str, script: str | None = None) -> str:
@@ -107,10 +134,12 @@ def check_failure(code: int, cwd: str, python: str, script: str | None = None) -
         NO_PADDLIKE: f"{python} there cannot import paddlike (install it there, or give "
         "--remote_python)",
         NO_SCRIPT: f"the training script {script} is not there (in {cwd})",
+        NO_RUN_FILE: "cannot write pdsh's run file in the login directory there (a full "
+        "disk, or a file of that name already there)",
     }.get(code, f"the check of the directory and Python exited with {code}")
 
 
-def gated_command(job: RemoteJob, index: int, script: str | None = None) -> str:
+def gated_script(job: RemoteJob, index: int, script: str | None = None, hide: bool = False) -> str:
     """The check, then the launcher once every host has passed it: one session per host.
 
     The shell checks what it can say best (the directory, the Python, the script); then
@@ -121,11 +150,10 @@ def gated_command(job: RemoteJob, index: int, script: str | None = None) -> str:
     """
     py = shlex.quote(job.python)
     found = f"[ -x {py} ]" if "/" in job.python else f"command -v {py} >/dev/null 2>&1"
-    text = f"cd {shlex.quote(job.cwd)} 2>/dev/null || exit {NO_DIRECTORY}; "
-    text += f"{found} || exit {NO_PYTHON}"
+    text = f"{found} || exit {NO_PYTHON}\n"
     if script:
-        text += f"; [ -f {shlex.quote(script)} ] || exit {NO_SCRIPT}"
-    return f"{text}; {host_command(job, index, held=True)}"
+        text += f"[ -f {shlex.quote(script)} ] || exit {NO_SCRIPT}\n"
+    return host_script(job, index, held=True, hide=hide, checks=text)
 
 
 def launcher_refusal(code: int, stderr: str, python: str) -> str | None:

@@ -1,7 +1,11 @@
 """Slurm as the remote starter: `srun`, inside an allocation, one launcher per node.
 
-    srun --nodes N --ntasks-per-node 1 [--nodelist h0,h1] --kill-on-bad-exit=1 \
-         --chdir DIR env NAME=VALUE python -m paddlike.launch --job_id J <options> train.py
+    NAME=VALUE PADDLIKE_JOB_TOKEN=T srun --nodes N --ntasks-per-node 1 [--nodelist h0,h1] \
+         --kill-on-bad-exit=1 --export=ALL --chdir DIR python -m paddlike.launch --job_id J \
+         <options> train.py
+
+The carried variables and the token are in srun's own environment, which srun gives every
+node's launcher (--export=ALL): in no argv, here or there.
 
 srun gives every node the same command; each node's launcher reads its node rank and the
 node list from Slurm's variables (`context.schedulers`). So hosts of a hostfile must agree
@@ -50,9 +54,7 @@ def srun_argv(job: RemoteJob, num_nodes: int | None, environ: Mapping[str, str])
     argv = [SRUN, "--nodes", str(nodes), "--ntasks-per-node", "1"]
     if job.picks:
         argv += ["--nodelist", ",".join(job.hosts)]
-    argv += ["--kill-on-bad-exit=1", "--chdir", job.cwd]
-    if job.environment:
-        argv += ["env", *(f"{k}={v}" for k, v in job.environment.items())]
+    argv += ["--kill-on-bad-exit=1", "--export=ALL", "--chdir", job.cwd]
     script = list(job.script)
     if script and script[0].startswith("-"):
         script.insert(0, "--")
@@ -68,3 +70,13 @@ def srun_argv(job: RemoteJob, num_nodes: int | None, environ: Mapping[str, str])
         *job.launcher_args,
         *script,
     ]
+
+
+def srun_environment(environ: Mapping[str, str], job: RemoteJob) -> dict[str, str]:
+    """srun's environment: this shell's, the carried variables and the token (a token
+    file's name is not passed on: the token itself is)."""
+    from paddlike.launch.cluster.remote import TOKEN_FILE_VARIABLE
+
+    env = {k: v for k, v in environ.items() if k != TOKEN_FILE_VARIABLE}
+    env.update(job.environment)
+    return env

@@ -1,7 +1,8 @@
 """OpenSSH as the remote starter: one master connection per host, reused by every session.
 
-The preflight opens each host's master connection (ControlMaster) and runs the check of
-`remote.check_command` through it, all hosts at once; the job's sessions then reuse those
+The preflight (pdsh's) opens each host's master connection (ControlMaster) and runs the
+check through it, all hosts at once (each host's script, `pdsh.writer_script`, on its
+session's stdin, read by /bin/sh there: `remote.REMOTE_SHELL`); the job's sessions then reuse those
 connections (no second handshake), and `close_masters` ends them. BatchMode: ssh never
 asks a question (password, unknown host key) that nobody is there to answer; it fails,
 and `ssh_failure` turns its message into one line a user acts on.
@@ -9,12 +10,15 @@ and `ssh_failure` turns its message into one line a user acts on.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
 
-from paddlike.launch.cluster.remote import check_failure
+from paddlike.launch.cluster.remote import REMOTE_SHELL, check_failure
 
 SSH_FAILED = 255  # ssh's own failure (the remote command's codes are passed through)
 CONNECT_TIMEOUT = 10  # seconds, the TCP connect and the handshake
@@ -54,9 +58,19 @@ def users_masters(ssh_args: str | None) -> bool:
     return any(a.lower().startswith("controlpath=") for a in shlex.split(ssh_args or ""))
 
 
-def session_argv(base: Sequence[str], host: str, command: str) -> list[str]:
-    """One host's job session: no terminal (-T), no X11 (-x)."""
-    return [*base, "-T", "-x", host, command]
+def session_argv(base: Sequence[str], host: str, command: str = REMOTE_SHELL) -> list[str]:
+    """One host's session: no terminal (-T), no X11 (-x), ``--`` before the host (a name
+    is never an option); the command is `REMOTE_SHELL`, the script comes on its stdin."""
+    return [*base, "-T", "-x", "--", host, command]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """An ssh started in its own session, and what it started (a ProxyCommand, a Match
+    exec), killed and reaped."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def ssh_failure(host: str, stderr: str) -> str:
@@ -93,27 +107,39 @@ def ssh_failure(host: str, stderr: str) -> str:
 def preflight(
     base: Sequence[str],
     hosts: Sequence[str],
-    check: str,
+    scripts: Sequence[str],
     cwd: str,
     python: str,
     timeout: float,
     script: str | None = None,
 ) -> list[str]:
-    """Connect to every host at once (opening the master connections) and run the check;
-    the problems, one line each in host order (empty: every host is ready)."""
-    procs = [
-        subprocess.Popen(
-            [*base, "-T", "-x", host, check],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # a Ctrl-C here is the starter's to handle
-        )
-        for host in hosts
-    ]
+    """Connect to every host at once (opening the master connections) and run its check
+    script (given on the session's stdin); the problems, one line each in host order
+    (empty: every host is ready)."""
+    procs: list[subprocess.Popen[bytes]] = []
     deadline = time.monotonic() + timeout
     problems = []
     try:
+        for host, text in zip(hosts, scripts, strict=True):
+            read, write = os.pipe()
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        session_argv(base, host),
+                        stdin=read,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        start_new_session=True,  # a Ctrl-C here is the starter's to handle
+                    )
+                )
+                os.close(read)
+                read = -1
+                with contextlib.suppress(BrokenPipeError):  # ssh failed at once: its message
+                    os.write(write, text.encode())
+            finally:
+                for fd in (read, write):
+                    if fd >= 0:
+                        os.close(fd)
         for host, proc in zip(hosts, procs, strict=True):
             try:
                 _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
@@ -127,21 +153,41 @@ def preflight(
             failure = check_failure(proc.returncode, cwd, python, script)
             if failure:
                 problems.append(f"host {host}: {failure}")
-    finally:  # also on Ctrl-C: no check left running
+    finally:  # also on Ctrl-C, SIGTERM, SIGHUP: no check left running
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+            kill_group(proc)
             if proc.stderr is not None:
                 proc.stderr.close()
     return problems
+
+
+def run_everywhere(
+    base: Sequence[str], hosts: Sequence[str], commands: Sequence[str], timeout: float = 10
+) -> None:
+    """One short fixed command on each host (over its master connection); quietly."""
+    procs = [
+        subprocess.Popen(
+            session_argv(base, host, command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for host, command in zip(hosts, commands, strict=True)
+    ]
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
 
 
 def close_masters(base: Sequence[str], hosts: Sequence[str], timeout: float = 10) -> None:
     """End each host's master connection (those that were opened); quietly."""
     procs = [
         subprocess.Popen(
-            [*base, "-O", "exit", host],
+            [*base, "-O", "exit", "--", host],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -164,24 +210,32 @@ def connected_names(
     (and --ssh_args' -F) as the session will, so an alias (`Host node-a` / `HostName tc0`)
     becomes tc0 in every launcher's --ips; a host ssh cannot resolve this way keeps its
     name (the check then names it). Local: no connection is made."""
-    procs = [
-        subprocess.Popen(
-            [*base, "-G", host],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        for host in hosts
-    ]
+    procs: list[subprocess.Popen[bytes]] = []
     names = []
     deadline = time.monotonic() + timeout
-    for host, proc in zip(hosts, procs, strict=True):
-        try:
-            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        names.append(resolved_hostname(out.decode(errors="replace")) or host)
+    try:
+        for host in hosts:
+            procs.append(
+                subprocess.Popen(
+                    [*base, "-G", "--", host],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # its Match exec commands go with it
+                )
+            )
+        for host, proc in zip(hosts, procs, strict=True):
+            try:
+                out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                out, _ = proc.communicate()
+            names.append(resolved_hostname(out.decode(errors="replace")) or host)
+    finally:  # also on SIGTERM or SIGHUP meanwhile: nothing left running
+        for proc in procs:
+            kill_group(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
     return tuple(names)
 
 

@@ -53,6 +53,8 @@ CLUSTER_DESTS = frozenset(
         "dry_run",
     }
 )
+# secrets: every host gets the token in its environment (`plan_remote_job`), never in argv
+SECRET_DESTS = frozenset({"job_token", "job_token_file"})
 # what each host's command says itself: the user may not say it for all of them
 SET_PER_HOST = ("ips", "node_rank", "nnodes", "host")
 PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
@@ -66,7 +68,8 @@ ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def forwarded_args(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The user's launcher options without the cluster ones (and without --job_id, which
-    `plan_remote_job` gives every host), and the script with its args."""
+    `plan_remote_job` gives every host, and the token, which travels in the hosts'
+    environment), and the script with its args."""
     from paddlike.launch.context.options.values import FLAGS
 
     ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
@@ -76,7 +79,7 @@ def forwarded_args(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...
         name, eq, _ = ours[i].partition("=")
         dest = DEST.get(name)
         width = 2 if dest is not None and dest not in FLAGS and not eq else 1
-        if dest not in CLUSTER_DESTS and dest != "job_id":
+        if dest not in CLUSTER_DESTS and dest not in SECRET_DESTS and dest != "job_id":
             kept.extend(ours[i : i + width])
         i += width
     return tuple(kept), tuple(script)
@@ -91,7 +94,12 @@ def plan_remote_job(
     cwd: str | None = None,
     home: str | None = None,
 ) -> RemoteJob:
-    """Everything decided before anything is touched; `UsageError` on bad input."""
+    """Everything decided before anything is touched; `UsageError` on bad input. The
+    job's token: the one given (--job_token, --job_token_file or their variables), else a
+    fresh random one; it travels with the carried variables, never in an argv."""
+    import secrets
+
+    from paddlike.contract import JOB_TOKEN
     from paddlike.launch.cluster.envfile import carried_environment
     from paddlike.launch.plan.nodejob import new_job_id
 
@@ -134,6 +142,8 @@ def plan_remote_job(
     environment = carried_environment(
         options.export, environ, home=home or os.path.expanduser("~"), cwd=cwd
     )
+    environment[JOB_TOKEN] = options.job_token or secrets.token_hex(16)
+    environment.pop(remote.TOKEN_FILE_VARIABLE, None)  # the token itself travels
     return RemoteJob(
         picks=picks,
         launcher_args=launcher_args,
@@ -145,38 +155,68 @@ def plan_remote_job(
     )
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP before the sessions started (`ssh -G`, pdsh's check)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    for other in (signal.SIGTERM, signal.SIGHUP):  # a second one cuts no clean-up short
+        signal.signal(other, signal.SIG_IGN)
+    raise _Stopped(signum)
+
+
 def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """python -m paddlike.launch --hostfile ... : the whole job from here; the exit code."""
+    from paddlike.launch.cluster import preview
+
     try:
         job = plan_remote_job(options, argv, environ)
         launcher = options.launcher or "ssh"
         if launcher == "slurm":
             command = srun.srun_argv(job, options.num_nodes, environ)
+        if launcher == "pdsh":
+            pdsh.check_hosts(job)
     except UsageError as exc:
         return _fail(str(exc))
-    import tempfile
-
+    if any(a == "--job_token" or a.startswith("--job_token=") for a in argv):
+        _say(
+            "--job_token on the command line can be read by every user of this machine "
+            "(ps); give it by PADDLIKE_JOB_TOKEN or --job_token_file (the hosts get it in "
+            "their environment, never on their command lines)"
+        )
     if launcher == "slurm":
         if options.dry_run:
-            print(_shell_line(command), flush=True)
+            print(preview.srun_line(command, job), flush=True)
             return 0
-        try:
-            os.execvp(command[0], command)  # srun owns the job from here: its signals
+        try:  # srun owns the job from here: its signals; the secrets in its environment
+            os.execvpe(command[0], command, srun.srun_environment(environ, job))
         except OSError as exc:
             return _fail(f"--launcher slurm: cannot run {command[0]} ({exc.strerror})", 1)
+    import shutil
+    import tempfile
+
+    # SIGTERM or SIGHUP while ssh resolves names or pdsh's check runs: ended like Ctrl-C
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     control = tempfile.mkdtemp(prefix="paddlike-ssh-")
     base = ssh.ssh_base(options.ssh_args, control, options.ssh_port)
-    job = job._replace(addresses=ssh.connected_names(base, job.hosts))
+    tag = pdsh.run_tag()
+    checked = False  # pdsh's check ran: its run files may be on the hosts
     try:
+        job = job._replace(addresses=ssh.connected_names(base, job.hosts))
         if options.dry_run:
-            _print_dry_run(job, launcher, base)
+            preview.print_commands(job, launcher, base, tag)
             return 0
         script = None if options.module or options.no_python else options.training_script
         if launcher == "pdsh":  # pdsh cannot hold its hosts at a gate: check them first
+            checked = True
             problems = ssh.preflight(
                 base,
                 job.hosts,
-                remote.check_command(job.cwd, job.python, script),
+                [pdsh.writer_script(job, i, tag, script) for i in range(len(job.hosts))],
                 job.cwd,
                 job.python,
                 PREFLIGHT_TIMEOUT,
@@ -185,33 +225,28 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
             if problems:
                 return _refuse(problems)
         relayed = _relayed_signals(options.signals_to_handle, environ)
-        return _run_sessions(job, launcher, base, environ, options.kill_timeout, script, relayed)
+        return _run_sessions(
+            job, launcher, base, environ, options.kill_timeout, script, relayed, tag
+        )
     except KeyboardInterrupt:  # Ctrl-C before the sessions started: nothing runs anywhere
         _say("SIGINT: stopped before the job started on any host")
         return 130
+    except _Stopped as stopped:
+        name = signal.Signals(stopped.signum).name
+        _say(f"{name}: stopped before the job started on any host")
+        return 128 + stopped.signum
     finally:
+        for s in previous:  # the cleanup below is not cut short by a second signal
+            signal.signal(s, signal.SIG_IGN)
+        if checked:
+            ssh.run_everywhere(
+                base, job.hosts, [f"rm -f -- {pdsh.run_file(tag, h)}" for h in job.hosts]
+            )
         if not options.dry_run and not ssh.users_masters(options.ssh_args):
             ssh.close_masters(base, job.hosts)
-        import shutil
-
         shutil.rmtree(control, ignore_errors=True)
-
-
-def _print_dry_run(job: RemoteJob, launcher: str, base: Sequence[str]) -> None:
-    """--dry_run: each host's ssh command, or pdsh's one command; nothing is started."""
-    if launcher == "pdsh":
-        env = pdsh.pdsh_environment({}, base)
-        print(
-            f"PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS={_quote(env['PDSH_SSH_ARGS'])} "
-            + _shell_line(pdsh.pdsh_argv(job)),
-            flush=True,
-        )
-        return
-    for i, host in enumerate(job.hosts):
-        print(
-            f"[{host}] " + _shell_line(ssh.session_argv(base, host, remote.host_command(job, i))),
-            flush=True,
-        )
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _refuse(problems: Sequence[str]) -> int:
@@ -228,6 +263,7 @@ def _run_sessions(
     kill_timeout: float,
     script: str | None,
     relayed: tuple[int, ...] = (),
+    tag: str = "",
 ) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     handled = (*ENDING, *relayed)
@@ -235,7 +271,7 @@ def _run_sessions(
     old_wake = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     sessions: list[Session] = []
     try:
-        sessions = _start_sessions(job, launcher, base, environ, script)
+        sessions = _start_sessions(job, launcher, base, environ, script, tag)
         if launcher == "ssh":
             verdict = gate.wait_ready(
                 sessions, wake_r, PREFLIGHT_TIMEOUT, job.cwd, job.python, script
@@ -293,7 +329,10 @@ def _start_sessions(
     base: Sequence[str],
     environ: Mapping[str, str],
     script: str | None,
+    tag: str = "",
 ) -> list[Session]:
+    """Every host's session (ssh: its script written on its stdin, the launcher's GO and
+    signal lines follow there), or pdsh's one."""
     common = dict(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -302,18 +341,20 @@ def _start_sessions(
     )
     if launcher == "pdsh":
         proc = subprocess.Popen(
-            pdsh.pdsh_argv(job), env=pdsh.pdsh_environment(environ, base), **common
+            pdsh.pdsh_argv(job, tag), env=pdsh.pdsh_environment(environ, base), **common
         )
         return [Session("pdsh", proc, pdsh.host_of_line, ended_by_sigterm=True)]
-    return [
-        Session(
-            host,
-            subprocess.Popen(
-                ssh.session_argv(base, host, remote.gated_command(job, i, script)), **common
-            ),
-        )
-        for i, host in enumerate(job.hosts)
-    ]
+    sessions = []
+    for i, host in enumerate(job.hosts):
+        proc = subprocess.Popen(ssh.session_argv(base, host), **common)
+        sessions.append(Session(host, proc))
+        assert proc.stdin is not None
+        try:  # small: in the pipe at once; ssh failing at once is its own message
+            proc.stdin.write(remote.gated_script(job, i, script).encode())
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+    return sessions
 
 
 def _relayed_signals(handled: tuple[int, ...] | None, environ: Mapping[str, str]) -> tuple:
@@ -436,15 +477,3 @@ def _say(message: str) -> None:
 def _fail(message: str, code: int = 2) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     return code
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
-def _shell_line(argv: Sequence[str]) -> str:
-    import shlex
-
-    return " ".join(shlex.quote(a) for a in argv)

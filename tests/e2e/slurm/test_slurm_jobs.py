@@ -239,3 +239,62 @@ def test_sbatch_signal_usr1_before_the_time_limit_reaches_the_workers(slurm, job
     batch = (job_dir / "batch.out").read_text() if (job_dir / "batch.out").exists() else ""
     assert caught(), f"SIGUSR1 did not reach the workers: {output}\n{batch}"
     assert sbatch.returncode == 0, output + batch
+
+
+# uid 4242 (setpriv) reads every process's command line, and its environment where it may:
+# prints what holds one of the secrets given on its stdin
+SPY = r"""
+import json, os, sys
+secrets = json.loads(sys.stdin.read())
+seen = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    for part in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                text = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        seen += [f"{part} of {pid}: {text[:300]!r}" for s in secrets if s in text]
+print(json.dumps(seen))
+"""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().partition("=")[::2] for item in raw if item)
+
+
+@pytest.mark.timeout(120)
+def test_launcher_slurm_gives_every_node_the_secrets_and_a_token_in_no_argv(slurm, job_dir):
+    """One command in an allocation (`--launcher slurm`): the --export'ed variable and the
+    job's fresh token reach every worker through srun's environment; another local user
+    finds neither in any process's command line on any node."""
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no system /usr/bin/python3 for the second user")
+    out = job_dir / "out"
+    secret = "wandb-secret-3c9e"
+    starter = slurm.popen(
+        ["salloc", "-N2", sys.executable, "-m", "paddlike.launch", "--launcher", "slurm",
+         "--export", "WANDB_API_KEY", "--nproc_per_node", "1", "--kill_timeout", "2",
+         "--log_dir", f"{job_dir}/log", str(WORKER), str(out)],
+        env={**launcher_env(), "WANDB_API_KEY": secret}, cwd=job_dir, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for("2 workers on 2 nodes", ready(out, 2), starter, slurm)
+        workers = [_environ(f["pid"]) for f in facts(out).values()]
+        assert {w["WANDB_API_KEY"] for w in workers} == {secret}
+        tokens = {w.get("PADDLIKE_JOB_TOKEN") for w in workers}
+        assert len(tokens) == 1 and len(tokens.pop() or "") == 32, "one random token for all"
+        token = workers[0]["PADDLIKE_JOB_TOKEN"]
+        spy = subprocess.run(
+            ["setpriv", "--reuid", "4242", "--regid", "4242", "--clear-groups",
+             "/usr/bin/python3", "-c", SPY],
+            input=json.dumps([secret, token]), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert spy.returncode == 0, spy.stderr
+        assert json.loads(spy.stdout) == []
+    finally:
+        (out / "stop").write_text("")
+        output = starter.communicate(timeout=60)[0]
+    assert starter.returncode == 0, output

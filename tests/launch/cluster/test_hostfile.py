@@ -33,6 +33,7 @@ def test_a_hostfile_lists_hosts_in_its_order_with_their_slots(text, hosts) -> No
         ),
         ("h0 slots=1 slots=2\n", "slots= given twice"),
         ("# nothing\n\n", "--hostfile: hf lists no host"),
+        ("-oProxyCommand=x\n", "hf line 1: host '-oProxyCommand=x' starts with '-' (ssh would"),
     ],
 )
 def test_a_hostfile_mistake_names_the_file_and_the_line(text, message) -> None:

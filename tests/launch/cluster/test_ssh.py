@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from paddlike.launch.cluster.remote import REMOTE_SHELL
 from paddlike.launch.cluster.ssh import session_argv, ssh_base, ssh_failure, users_masters
 
 CHANGED = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
@@ -39,7 +40,9 @@ def test_the_users_ssh_options_come_first_so_that_they_win() -> None:
     base = ssh_base("-F /my/config -p 2222", "/tmp/c")
     assert base[:5] == ["ssh", "-F", "/my/config", "-p", "2222"]
     assert "BatchMode=yes" in base and "ControlPath=/tmp/c/%C" in base
-    assert session_argv(base, "h0", "cmd")[-4:] == ["-T", "-x", "h0", "cmd"]
+    assert session_argv(base, "h0", "cmd")[-5:] == ["-T", "-x", "--", "h0", "cmd"]
+    # the script comes on stdin: the command is the same words in every login shell
+    assert session_argv(base, "-oProxyCommand=x")[-3:] == ["--", "-oProxyCommand=x", REMOTE_SHELL]
 
 
 def test_masters_under_the_users_own_control_path_are_theirs_to_keep() -> None:
@@ -77,10 +80,12 @@ def test_dry_run_ssh_port_force_multi_and_aliases(tmp_path) -> None:
         argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=dict(os.environ)
     )
     assert done.returncode == 0, done.stderr
-    (line,) = done.stdout.splitlines()
-    words = shlex.split(line.removeprefix("[node-a] "))
+    lines = done.stdout.splitlines()
+    words = shlex.split(lines[0].removeprefix("[node-a] ").removesuffix(" <<'SCRIPT'"))
     assert words[1:5] == ["-F", str(config), "-p", "2222"]
-    remote = shlex.split(words[-1].split(" && ", 1)[1])
+    assert words[-3:] == ["--", "node-a", REMOTE_SHELL]
+    (launcher,) = [line for line in lines if line.startswith("[node-a]   exec ")]
+    remote = shlex.split(launcher.removeprefix("[node-a]   exec "))
     assert remote[remote.index("--ips") + 1] == "tc0"  # what ssh connects to, not the alias
     assert not {"--ssh_port", "--force_multi", "2222"} & set(remote)
     pdsh = subprocess.run(

@@ -19,7 +19,8 @@ def test_the_cluster_options_stay_here_and_the_rest_goes_to_every_host() -> None
     argv = [
         "-H", "hf", "--log-dir", "L", "--include=h0", "--launcher", "ssh", "--dry_run",
         "--ssh_args=-p 22", "--export", "A,B", "--max_restarts", "1", "--job_id", "J",
-        "--log_overwrite", "train.py", "--hostfile", "x",
+        "--log_overwrite", "--job_token", "T0P", "--job_token_file=f", "train.py",
+        "--hostfile", "x",
     ]  # fmt: skip
     assert forwarded_args(argv) == (
         ("--log_dir", "L", "--max_restarts", "1", "--log_overwrite"),
@@ -43,6 +44,22 @@ def test_a_plan_gives_every_host_the_same_job_id_and_python(tmp_path) -> None:
     assert job.launcher_args == () and job.script == ("train.py",)
     other = _plan(tmp_path, "h0\n", "--remote_python", "/other/python")
     assert other.python == "/other/python" and other.job_id.startswith("job-")
+
+
+def test_every_job_gets_a_token_the_given_one_or_a_fresh_random_one(tmp_path) -> None:
+    first = _plan(tmp_path, "h0\nh1\n").environment["PADDLIKE_JOB_TOKEN"]
+    second = _plan(tmp_path, "h0\nh1\n").environment["PADDLIKE_JOB_TOKEN"]
+    assert len(first) == 32 and first != second
+    given = _plan(tmp_path, "h0\nh1\n", environ={"PADDLIKE_JOB_TOKEN": "from-shell"})
+    assert given.environment["PADDLIKE_JOB_TOKEN"] == "from-shell"  # not dropped
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    token.chmod(0o600)
+    from_file = _plan(tmp_path, "h0\nh1\n", environ={"PADDLIKE_JOB_TOKEN_FILE": str(token)})
+    assert from_file.environment["PADDLIKE_JOB_TOKEN"] == "from-file"
+    typed = _plan(tmp_path, "h0\nh1\n", "--job_token", "typed")
+    assert typed.environment["PADDLIKE_JOB_TOKEN"] == "typed"
+    assert "typed" not in typed.launcher_args
 
 
 @pytest.mark.parametrize(
@@ -75,41 +92,63 @@ def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]
     )
 
 
-def test_dry_run_prints_each_hosts_ssh_command_and_starts_nothing(tmp_path) -> None:
-    (tmp_path / ".paddlike_env").write_text("FROM_FILE=1\n")
-    done = _dry_run(tmp_path, "--export", "MINE", env={"MINE": "v"})
+def test_dry_run_prints_each_hosts_ssh_command_and_script_with_secrets_hidden(tmp_path) -> None:
+    (tmp_path / ".paddlike_env").write_text("FROM_FILE=file-secret\n")
+    (tmp_path / ".paddlike_env").chmod(0o600)
+    env = {"MINE": "export-secret", "PADDLIKE_JOB_TOKEN": "TOPSECRET"}
+    done = _dry_run(tmp_path, "--export", "MINE", env=env)
     assert done.returncode == 0, done.stderr
+    for secret in ("file-secret", "export-secret", "TOPSECRET"):
+        assert secret not in done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["[h0]", "[h1]"]
-    for rank, line in enumerate(lines):
-        words = shlex.split(line.split(" ", 1)[1])
+    assert {line.split()[0] for line in lines} == {"[h0]", "[h1]"}
+    for rank, host in enumerate(("h0", "h1")):
+        mine = [line.removeprefix(f"[{host}] ") for line in lines if line.startswith(f"[{host}]")]
+        words = shlex.split(mine[0].removesuffix(" <<'SCRIPT'"))
         assert words[0] == "ssh" and "BatchMode=yes" in words
-        remote = shlex.split(words[-1])
-        assert remote[:7] == [
-            "cd", str(tmp_path), "&&", "exec", "env", "FROM_FILE=1", "MINE=v",
-        ]  # fmt: skip
-        assert remote[remote.index("--node_rank") + 1] == str(rank)
-        assert remote[-3:] == ["train.py", "--x", "1"]
+        assert words[-3:] == ["--", host, "exec /bin/sh -s"]
+        script = [line.strip() for line in mine[1:-1]]
+        assert script[0] == f"cd {tmp_path} 2>/dev/null || exit 201"
+        for name in ("FROM_FILE", "MINE", "PADDLIKE_JOB_TOKEN"):
+            assert f"export {name}=<hidden>" in script
+        launcher = shlex.split(script[-1].removeprefix("exec "))
+        assert launcher[launcher.index("--node_rank") + 1] == str(rank)
+        assert launcher[-3:] == ["train.py", "--x", "1"]
+        assert mine[-1] == "SCRIPT"
     assert not any(tmp_path.glob("paddlike-ssh-*"))
 
 
-def test_dry_run_with_pdsh_prints_its_one_command(tmp_path) -> None:
-    done = _dry_run(tmp_path, "--launcher", "pdsh")
+def test_dry_run_with_pdsh_prints_its_one_command_and_each_hosts_run_file(tmp_path) -> None:
+    done = _dry_run(tmp_path, "--launcher", "pdsh", env={"PADDLIKE_JOB_TOKEN": "TOPSECRET"})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS=")
-    assert "pdsh -S -f 32 -w h0,h1 'case %h in h0)" in done.stdout
+    first, *rest = done.stdout.splitlines()
+    assert first.startswith("PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS=")
+    assert " pdsh -S -f 32 -w h0,h1 'exec /bin/sh .paddlike-run-" in first
+    assert first.endswith("-%h.sh'")
+    assert rest[0].startswith("[h0] .paddlike-run-") and "(mode 0600" in rest[0]
+    assert "[h0]   export PADDLIKE_JOB_TOKEN=<hidden>" in rest
+    assert "TOPSECRET" not in done.stdout
 
 
-def test_dry_run_with_slurm_prints_the_srun_command_line(tmp_path) -> None:
-    done = _dry_run(tmp_path, "--launcher", "slurm")
+def test_dry_run_with_slurm_gives_the_secrets_in_sruns_environment(tmp_path) -> None:
+    done = _dry_run(tmp_path, "--launcher", "slurm", env={"PADDLIKE_JOB_TOKEN": "TOPSECRET"})
     assert done.returncode == 0, done.stderr
+    assert "TOPSECRET" not in done.stdout
     words = shlex.split(done.stdout)
-    assert words[:12] == [
+    assert words[0] == "PADDLIKE_JOB_TOKEN=<hidden>"
+    assert words[1:14] == [
         "srun", "--nodes", "2", "--ntasks-per-node", "1", "--nodelist", "h0,h1",
-        "--kill-on-bad-exit=1", "--chdir", str(tmp_path), sys.executable, "-m",
+        "--kill-on-bad-exit=1", "--export=ALL", "--chdir", str(tmp_path), sys.executable, "-m",
     ]  # fmt: skip
-    assert words[12:][:5] == ["paddlike.launch", "--job_id", words[14], "--nproc_per_node", "2"]
+    assert words[14:][:5] == ["paddlike.launch", "--job_id", words[16], "--nproc_per_node", "2"]
     assert words[-3:] == ["train.py", "--x", "1"]
+
+
+def test_a_token_typed_on_the_command_line_is_said_to_be_visible_here(tmp_path) -> None:
+    done = _dry_run(tmp_path, "--job_token", "TOPSECRET")
+    assert done.returncode == 0, done.stderr
+    assert "--job_token on the command line can be read by every user" in done.stderr
+    assert "TOPSECRET" not in done.stdout + done.stderr
 
 
 def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
@@ -119,7 +158,9 @@ def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("srun --nodes 3 --ntasks-per-node 1 --kill-on-bad-exit=1")
+    assert done.stdout.startswith(
+        "PADDLIKE_JOB_TOKEN=<hidden> srun --nodes 3 --ntasks-per-node 1 --kill-on-bad-exit=1"
+    )
     env.pop("SLURM_JOB_NUM_NODES")
     env.pop("SLURM_NNODES", None)
     env.pop("SLURM_JOB_ID")

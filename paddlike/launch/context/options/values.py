@@ -236,11 +236,14 @@ def non_empty(text: str) -> str:
 
 def token_file(path: str) -> str:
     """The job token read from a file (kept out of `ps` output and shell history)."""
+    from paddlike.launch.context.secretfile import LooseFile, read_private
+
     try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
+        token = read_private(path).strip()
     except OSError as exc:
         raise BadValue(f"cannot read the token file ({exc.strerror})") from None
+    except LooseFile as exc:
+        raise BadValue(f"refused the token file: {exc}") from None
     if not token:
         raise BadValue("the token file is empty")
     return token

@@ -210,6 +210,7 @@ def test_options_object_is_frozen():
 def test_the_job_token_can_come_from_a_file_but_not_from_both(tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret\n")
+    token.chmod(0o600)
     opts = parse_options(["--job_token_file", str(token), "train.py"], {})
     assert opts.job_token == "s3cret"
     env_opts = parse_options(["train.py"], {"PADDLIKE_JOB_TOKEN_FILE": str(token)})
@@ -219,5 +220,21 @@ def test_the_job_token_can_come_from_a_file_but_not_from_both(tmp_path):
     with pytest.raises(UsageError, match=r"^--job_token_file: cannot read the token file"):
         parse_options(["--job_token_file", str(tmp_path / "none"), "train.py"], {})
     (tmp_path / "empty").write_text("\n")
+    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(UsageError, match=r"^--job_token_file: the token file is empty"):
         parse_options(["--job_token_file", str(tmp_path / "empty"), "train.py"], {})
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o602])
+def test_a_token_file_others_can_read_or_write_is_refused_like_a_loose_ssh_key(tmp_path, mode):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(mode)
+    message = (
+        rf"^--job_token_file: refused the token file: others can read or write it \(mode "
+        rf"0{mode:o}\): chmod 600 it, got '{token}'$"
+    )
+    with pytest.raises(UsageError, match=message):
+        parse_options(["--job_token_file", str(token), "train.py"], {})
+    with pytest.raises(UsageError, match=r"from PADDLIKE_JOB_TOKEN_FILE"):
+        parse_options(["train.py"], {"PADDLIKE_JOB_TOKEN_FILE": str(token)})
