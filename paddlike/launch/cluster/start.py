@@ -28,9 +28,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.cluster import gate, pdsh, remote, srun, ssh
-from paddlike.launch.cluster.hostfile import read_hostfile
+from paddlike.launch.cluster.picks import hostfile_picks
 from paddlike.launch.cluster.remote import RemoteJob
-from paddlike.launch.cluster.selection import select_hosts
 from paddlike.launch.cluster.stream import Consoles, Session
 from paddlike.launch.context.options.parser import DEST, split_argv
 from paddlike.launch.context.options.record import PROG, LaunchOptions, UsageError
@@ -50,11 +49,11 @@ CLUSTER_DESTS = frozenset(
         "ssh_port",
         "force_multi",
         "no_ssh_check",
+        "no_ssh",
+        "export_prefixes",
         "dry_run",
     }
 )
-# what each host's command says itself: the user may not say it for all of them
-SET_PER_HOST = ("ips", "node_rank", "nnodes", "host")
 PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
 # a host's launcher failed: the others end on their own (they are told through the
 # rendezvous); past this many seconds more than --kill_timeout, their sessions are closed
@@ -96,33 +95,9 @@ def plan_remote_job(
     from paddlike.launch.plan.nodejob import new_job_id
 
     launcher_args, script = forwarded_args(argv)
-    given = {DEST.get(a.partition("=")[0]) for a in launcher_args}
-    for dest in SET_PER_HOST:
-        if dest in given:
-            raise UsageError(
-                f"--{dest}: each host's launcher is given its own with --hostfile; leave "
-                f"--{dest} out",
-                f"--{dest}",
-            )
     picks: tuple = ()
     if options.hostfile:
-        hosts = read_hostfile(options.hostfile)
-        picks = select_hosts(
-            hosts,
-            include=options.include,
-            exclude=options.exclude,
-            num_nodes=options.num_nodes,
-            num_gpus=options.num_gpus,
-            path=options.hostfile,
-        )
-        counted = any(p.launcher_args() for p in picks)
-        for dest in ("nproc_per_node", "gpus"):
-            if counted and dest in given:
-                raise UsageError(
-                    f"--{dest}: the hostfile's slots (or --include, --num_gpus) say each "
-                    f"host's workers; give one or the other",
-                    f"--{dest}",
-                )
+        picks = hostfile_picks(options, argv)
     elif options.launcher != "slurm":
         raise UsageError(
             f"--launcher {options.launcher}: needs --hostfile FILE (the hosts to start)",
@@ -132,7 +107,11 @@ def plan_remote_job(
         raise UsageError("--include/--exclude: need --hostfile", "--include")
     cwd = cwd or os.getcwd()
     environment = carried_environment(
-        options.export, environ, home=home or os.path.expanduser("~"), cwd=cwd
+        options.export,
+        environ,
+        home=home or os.path.expanduser("~"),
+        cwd=cwd,
+        prefixes=options.export_prefixes,
     )
     return RemoteJob(
         picks=picks,

@@ -37,7 +37,7 @@ def test_each_host_runs_the_launcher_with_its_rank_and_its_own_workers() -> None
             "--node_rank", str(i), "--job_id", "job-1",
         ]  # fmt: skip
         assert launcher[-5:] == ["--log_dir", "my log", "train.py", "--lr", "0.1"]
-    assert words[0][17:19] == ["--nproc_per_node", "2"]
+    assert words[0][17:19] == ["--slots", "2"]
     assert words[1][17:19] == ["--gpus", "0,3"]
     assert words[2][17:19] == ["--log_dir", "my log"]  # its launcher's own default
 

@@ -63,6 +63,31 @@ def test_nproc_per_node_passes_through_when_the_hostfile_has_no_slots(tmp_path) 
     assert job.launcher_args == ("--nproc_per_node", "2")
 
 
+@pytest.mark.parametrize("spelling", ["--devices", "--gpus"])
+def test_gpu_ids_with_slots_are_refused_by_the_spelling_typed(tmp_path, spelling) -> None:
+    with pytest.raises(UsageError, match=f"^{spelling}: the hostfile's slots"):
+        _plan(tmp_path, "h0 slots=2\nh1 slots=2\n", spelling, "0,1")
+
+
+def test_devices_cpu_with_a_hostfile_gives_each_host_its_slots_of_cpu_workers(tmp_path) -> None:
+    job = _plan(tmp_path, "h0 slots=2\nh1 slots=3\n", "--devices", "cpu")
+    assert job.launcher_args == ("--devices", "cpu")  # to every host
+    assert [p.launcher_args() for p in job.picks] == [("--slots", "2"), ("--slots", "3")]
+    with pytest.raises(UsageError, match=r"^--devices cpu: --include/--exclude name GPU ids"):
+        _plan(tmp_path, "h0 slots=2\nh1 slots=3\n", "--devices", "cpu", "-i", "h0:1")
+
+
+def test_deepspeeds_prefixes_are_carried_unless_turned_off(tmp_path) -> None:
+    shell = {"NCCL_SOCKET_IFNAME": "eth9", "PYTHONPATH": "/src", "UCX_TLS": "rc", "HOME": "/h"}
+    (tmp_path / ".deepspeed_env").write_text("NCCL_SOCKET_IFNAME=ib0\n")
+    job = _plan(tmp_path, "h0\nh1\n", environ=shell)
+    assert job.environment == {"NCCL_SOCKET_IFNAME": "ib0", "PYTHONPATH": "/src", "UCX_TLS": "rc"}
+    only = _plan(tmp_path, "h0\nh1\n", "--export_prefixes", "PYTHON", environ=shell)
+    assert only.environment == {"PYTHONPATH": "/src", "NCCL_SOCKET_IFNAME": "ib0"}
+    off = _plan(tmp_path, "h0\nh1\n", "--export_prefixes", "none", environ=shell)
+    assert off.environment == {"NCCL_SOCKET_IFNAME": "ib0"}  # the env file's alone
+
+
 def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]:
     (tmp_path / "hf").write_text("h0 slots=2\nh1 slots=2\n")
     return subprocess.run(
@@ -77,7 +102,7 @@ def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]
 
 def test_dry_run_prints_each_hosts_ssh_command_and_starts_nothing(tmp_path) -> None:
     (tmp_path / ".paddlike_env").write_text("FROM_FILE=1\n")
-    done = _dry_run(tmp_path, "--export", "MINE", env={"MINE": "v"})
+    done = _dry_run(tmp_path, "--export", "MINE", "--export_prefixes", "none", env={"MINE": "v"})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["[h0]", "[h1]"]
@@ -101,14 +126,14 @@ def test_dry_run_with_pdsh_prints_its_one_command(tmp_path) -> None:
 
 
 def test_dry_run_with_slurm_prints_the_srun_command_line(tmp_path) -> None:
-    done = _dry_run(tmp_path, "--launcher", "slurm")
+    done = _dry_run(tmp_path, "--launcher", "slurm", "--export_prefixes", "none")
     assert done.returncode == 0, done.stderr
     words = shlex.split(done.stdout)
     assert words[:12] == [
         "srun", "--nodes", "2", "--ntasks-per-node", "1", "--nodelist", "h0,h1",
         "--kill-on-bad-exit=1", "--chdir", str(tmp_path), sys.executable, "-m",
     ]  # fmt: skip
-    assert words[12:][:5] == ["paddlike.launch", "--job_id", words[14], "--nproc_per_node", "2"]
+    assert words[12:][:5] == ["paddlike.launch", "--job_id", words[14], "--slots", "2"]
     assert words[-3:] == ["train.py", "--x", "1"]
 
 

@@ -1,0 +1,74 @@
+"""The hostfile's hosts after --include/--exclude/--num_nodes/--num_gpus, each with its
+workers, and the refusals of options that say the same thing another way.
+
+Shared by the cluster starter (`start`) and a hostfile of this machine alone (`here`), so
+that the job of one host is refused for what the job of many would be. Messages name
+the option as the user typed it (``--devices``, not the ``--gpus`` it stands for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paddlike.launch.cluster.hostfile import read_hostfile
+from paddlike.launch.cluster.selection import Pick, select_hosts
+from paddlike.launch.context.options.parser import DEST, split_argv
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
+
+# what each host's command says itself: the user may not say it for all of them
+SET_PER_HOST = ("ips", "node_rank", "nnodes", "host", "slots")
+
+
+def hostfile_picks(options: LaunchOptions, argv: Sequence[str]) -> tuple[Pick, ...]:
+    """The hostfile's hosts after the filters, each with its workers; `UsageError` for
+    an option of `SET_PER_HOST` (each host is given its own) or one that contradicts
+    the hostfile's workers."""
+    ours, _ = split_argv(argv)  # spellings normalized, abbreviations written out
+    given = {DEST.get(a.partition("=")[0]) for a in ours}
+    for dest in SET_PER_HOST:
+        if dest in given:
+            raise UsageError(
+                f"--{dest}: each host's launcher is given its own with --hostfile; leave "
+                f"--{dest} out",
+                f"--{dest}",
+            )
+    picks = select_hosts(
+        read_hostfile(options.hostfile or ""),
+        include=options.include,
+        exclude=options.exclude,
+        num_nodes=options.num_nodes,
+        num_gpus=options.num_gpus,
+        path=options.hostfile or "",
+    )
+    counted = any(p.launcher_args() for p in picks)
+    if counted and "nproc_per_node" in given:
+        raise UsageError(
+            f"{_spelled(argv, 'nproc_per_node')}: the hostfile's slots (or --include, "
+            "--num_gpus) say each host's workers; give one or the other",
+            _spelled(argv, "nproc_per_node"),
+        )
+    if counted and options.gpus is not None:
+        raise UsageError(
+            f"{_spelled(argv, 'gpus')}: the hostfile's slots (or --include, --num_gpus) say "
+            "each host's GPUs; give one or the other (--devices cpu: CPU workers, as many "
+            "as the slots)",
+            _spelled(argv, "gpus"),
+        )
+    if options.cpu_only and any(p.devices is not None for p in picks):
+        raise UsageError(
+            f"{_spelled(argv, 'gpus')} cpu: --include/--exclude name GPU ids of the hosts; "
+            "for CPU workers give each host's count as its slots",
+            _spelled(argv, "gpus"),
+        )
+    return picks
+
+
+def _spelled(argv: Sequence[str], dest: str) -> str:
+    """How the user typed option `dest` (``--devices`` for --gpus), for messages."""
+    for arg in argv:
+        name = arg.partition("=")[0]
+        if name == "--":
+            break
+        if name.startswith("-") and DEST.get(name) == dest:
+            return name
+    return f"--{dest}"
