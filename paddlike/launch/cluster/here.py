@@ -8,7 +8,7 @@ unless `--force_multi`; so do we, for a host that names this machine:
     other-host slots=2         -> over ssh, as every other hostfile (it is not this machine)
     localhost slots=2 + --force_multi, or --launcher slurm -> the cluster starter
 
-The host's workers are what they would be over ssh (`start.hostfile_picks`: slots,
+The host's workers are what they would be over ssh (`picks.hostfile_picks`: slots,
 --include's ids, --num_gpus), and the same options are refused. The cluster options
 that only say how to reach hosts (--export, --remote_python, --ssh_args, ...) have no
 host to reach and are ignored, as DeepSpeed ignores them on one machine. The line that
@@ -57,7 +57,15 @@ def run_here(
         num_gpus=None,
         launcher=None,
         slots=pick.workers if pick.devices is None else None,
-        gpus=options.gpus if pick.devices is None else tuple(map(str, pick.devices)),
+        # the pick's GPUs, or its slots (which a --gpus from a variable would contradict:
+        # over ssh it would not be carried either)
+        gpus=(
+            tuple(map(str, pick.devices))
+            if pick.devices is not None
+            else None
+            if pick.workers is not None
+            else options.gpus
+        ),
     )
     note = (
         f"--hostfile {options.hostfile}: its one host, {pick.name}, is this machine: the job "

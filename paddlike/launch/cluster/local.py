@@ -73,7 +73,13 @@ def without_hostfile(
         (options.ssh_args, "--ssh_args"),
         (options.ssh_port, "--ssh_port"),
         (options.force_multi, "--force_multi"),
-        (options.export_prefixes is not None, "--export_prefixes"),
+        # typed: a mistake; from PADDLIKE_EXPORT_PREFIXES (a shell's setting for every
+        # cluster job): nothing to carry on one machine, not a mistake
+        (
+            options.label("export_prefixes") == "--export_prefixes"
+            and options.export_prefixes is not None,
+            "--export_prefixes",
+        ),
     ):
         if given:
             value = f" {options.launcher}" if option == "--launcher" else ""

@@ -43,32 +43,33 @@ def hostfile_picks(options: LaunchOptions, argv: Sequence[str]) -> tuple[Pick, .
     counted = any(p.launcher_args() for p in picks)
     if counted and "nproc_per_node" in given:
         raise UsageError(
-            f"{_spelled(argv, 'nproc_per_node')}: the hostfile's slots (or --include, "
+            f"{_spelled(argv, options, 'nproc_per_node')}: the hostfile's slots (or --include, "
             "--num_gpus) say each host's workers; give one or the other",
-            _spelled(argv, "nproc_per_node"),
+            _spelled(argv, options, "nproc_per_node"),
         )
-    if counted and options.gpus is not None:
+    gpus = _spelled(argv, options, "gpus")
+    if counted and "gpus" in given and not options.cpu_only:
         raise UsageError(
-            f"{_spelled(argv, 'gpus')}: the hostfile's slots (or --include, --num_gpus) say "
-            "each host's GPUs; give one or the other (--devices cpu: CPU workers, as many "
-            "as the slots)",
-            _spelled(argv, "gpus"),
+            f"{gpus}: the hostfile's slots (or --include, --num_gpus) say each host's GPUs; "
+            "give one or the other (--devices cpu: CPU workers, as many as the slots)",
+            gpus,
         )
     if options.cpu_only and any(p.devices is not None for p in picks):
         raise UsageError(
-            f"{_spelled(argv, 'gpus')} cpu: --include/--exclude name GPU ids of the hosts; "
-            "for CPU workers give each host's count as its slots",
-            _spelled(argv, "gpus"),
+            f"{gpus} cpu: --include/--exclude name GPU ids of the hosts; for CPU workers "
+            "give each host's count as its slots",
+            gpus,
         )
     return picks
 
 
-def _spelled(argv: Sequence[str], dest: str) -> str:
-    """How the user typed option `dest` (``--devices`` for --gpus), for messages."""
+def _spelled(argv: Sequence[str], options: LaunchOptions, dest: str) -> str:
+    """How the user gave option `dest`, for messages: as typed (``--devices`` for --gpus),
+    or with its variable (``--gpus (from PADDLE_DEVICES)``)."""
     for arg in argv:
         name = arg.partition("=")[0]
         if name == "--":
             break
         if name.startswith("-") and DEST.get(name) == dest:
             return name
-    return f"--{dest}"
+    return options.label(dest)

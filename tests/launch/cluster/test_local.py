@@ -98,3 +98,10 @@ def test_exclude_on_a_machine_without_gpus_says_so(tmp_path) -> None:
     done = _run(tmp_path, "--exclude", "localhost:1", env=dict(os.environ))
     assert done.returncode == 2
     assert "--exclude: no NVIDIA GPU found on this machine" in done.stderr
+
+
+def test_export_prefixes_from_its_variable_is_no_mistake_on_one_machine(tmp_path) -> None:
+    env = {**os.environ, "PADDLIKE_EXPORT_PREFIXES": "none"}  # a shell's cluster setting
+    done = _run(tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "RAN" in (tmp_path / "log" / "workerlog.0").read_text()
