@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:  # DeepSpeed's one-machine spellings, or a refusal naming the option
             options = without_hostfile(options, argv, environ)
-            here = run_here(options, argv)  # a hostfile of this machine alone: no ssh
+            here = run_here(options, argv, environ=environ)  # this machine alone: no ssh
         except UsageError as exc:
             return _fail(str(exc))
         if here is not None:

@@ -51,7 +51,7 @@ ERRORS = [
      "--num_gpus: cannot be combined with --include/--exclude"),
     ("localhost slots=4", ("--nproc_per_node", "2"), "--nproc_per_node: the hostfile's slots"),
     ("localhost slots=4", ("--devices", "0,1"), "--devices: the hostfile's slots"),
-    ("localhost slots=4", ("--no_ssh",), "--no_ssh: not taken"),
+    ("localhost slots=4", ("--no_ssh",), "--no_ssh: needs --hostfile FILE and --node_rank I"),
 ]  # fmt: skip
 
 

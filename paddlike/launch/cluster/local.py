@@ -31,10 +31,9 @@ NO_SSH_CHECK = (
 
 
 NO_SSH = (
-    "--no_ssh: not taken: DeepSpeed's per-node start is paddlike's own command: run "
-    "python -m paddlike.launch --ips HOST0,HOST1,... --node_rank I (the hostfile's hosts, "
-    "in order; this host's index) with the same options on each host, or drop --no_ssh to "
-    "start every host from here"
+    "--no_ssh: needs --hostfile FILE and --node_rank I: the same command on each host "
+    "starts that host's share (I: its index in the hostfile, after the filters), as in "
+    "DeepSpeed; or drop --no_ssh to start every host from here"
 )
 
 
@@ -44,7 +43,7 @@ def without_hostfile(
     """The options to run with (the local meanings applied), or `UsageError`."""
     if options.no_ssh_check:
         raise UsageError(NO_SSH_CHECK, "--no_ssh_check")
-    if options.no_ssh:
+    if options.no_ssh and (not options.hostfile or options.node_rank is None):
         raise UsageError(NO_SSH, "--no_ssh")
     if (options.include or options.exclude) and (
         options.num_nodes is not None or options.num_gpus is not None

@@ -15,17 +15,39 @@ from paddlike.launch.cluster.selection import Pick, select_hosts
 from paddlike.launch.context.options.parser import DEST, split_argv
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 
+# our options that say how to start the cluster: kept here, never passed to the hosts
+CLUSTER_DESTS = frozenset(
+    {
+        "hostfile",
+        "include",
+        "exclude",
+        "num_nodes",
+        "num_gpus",
+        "launcher",
+        "export",
+        "remote_python",
+        "ssh_args",
+        "ssh_port",
+        "force_multi",
+        "no_ssh_check",
+        "no_ssh",
+        "export_prefixes",
+        "dry_run",
+    }
+)
 # what each host's command says itself: the user may not say it for all of them
 SET_PER_HOST = ("ips", "node_rank", "nnodes", "host", "slots")
 
 
-def hostfile_picks(options: LaunchOptions, argv: Sequence[str]) -> tuple[Pick, ...]:
+def hostfile_picks(
+    options: LaunchOptions, argv: Sequence[str], allowed: Sequence[str] = ()
+) -> tuple[Pick, ...]:
     """The hostfile's hosts after the filters, each with its workers; `UsageError` for
-    an option of `SET_PER_HOST` (each host is given its own) or one that contradicts
-    the hostfile's workers."""
+    an option of `SET_PER_HOST` (each host is given its own; those `allowed` excepted)
+    or one that contradicts the hostfile's workers."""
     ours, _ = split_argv(argv)  # spellings normalized, abbreviations written out
     given = {DEST.get(a.partition("=")[0]) for a in ours}
-    for dest in SET_PER_HOST:
+    for dest in (d for d in SET_PER_HOST if d not in allowed):
         if dest in given:
             raise UsageError(
                 f"--{dest}: each host's launcher is given its own with --hostfile; leave "
@@ -73,3 +95,24 @@ def _spelled(argv: Sequence[str], options: LaunchOptions, dest: str) -> str:
         if name.startswith("-") and DEST.get(name) == dest:
             return name
     return options.label(dest)
+
+
+def forwarded_args(
+    argv: Sequence[str], keep: frozenset[str] = frozenset()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The user's launcher options without the cluster ones (and without --job_id, which
+    `plan_remote_job` gives every host; those of `keep` stay), and the script with its
+    args."""
+    from paddlike.launch.context.options.values import FLAGS
+
+    ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
+    kept: list[str] = []
+    i = 0
+    while i < len(ours):
+        name, eq, _ = ours[i].partition("=")
+        dest = DEST.get(name)
+        width = 2 if dest is not None and dest not in FLAGS and not eq else 1
+        if (dest not in CLUSTER_DESTS and dest != "job_id") or dest in keep:
+            kept.extend(ours[i : i + width])
+        i += width
+    return tuple(kept), tuple(script)

@@ -28,32 +28,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.cluster import gate, pdsh, remote, srun, ssh
-from paddlike.launch.cluster.picks import hostfile_picks
+from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks
 from paddlike.launch.cluster.remote import RemoteJob
 from paddlike.launch.cluster.stream import Consoles, Session
-from paddlike.launch.context.options.parser import DEST, split_argv
 from paddlike.launch.context.options.record import PROG, LaunchOptions, UsageError
 
-# our options that say how to start the cluster: kept here, never passed to the hosts
-CLUSTER_DESTS = frozenset(
-    {
-        "hostfile",
-        "include",
-        "exclude",
-        "num_nodes",
-        "num_gpus",
-        "launcher",
-        "export",
-        "remote_python",
-        "ssh_args",
-        "ssh_port",
-        "force_multi",
-        "no_ssh_check",
-        "no_ssh",
-        "export_prefixes",
-        "dry_run",
-    }
-)
 PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
 # a host's launcher failed: the others end on their own (they are told through the
 # rendezvous); past this many seconds more than --kill_timeout, their sessions are closed
@@ -61,24 +40,6 @@ FAILURE_GRACE = 10.0
 SESSIONS_MARGIN = 15.0  # closed sessions still running after --kill_timeout + this: killed
 AGAIN_MARGIN = 5.0  # after a second signal: sessions still running after this are killed
 ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def forwarded_args(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The user's launcher options without the cluster ones (and without --job_id, which
-    `plan_remote_job` gives every host), and the script with its args."""
-    from paddlike.launch.context.options.values import FLAGS
-
-    ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
-    kept: list[str] = []
-    i = 0
-    while i < len(ours):
-        name, eq, _ = ours[i].partition("=")
-        dest = DEST.get(name)
-        width = 2 if dest is not None and dest not in FLAGS and not eq else 1
-        if dest not in CLUSTER_DESTS and dest != "job_id":
-            kept.extend(ours[i : i + width])
-        i += width
-    return tuple(kept), tuple(script)
 
 
 def plan_remote_job(

@@ -5,6 +5,7 @@ network namespace with no sshd in it, so a job that needed ssh would be refused.
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,3 +53,21 @@ def test_force_multi_sends_the_one_host_over_ssh(tmp_path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert "host localhost: ssh: connection refused" in done.stderr
     assert not (tmp_path / "log").exists()  # nothing started
+
+
+def test_no_ssh_runs_each_hosts_share_where_the_same_command_is_typed(tmp_path) -> None:
+    """DeepSpeed's --no_ssh --node_rank I: the same command on every host (no sshd
+    anywhere); each starts its own launcher as node I of the hostfile's hosts."""
+    (tmp_path / "hostfile").write_text("h0 slots=1\nh1 slots=2\n")
+    worker = write_worker(tmp_path)
+    with netns_cluster(2, ["h0", "h1"]) as cluster:
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            argv = [*LAUNCH, "--hostfile", str(tmp_path / "hostfile"), "--no_ssh",
+                    "--node_rank", str(i), "--log_dir", str(tmp_path / f"log{i}"),
+                    "--rdzv_timeout", "60", str(worker)]  # fmt: skip
+            procs.append(node.popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True))
+        errs = [p.communicate(timeout=90)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert _ranks(tmp_path / "log0") == [0] and _ranks(tmp_path / "log1") == [1, 2]
+    assert "this host runs node 1 (h1) of 2" in errs[1]

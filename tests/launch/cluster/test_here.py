@@ -52,3 +52,17 @@ def test_one_host_of_this_machine_becomes_this_launchers_own_options(tmp_path) -
 )
 def test_the_others_go_to_their_hosts(tmp_path, hostfile, args) -> None:
     assert _here(tmp_path, hostfile, *args) is None
+
+
+def test_no_ssh_makes_this_host_node_i_of_the_hostfiles_hosts(tmp_path) -> None:
+    (tmp_path / "hf").write_text("h0 slots=1\nh1 slots=3\nh2\n")
+    argv = ["--hostfile", str(tmp_path / "hf"), "--no_ssh", "--node_rank", "1", "-e", "h0",
+            "--job_id", "J", "--max_restarts", "2", "train.py", "--lr", "1"]  # fmt: skip
+    options, note = run_here(parse_options(argv, {}), argv, environ={})
+    assert (options.ips, options.node_rank, options.slots) == (("h1", "h2"), 1, None)
+    assert (options.job_id, options.max_restarts, options.hostfile) == ("J", 2, None)
+    assert options.training_script_args == ("--lr", "1")
+    assert "this host runs node 1 (h2) of 2" in note
+    argv[argv.index("-e") : argv.index("-e") + 2] = []
+    options, _ = run_here(parse_options(argv, {}), argv, environ={})
+    assert (options.ips, options.node_rank, options.slots) == (("h0", "h1", "h2"), 1, 3)

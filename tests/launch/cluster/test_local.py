@@ -64,7 +64,7 @@ def test_num_gpus_without_gpus_is_refused_by_its_own_name_not_run_on_one_cpu_wor
         (("--launcher", "pdsh"), "--launcher pdsh: needs --hostfile FILE"),
         (("--include", "h1:0"), "--include: host 'h1' needs --hostfile FILE"),
         (("--no_ssh_check",), "--no_ssh_check: not skipped here"),
-        (("--no_ssh",), "--no_ssh: not taken"),  # its own reason, not --no_ssh_check's
+        (("--no_ssh",), "--no_ssh: needs --hostfile FILE and --node_rank"),  # not --no_ssh_check
         (("--export_prefixes", "NCCL"), "--export_prefixes: needs --hostfile FILE"),
         # DeepSpeed refuses these together; the include is not dropped
         (("--num_gpus", "1", "-i", "localhost:3"), "--num_gpus: cannot be combined with"),

@@ -246,8 +246,9 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
             (
                 ("--no_ssh",),
-                "DeepSpeed's; refused: run the per-node command on each host instead "
-                "(--ips with the hostfile's hosts, --node_rank I)",
+                "as in DeepSpeed: with --hostfile and --node_rank I, start only this host's "
+                "share, as node I of the hostfile's hosts (the same command typed on each "
+                "host; no ssh)",
             ),
             (
                 ("--no_ssh_check",),
