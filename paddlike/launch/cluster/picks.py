@@ -1,5 +1,6 @@
 """The hostfile's hosts after --include/--exclude/--num_nodes/--num_gpus, each with its
-workers, and the refusals of options that say the same thing another way.
+workers, and the refusals of options that say the same thing another way; and which of
+the user's options every host's launcher is passed on (`forwarded_args`).
 
 Shared by the cluster starter (`start`) and a hostfile of this machine alone (`here`), so
 that the job of one host is refused for what the job of many would be. Messages name
