@@ -40,6 +40,8 @@ def _cluster_only(options: LaunchOptions) -> bool:
         or options.ssh_port
         or options.force_multi
         or options.no_ssh_check
+        or options.no_ssh
+        or options.export_prefixes is not None
     )
 
 
@@ -245,13 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return _fail(str(exc))
     if options.hostfile or options.launcher or _cluster_only(options):
+        from paddlike.launch.cluster.here import run_here
         from paddlike.launch.cluster.local import without_hostfile
 
         try:  # DeepSpeed's one-machine spellings, or a refusal naming the option
             options = without_hostfile(options, argv, environ)
+            here = run_here(options, argv, environ=environ)  # this machine alone: no ssh
         except UsageError as exc:
             return _fail(str(exc))
-        if options.hostfile or options.launcher:  # one command for the whole cluster
+        if here is not None:
+            options, note = here
+            print(f"{PROG}: {note}", file=sys.stderr, flush=True)
+        elif options.hostfile or options.launcher:  # one command for the whole cluster
             from paddlike.launch.cluster.start import start_cluster
 
             return start_cluster(options, argv, environ)

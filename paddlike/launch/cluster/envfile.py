@@ -2,6 +2,7 @@
 
 Read in this order, a later one winning for the same name:
 
+    this shell's NCCL_*, PYTHON*, ... (`carried`: DeepSpeed's prefixes, --export_prefixes)
     ~/.deepspeed_env   ./.deepspeed_env   ~/.paddlike_env   ./.paddlike_env   --export NAME
 
 (DeepSpeed's file first so that a paddlike-specific file can override it; the working
@@ -46,10 +47,18 @@ def parse_env_file(text: str, path: str) -> dict[str, str]:
 
 
 def carried_environment(
-    exported: Sequence[str], environ: Mapping[str, str], *, home: str, cwd: str
+    exported: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    home: str,
+    cwd: str,
+    prefixes: Sequence[str] | None = None,
 ) -> dict[str, str]:
-    """NAME -> VALUE for every host's launcher (see the module's order)."""
-    carried: dict[str, str] = {}
+    """NAME -> VALUE for every host's launcher (see the module's order); `prefixes`:
+    --export_prefixes (None: DeepSpeed's)."""
+    from paddlike.launch.cluster.carried import carried_by_prefix
+
+    carried = carried_by_prefix(environ, prefixes)
     for path in dict.fromkeys(env_file_paths(home, cwd)):  # home == cwd: read once
         try:
             carried.update(parse_env_file(read_private(path), path))

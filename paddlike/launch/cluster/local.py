@@ -7,8 +7,10 @@
     --exclude localhost:1     every visible GPU but 1
     --num_nodes 1             this machine: nothing to change
 
-Every other cluster option only means something with hosts to start (--num_nodes > 1,
---export, --remote_python, --ssh_args, --ssh_port, --force_multi, --launcher ssh|pdsh):
+--num_nodes or --num_gpus with --include/--exclude is refused, as DeepSpeed refuses it
+(with a hostfile too). Every other cluster option only means something with hosts to
+start (--num_nodes > 1, --export, --export_prefixes, --remote_python, --ssh_args,
+--ssh_port, --force_multi, --launcher ssh|pdsh):
 one line naming it ("needs --hostfile"), exit 2, never silently ignored. `--launcher
 slurm` without a hostfile starts srun over the allocation's nodes (`srun`), so outside an
 allocation (no SLURM_JOB_ID) it is refused here, before srun is looked for.
@@ -28,12 +30,30 @@ NO_SSH_CHECK = (
 )
 
 
+NO_SSH = (
+    "--no_ssh: needs --hostfile FILE and --node_rank I: the same command on each host "
+    "starts that host's share (I: its index in the hostfile, after the filters), as in "
+    "DeepSpeed; or drop --no_ssh to start every host from here"
+)
+
+
 def without_hostfile(
     options: LaunchOptions, argv: Sequence[str], environ: Mapping[str, str]
 ) -> LaunchOptions:
     """The options to run with (the local meanings applied), or `UsageError`."""
     if options.no_ssh_check:
         raise UsageError(NO_SSH_CHECK, "--no_ssh_check")
+    if options.no_ssh and (not options.hostfile or options.node_rank is None):
+        raise UsageError(NO_SSH, "--no_ssh")
+    if (options.include or options.exclude) and (
+        options.num_nodes is not None or options.num_gpus is not None
+    ):  # DeepSpeed refuses these together, with a hostfile or without
+        which = "--num_nodes" if options.num_nodes is not None else "--num_gpus"
+        raise UsageError(
+            f"{which}: cannot be combined with --include/--exclude (they say which hosts and "
+            "devices already; as in DeepSpeed)",
+            which,
+        )
     if options.hostfile:
         return options
     if options.launcher == "slurm":
@@ -52,6 +72,13 @@ def without_hostfile(
         (options.ssh_args, "--ssh_args"),
         (options.ssh_port, "--ssh_port"),
         (options.force_multi, "--force_multi"),
+        # typed: a mistake; from PADDLIKE_EXPORT_PREFIXES (a shell's setting for every
+        # cluster job): nothing to carry on one machine, not a mistake
+        (
+            options.label("export_prefixes") == "--export_prefixes"
+            and options.export_prefixes is not None,
+            "--export_prefixes",
+        ),
     ):
         if given:
             value = f" {options.launcher}" if option == "--launcher" else ""

@@ -7,9 +7,11 @@ DeepSpeed's filters, on the hostfile's hosts (the node order stays the file's):
     --num_nodes N        the first N hosts;  --num_gpus N: N workers on each host
 
 A host picked with device ids gets `--gpus` with them; otherwise its slots (or
---num_gpus) become `--nproc_per_node`; a host without either starts its launcher's own
-default. Mistakes (a host not in the file, a device past its slots, --include with
---exclude, nothing left) are `UsageError`s naming the option and the value.
+--num_gpus) become `--slots`: one worker on each of its GPUs 0..N-1, as DeepSpeed reads
+slots (N CPU workers on a host without GPUs); a host without either starts its
+launcher's own default. A host named twice in a filter is merged, as DeepSpeed merges
+it (``a:1@a:0,1`` is a:0,1). Mistakes (a host not in the file, a device past its slots,
+--include with --exclude, nothing left) are `UsageError`s naming the option and the value.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Pick(NamedTuple):
     """One host of the job, in node order."""
 
     name: str
-    workers: int | None  # --nproc_per_node for this host; None: its launcher's default
+    workers: int | None  # --slots for this host; None: its launcher's default
     devices: tuple[int, ...] | None = None  # --gpus for this host (from --include/--exclude)
 
     def launcher_args(self) -> tuple[str, ...]:
@@ -39,12 +41,14 @@ class Pick(NamedTuple):
         if self.devices is not None:
             return ("--gpus", ",".join(map(str, self.devices)))
         if self.workers is not None:
-            return ("--nproc_per_node", str(self.workers))
+            return ("--slots", str(self.workers))
         return ()
 
 
 def parse_filter(text: str, option: str) -> dict[str, tuple[int, ...] | None]:
-    """``a:0,1@b`` -> {"a": (0, 1), "b": None} (None: the whole host)."""
+    """``a:0,1@b`` -> {"a": (0, 1), "b": None} (None: the whole host); a host named
+    twice gets the union of its ids (``a:1@a:0,1`` -> (0, 1); ``a@a:1`` -> (1,), as in
+    DeepSpeed, where named ids win over the whole host)."""
     picked: dict[str, tuple[int, ...] | None] = {}
     for part in text.split(HOST_SEP):
         name, sep, ids = part.strip().partition(DEVICES_SEP)
@@ -63,8 +67,9 @@ def parse_filter(text: str, option: str) -> dict[str, tuple[int, ...] | None]:
                     option,
                 )
             devices = tuple(sorted({int(t) for t in items}))
-        if name in picked:
-            raise UsageError(f"{option}: host {name!r} is named twice in {text!r}", option)
+        before = picked.get(name)
+        if before is not None:
+            devices = tuple(sorted({*before, *(devices or ())}))
         picked[name] = devices
     return picked
 

@@ -28,35 +28,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.cluster import gate, pdsh, remote, srun, ssh
-from paddlike.launch.cluster.hostfile import read_hostfile
+from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks
 from paddlike.launch.cluster.remote import RemoteJob
-from paddlike.launch.cluster.selection import select_hosts
 from paddlike.launch.cluster.stream import Consoles, Session
-from paddlike.launch.context.options.parser import DEST, split_argv
 from paddlike.launch.context.options.record import PROG, LaunchOptions, UsageError
 
-# our options that say how to start the cluster: kept here, never passed to the hosts
-CLUSTER_DESTS = frozenset(
-    {
-        "hostfile",
-        "include",
-        "exclude",
-        "num_nodes",
-        "num_gpus",
-        "launcher",
-        "export",
-        "remote_python",
-        "ssh_args",
-        "ssh_port",
-        "force_multi",
-        "no_ssh_check",
-        "dry_run",
-    }
-)
-# secrets: every host gets the token in its environment (`plan_remote_job`), never in argv
-SECRET_DESTS = frozenset({"job_token", "job_token_file"})
-# what each host's command says itself: the user may not say it for all of them
-SET_PER_HOST = ("ips", "node_rank", "nnodes", "host")
 PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
 # a host's launcher failed: the others end on their own (they are told through the
 # rendezvous); past this many seconds more than --kill_timeout, their sessions are closed
@@ -64,25 +40,6 @@ FAILURE_GRACE = 10.0
 SESSIONS_MARGIN = 15.0  # closed sessions still running after --kill_timeout + this: killed
 AGAIN_MARGIN = 5.0  # after a second signal: sessions still running after this are killed
 ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def forwarded_args(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The user's launcher options without the cluster ones (and without --job_id, which
-    `plan_remote_job` gives every host, and the token, which travels in the hosts'
-    environment), and the script with its args."""
-    from paddlike.launch.context.options.values import FLAGS
-
-    ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
-    kept: list[str] = []
-    i = 0
-    while i < len(ours):
-        name, eq, _ = ours[i].partition("=")
-        dest = DEST.get(name)
-        width = 2 if dest is not None and dest not in FLAGS and not eq else 1
-        if dest not in CLUSTER_DESTS and dest not in SECRET_DESTS and dest != "job_id":
-            kept.extend(ours[i : i + width])
-        i += width
-    return tuple(kept), tuple(script)
 
 
 def plan_remote_job(
@@ -104,33 +61,9 @@ def plan_remote_job(
     from paddlike.launch.plan.nodejob import new_job_id
 
     launcher_args, script = forwarded_args(argv)
-    given = {DEST.get(a.partition("=")[0]) for a in launcher_args}
-    for dest in SET_PER_HOST:
-        if dest in given:
-            raise UsageError(
-                f"--{dest}: each host's launcher is given its own with --hostfile; leave "
-                f"--{dest} out",
-                f"--{dest}",
-            )
     picks: tuple = ()
     if options.hostfile:
-        hosts = read_hostfile(options.hostfile)
-        picks = select_hosts(
-            hosts,
-            include=options.include,
-            exclude=options.exclude,
-            num_nodes=options.num_nodes,
-            num_gpus=options.num_gpus,
-            path=options.hostfile,
-        )
-        counted = any(p.launcher_args() for p in picks)
-        for dest in ("nproc_per_node", "gpus"):
-            if counted and dest in given:
-                raise UsageError(
-                    f"--{dest}: the hostfile's slots (or --include, --num_gpus) say each "
-                    f"host's workers; give one or the other",
-                    f"--{dest}",
-                )
+        picks = hostfile_picks(options, argv)
     elif options.launcher != "slurm":
         raise UsageError(
             f"--launcher {options.launcher}: needs --hostfile FILE (the hosts to start)",
@@ -140,7 +73,11 @@ def plan_remote_job(
         raise UsageError("--include/--exclude: need --hostfile", "--include")
     cwd = cwd or os.getcwd()
     environment = carried_environment(
-        options.export, environ, home=home or os.path.expanduser("~"), cwd=cwd
+        options.export,
+        environ,
+        home=home or os.path.expanduser("~"),
+        cwd=cwd,
+        prefixes=options.export_prefixes,
     )
     environment[JOB_TOKEN] = options.job_token or secrets.token_hex(16)
     environment.pop(remote.TOKEN_FILE_VARIABLE, None)  # the token itself travels

@@ -10,7 +10,9 @@ Without ``--gpus`` a node gets one worker per *visible* GPU: CUDA_VISIBLE_DEVICE
 the way CUDA reads it (indices or ``GPU-``/``MIG-`` UUIDs; an entry that names no GPU
 hides itself and every entry after it). UUIDs are matched through NVML; with only
 /proc they count as visible GPUs, in order. ``--nproc_per_node K`` splits the visible
-GPUs into K contiguous slices. CPU workers only when no GPU is visible, or with
+GPUs into K contiguous slices. ``--slots N`` (a hostfile's ``host slots=N``, as DeepSpeed
+reads it) is one worker on each of the first N visible GPUs, the rest unused; N CPU
+workers where none is visible. CPU workers only when no GPU is visible, or with
 ``--devices cpu`` / ``--nproc_per_node cpu``.
 
 ``--gpus`` ids are physical ids (entries of CUDA_VISIBLE_DEVICES when it is set), and
@@ -20,6 +22,7 @@ workers get their position in the visible list, as Paddle's launcher does:
     (unset), 2 GPUs        -        -                  0 | 1
     2,3 (4 GPUs)           -        -                  0 | 1
     (unset), 4 GPUs        -        2                  0,1 | 2,3
+    (unset), 8 GPUs        --slots 3                   0 | 1 | 2
     2,3                    3        -                  1
     2,3                    1        -                  error: 1 is not in CUDA_VISIBLE_DEVICES
     (unset), 1 GPU         -        2                  error: two workers on one GPU
@@ -266,6 +269,28 @@ def _split(
     )
 
 
+def _first_gpus(
+    relative: Sequence[str], physical: Sequence[str], slots: int, what: str
+) -> DeviceAssignment:
+    """--slots N: one worker on each of the first N visible GPUs (DeepSpeed's slots)."""
+    if slots > len(relative):
+        raise UsageError(
+            f"--slots: {slots} (the hostfile's slots={slots} for this host) asks for more GPUs "
+            f"than this node has visible ({what}); give slots={len(relative)} or fewer",
+            "--slots",
+        )
+    unused = len(relative) - slots
+    rule = f"--slots {slots}: one worker on each of GPUs 0..{slots - 1}" + (
+        f" ({unused} unused)" if unused else ""
+    )
+    return DeviceAssignment(
+        "gpu",
+        tuple((d,) for d in relative[:slots]),
+        tuple((d,) for d in physical[:slots]),
+        f"{what}: {rule}",
+    )
+
+
 def assign_devices(
     gpus: Sequence[str] | None,
     nproc_per_node: int | None,
@@ -277,6 +302,7 @@ def assign_devices(
     cpu_only: bool = False,
     cpu_count: int = 1,
     dry_run: bool = False,
+    slots: int | None = None,
 ) -> DeviceAssignment:
     """Split this node's devices among its workers: contiguous slices, in order.
 
@@ -289,6 +315,8 @@ def assign_devices(
         found = NodeGpus(gpu_count or 0, (), NVIDIA_GPUS_DIR if gpu_count else "", "given")
     if nproc_kind == "cpu":
         return _cpu(cpu_count, f"--nproc_per_node cpu: one CPU worker per CPU ({cpu_count})")
+    if slots is not None and cpu_only:
+        return _cpu(slots, f"--slots {slots}, --devices cpu: CPU workers")
     if cpu_only:
         if nproc_kind == "auto":
             return _cpu(cpu_count, f"--devices cpu, --nproc_per_node auto: {cpu_count} CPUs")
@@ -309,10 +337,12 @@ def assign_devices(
             )
         if nproc_kind == "auto":
             return _cpu(cpu_count, f"{why}: --nproc_per_node auto runs one CPU worker per CPU")
-        return _cpu(nproc_per_node or 1, f"{why}: CPU workers")
+        return _cpu(slots or nproc_per_node or 1, f"{why}: CPU workers")
     physical = visible.physical
     relative = tuple(str(i) for i in range(len(physical)))
     what = _found(found) + (f", {visible.note}" if visible.note else "")
+    if slots is not None:
+        return _first_gpus(relative, physical, slots, what)
     nproc = nproc_per_node or len(physical)
     return _split(relative, physical, nproc, f"this node ({what})", what)
 
@@ -377,6 +407,19 @@ def _missing_gpus(gpus: Sequence[str], found: NodeGpus, shown: str) -> str | Non
 
 def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAssignment:
     """This node's devices for its workers: the one call the launcher makes (probes GPUs)."""
+    if options.slots is not None:
+        other = (
+            "--gpus" if options.gpus is not None
+            else "--nproc_per_node" if options.nproc_per_node is not None
+            or options.nproc_per_node_kind is not None
+            else None
+        )  # fmt: skip
+        if other:
+            raise UsageError(
+                f"--slots: says this host's workers already (one on each of GPUs 0.."
+                f"{options.slots - 1}); give it or {other}, not both",
+                "--slots",
+            )
     needs_gpus = not options.cpu_only and options.nproc_per_node_kind != "cpu"
     return assign_devices(
         options.gpus,
@@ -387,4 +430,5 @@ def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAs
         cpu_only=options.cpu_only,
         cpu_count=os.cpu_count() or 1,
         dry_run=options.dry_run,
+        slots=options.slots,
     )

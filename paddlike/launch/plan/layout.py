@@ -201,6 +201,9 @@ class PortRequest(NamedTuple):
     source: str = ""  # where `start` came from (--start_port, PADDLE_START_PORT, ...)
     limit: int | None = None  # how many ports from `start` the source grants (--ports_num)
     workers_port: int | None = None  # claimed last: the workers' store (--master_port)
+    # given ports on a node that does not host the workers' store: its entry's store slot,
+    # published but neither claimed nor used (only node 0's is read: `collective_layout`)
+    unused_slot: int | None = None
 
 
 def port_request(
@@ -217,7 +220,10 @@ def port_request(
     store, on the node that hosts it: `hosts_workers_store`) is claimed rather than free;
     one node with a start port takes consecutive ones from it. Many nodes reserve free ones
     (they trade them at the rendezvous), except PaddleCloud's given ports (PADDLE_PORT with
-    TRAINER_PORTS_NUM: only those are open), which every node takes from PADDLE_PORT.
+    TRAINER_PORTS_NUM: only those are open), which every node takes from PADDLE_PORT: its
+    trainers' ports, and the workers' store's on the node that hosts it only (node 0: a
+    given --master_port, else the port after its trainers'); the other nodes need just
+    their trainers' ports, as under Paddle's own launcher.
 
     | reserve | nnodes | workers_port | hosts it | start_port_from | -> count, start, workers |
     | ------- | ------ | ------------ | -------- | --------------- | ------------------------ |
@@ -227,7 +233,10 @@ def port_request(
     | 3       | 2      | 6170         | no       | -               | 3 free                   |
     | 3       | 1      | 6170         | (always) | --start_port    | 2 from start + 6170      |
     | 3       | 2      | None         | any      | --start_port    | 3 free                   |
-    | 3       | 2      | None         | any      | PADDLE_PORT     | 3 from start             |
+    | 3       | 2      | None         | yes      | PADDLE_PORT     | 3 from start             |
+    | 3       | 2      | None         | no       | PADDLE_PORT     | 2 from start (+ unused)  |
+    | 3       | 2      | 6170         | yes      | PADDLE_PORT     | 2 from start + 6170      |
+    | 3       | 2      | 6170         | no       | PADDLE_PORT     | 2 from start (+ unused)  |
     """
     if not reserve:
         return PortRequest(0)
@@ -235,12 +244,17 @@ def port_request(
     count = reserve - 1 if claim else reserve
     everywhere = ports_given_everywhere(start_port_from)
     given = start_port_from and (nnodes == 1 or everywhere) and start_port is not None
+    unused_slot = None
+    if given and everywhere and nnodes > 1 and not hosts_workers_store and start_port:
+        count = reserve - 1  # the workers' store is another node's: not one of our ports
+        unused_slot = workers_port if workers_port is not None else start_port + count
     return PortRequest(
         count,
         start=start_port if given else None,
         source=(start_port_from or "") if given else "",
         limit=ports_num if given else None,
         workers_port=workers_port if claim else None,
+        unused_slot=unused_slot,
     )
 
 

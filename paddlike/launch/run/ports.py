@@ -264,9 +264,7 @@ def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
         reserve=job.reserve,
         nnodes=job.nnodes,
         workers_port=job.workers_port,
-        hosts_workers_store=job.workers_port is not None
-        and job.nnodes > 1
-        and (job.index == 0 if job.rank_known else _may_host_store(job)),
+        hosts_workers_store=job.nnodes > 1 and _hosts_workers_store(job),
         start_port=options.start_port,
         start_port_from=options.start_port_from,
         ports_num=options.ports_num,
@@ -279,6 +277,8 @@ def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
         ports = reserve_ports(request.count, job.host)
         while job.workers_port in ports:  # free by chance: the workers' port is not theirs
             ports = reserve_ports(request.count, job.host)
+    if request.unused_slot is not None:  # given ports; the workers' store is elsewhere
+        return (*ports, request.unused_slot)
     if request.workers_port is None:
         return ports
     overlap = workers_port_overlap(request, ports)
@@ -286,6 +286,14 @@ def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
         raise PortTakenError(overlap)
     claimed = claim_ports(request.workers_port, 1, job.host, source="--master_port")
     return (*ports, *claimed)
+
+
+def _hosts_workers_store(job: NodeJob) -> bool:
+    """Node 0 hosts the workers' store; before the rank is known, the node a given
+    --master_port's master names (without one: assumed, the port is then reserved)."""
+    if job.rank_known:
+        return job.index == 0
+    return job.workers_port is None or _may_host_store(job)
 
 
 def _may_host_store(job: NodeJob) -> bool:

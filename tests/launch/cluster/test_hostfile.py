@@ -54,3 +54,38 @@ def test_horovods_host_colon_slots_gets_the_hostfile_spelling() -> None:
         "Horovod's tc0:2 is written 'tc0 slots=2' here"
     )
     assert parse_hostfile("fd00::2 slots=1\n")[0].name == "fd00::2"  # IPv6 stays a name
+
+
+# DeepSpeed's tests/unit/launcher/test_run.py (test_hostfile_good / test_hostfiles_bad),
+# translated; "missingslots" is a host with its own default here (slots= may be left out)
+DS_GOOD = """
+    worker-1 slots=2
+    worker-2 slots=2
+
+    localhost slots=1
+    123.23.12.10 slots=2
+
+    #worker-1 slots=3
+    # this is a comment
+
+    """
+
+
+def test_deepspeeds_good_hostfile() -> None:
+    assert parse_hostfile(DS_GOOD) == (
+        Host("worker-1", 2), Host("worker-2", 2), Host("localhost", 1), Host("123.23.12.10", 2),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("worker-1 slots=2\nworker-2 slots=1\nworker-1 slots=1\n", "'worker-1' is listed twice"),
+        ("this is bad slots=1\n", "expected 'host' or 'host slots=N'"),
+        ("\n    \n", "lists no host"),
+        ("worker-1 slots=2\nthis is bad slots=1\nworker-2 slots=4\n", "line 2: expected"),
+    ],
+)
+def test_deepspeeds_bad_hostfiles(text, message) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_hostfile(text, "hf")

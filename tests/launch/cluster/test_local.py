@@ -64,6 +64,11 @@ def test_num_gpus_without_gpus_is_refused_by_its_own_name_not_run_on_one_cpu_wor
         (("--launcher", "pdsh"), "--launcher pdsh: needs --hostfile FILE"),
         (("--include", "h1:0"), "--include: host 'h1' needs --hostfile FILE"),
         (("--no_ssh_check",), "--no_ssh_check: not skipped here"),
+        (("--no_ssh",), "--no_ssh: needs --hostfile FILE and --node_rank"),  # not --no_ssh_check
+        (("--export_prefixes", "NCCL"), "--export_prefixes: needs --hostfile FILE"),
+        # DeepSpeed refuses these together; the include is not dropped
+        (("--num_gpus", "1", "-i", "localhost:3"), "--num_gpus: cannot be combined with"),
+        (("--num_nodes", "1", "-e", "localhost:0"), "--num_nodes: cannot be combined with"),
         (("--num_gpus", "2", "--nproc_per_node", "2"), "--num_gpus: says this machine's GPUs"),
     ],
 )
@@ -93,3 +98,10 @@ def test_exclude_on_a_machine_without_gpus_says_so(tmp_path) -> None:
     done = _run(tmp_path, "--exclude", "localhost:1", env=dict(os.environ))
     assert done.returncode == 2
     assert "--exclude: no NVIDIA GPU found on this machine" in done.stderr
+
+
+def test_export_prefixes_from_its_variable_is_no_mistake_on_one_machine(tmp_path) -> None:
+    env = {**os.environ, "PADDLIKE_EXPORT_PREFIXES": "none"}  # a shell's cluster setting
+    done = _run(tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "RAN" in (tmp_path / "log" / "workerlog.0").read_text()

@@ -49,7 +49,7 @@ def test_each_host_runs_the_launcher_with_its_rank_and_its_own_workers() -> None
             "--node_rank", str(i), "--job_id", "job-1",
         ]  # fmt: skip
         assert launcher[-5:] == ["--log_dir", "my log", "train.py", "--lr", "0.1"]
-    assert _launcher_words(scripts[0])[9:11] == ["--nproc_per_node", "2"]
+    assert _launcher_words(scripts[0])[9:11] == ["--slots", "2"]
     assert _launcher_words(scripts[1])[9:11] == ["--gpus", "0,3"]
     assert _launcher_words(scripts[2])[9:11] == ["--log_dir", "my log"]  # its own default
 

@@ -44,7 +44,6 @@ def test_the_filters_pick_hosts_and_devices(kwargs, picks) -> None:
         ({"exclude": "a@z"}, "--exclude: host 'z' is not in the hostfile hf"),
         ({"include": "c:2"}, r"--include: c has slots=2 \(devices 0..1\), got device 2"),
         ({"include": "a:x"}, "--include: expected device ids after 'a:'"),
-        ({"include": "a@a:1"}, "--include: host 'a' is named twice"),
         ({"include": "@b"}, r"--include: expected host\[:id,id\]@host"),
         ({"exclude": "a@b@c@d"}, "--exclude: no host or device of the hostfile hf is left"),
         ({"exclude": "d:0"}, r"--exclude: d's devices are not known here \(no slots="),
@@ -57,11 +56,59 @@ def test_filter_mistakes_name_the_option_and_the_value(kwargs, message) -> None:
         select_hosts(HOSTS, path="hf", **kwargs)
 
 
-def test_a_pick_tells_its_launcher_its_devices_or_its_count() -> None:
+def test_a_pick_tells_its_launcher_its_devices_or_its_slots() -> None:
     assert Pick("a", None, (0, 2)).launcher_args() == ("--gpus", "0,2")
-    assert Pick("a", 3).launcher_args() == ("--nproc_per_node", "3")
+    assert Pick("a", 3).launcher_args() == ("--slots", "3")  # GPUs 0..2, one each
     assert Pick("a", None).launcher_args() == ()
 
 
 def test_a_filter_is_hosts_separated_by_at_each_with_optional_device_ids() -> None:
     assert parse_filter("h1:2,0@h2", "--include") == {"h1": (0, 2), "h2": None}
+
+
+# DeepSpeed's tests/unit/launcher/test_run.py (parse_resource_filter), translated: its
+# {host: [slot ids]} are our picks (a whole host keeps its slots; named ids become --gpus)
+DS_ONE = (Host("worker-0", 4),)
+DS_TWO = (Host("worker-0", 4), Host("worker-1", 4))
+
+
+@pytest.mark.parametrize(
+    ("hosts", "kwargs", "picks"),
+    [
+        (DS_ONE, {}, (Pick("worker-0", 4),)),
+        (DS_ONE, {"exclude": "worker-0:1"}, (Pick("worker-0", None, (0, 2, 3)),)),
+        (DS_ONE, {"exclude": "worker-0:1,2"}, (Pick("worker-0", None, (0, 3)),)),
+        (DS_ONE, {"include": "worker-0:1"}, (Pick("worker-0", None, (1,)),)),
+        (DS_ONE, {"include": "worker-0:1,1"}, (Pick("worker-0", None, (1,)),)),
+        (DS_ONE, {"include": "worker-0:1@worker-0:0,1"}, (Pick("worker-0", None, (0, 1)),)),
+        (DS_ONE, {"include": "worker-0"}, (Pick("worker-0", 4),)),
+        (DS_TWO, {}, (Pick("worker-0", 4), Pick("worker-1", 4))),
+        (DS_TWO, {"include": "worker-1:0,3"}, (Pick("worker-1", None, (0, 3)),)),
+        (DS_TWO, {"exclude": "worker-1"}, (Pick("worker-0", 4),)),
+        (
+            DS_TWO,
+            {"exclude": "worker-0:0,1@worker-1:3"},
+            (Pick("worker-0", None, (2, 3)), Pick("worker-1", None, (0, 1, 2))),
+        ),
+    ],
+)
+def test_deepspeeds_resource_filter_cases(hosts, kwargs, picks) -> None:
+    assert select_hosts(hosts, **kwargs) == picks
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"include": "jeff"}, "--include: host 'jeff' is not in the hostfile"),
+        ({"exclude": "jeff"}, "--exclude: host 'jeff' is not in the hostfile"),
+        ({"include": "worker-1:4"}, "--include: worker-1 has slots=4"),
+        ({"exclude": "worker-1:4"}, "--exclude: worker-1 has slots=4"),
+        ({"exclude": "worker-1@worker-0:1@5"}, "--exclude: host '5' is not in the hostfile"),
+        ({"exclude": "worker-0:0,1,2,3@worker-1"}, "--exclude: no host or device"),
+        ({"include": "worker-0", "num_nodes": 1}, "--num_nodes: cannot be combined"),
+        ({"exclude": "worker-0", "num_gpus": 1}, "--num_gpus: cannot be combined"),
+    ],
+)
+def test_deepspeeds_resource_filter_errors(kwargs, message) -> None:
+    with pytest.raises(UsageError, match=message):
+        select_hosts(DS_TWO, **kwargs)

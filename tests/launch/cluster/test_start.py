@@ -80,6 +80,31 @@ def test_nproc_per_node_passes_through_when_the_hostfile_has_no_slots(tmp_path) 
     assert job.launcher_args == ("--nproc_per_node", "2")
 
 
+@pytest.mark.parametrize("spelling", ["--devices", "--gpus"])
+def test_gpu_ids_with_slots_are_refused_by_the_spelling_typed(tmp_path, spelling) -> None:
+    with pytest.raises(UsageError, match=f"^{spelling}: the hostfile's slots"):
+        _plan(tmp_path, "h0 slots=2\nh1 slots=2\n", spelling, "0,1")
+
+
+def test_devices_cpu_with_a_hostfile_gives_each_host_its_slots_of_cpu_workers(tmp_path) -> None:
+    job = _plan(tmp_path, "h0 slots=2\nh1 slots=3\n", "--devices", "cpu")
+    assert job.launcher_args == ("--devices", "cpu")  # to every host
+    assert [p.launcher_args() for p in job.picks] == [("--slots", "2"), ("--slots", "3")]
+    with pytest.raises(UsageError, match=r"^--devices cpu: --include/--exclude name GPU ids"):
+        _plan(tmp_path, "h0 slots=2\nh1 slots=3\n", "--devices", "cpu", "-i", "h0:1")
+
+
+def test_deepspeeds_prefixes_are_carried_unless_turned_off(tmp_path) -> None:
+    shell = {"NCCL_SOCKET_IFNAME": "eth9", "PYTHONPATH": "/src", "UCX_TLS": "rc", "HOME": "/h"}
+    (tmp_path / ".deepspeed_env").write_text("NCCL_SOCKET_IFNAME=ib0\n")
+    job = _plan(tmp_path, "h0\nh1\n", environ=shell)
+    assert job.environment == {"NCCL_SOCKET_IFNAME": "ib0", "PYTHONPATH": "/src", "UCX_TLS": "rc"}
+    only = _plan(tmp_path, "h0\nh1\n", "--export_prefixes", "PYTHON", environ=shell)
+    assert only.environment == {"PYTHONPATH": "/src", "NCCL_SOCKET_IFNAME": "ib0"}
+    off = _plan(tmp_path, "h0\nh1\n", "--export_prefixes", "none", environ=shell)
+    assert off.environment == {"NCCL_SOCKET_IFNAME": "ib0"}  # the env file's alone
+
+
 def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]:
     (tmp_path / "hf").write_text("h0 slots=2\nh1 slots=2\n")
     return subprocess.run(
@@ -96,7 +121,7 @@ def test_dry_run_prints_each_hosts_ssh_command_and_script_with_secrets_hidden(tm
     (tmp_path / ".paddlike_env").write_text("FROM_FILE=file-secret\n")
     (tmp_path / ".paddlike_env").chmod(0o600)
     env = {"MINE": "export-secret", "PADDLIKE_JOB_TOKEN": "TOPSECRET"}
-    done = _dry_run(tmp_path, "--export", "MINE", env=env)
+    done = _dry_run(tmp_path, "--export", "MINE", "--export_prefixes", "none", env=env)
     assert done.returncode == 0, done.stderr
     for secret in ("file-secret", "export-secret", "TOPSECRET"):
         assert secret not in done.stdout + done.stderr
@@ -131,7 +156,10 @@ def test_dry_run_with_pdsh_prints_its_one_command_and_each_hosts_run_file(tmp_pa
 
 
 def test_dry_run_with_slurm_gives_the_secrets_in_sruns_environment(tmp_path) -> None:
-    done = _dry_run(tmp_path, "--launcher", "slurm", env={"PADDLIKE_JOB_TOKEN": "TOPSECRET"})
+    done = _dry_run(
+        tmp_path, "--launcher", "slurm", "--export_prefixes", "none",
+        env={"PADDLIKE_JOB_TOKEN": "TOPSECRET"},
+    )
     assert done.returncode == 0, done.stderr
     assert "TOPSECRET" not in done.stdout
     words = shlex.split(done.stdout)
@@ -140,7 +168,7 @@ def test_dry_run_with_slurm_gives_the_secrets_in_sruns_environment(tmp_path) -> 
         "srun", "--nodes", "2", "--ntasks-per-node", "1", "--nodelist", "h0,h1",
         "--kill-on-bad-exit=1", "--export=ALL", "--chdir", str(tmp_path), sys.executable, "-m",
     ]  # fmt: skip
-    assert words[14:][:5] == ["paddlike.launch", "--job_id", words[16], "--nproc_per_node", "2"]
+    assert words[14:][:5] == ["paddlike.launch", "--job_id", words[16], "--slots", "2"]
     assert words[-3:] == ["train.py", "--x", "1"]
 
 

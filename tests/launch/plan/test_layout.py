@@ -89,10 +89,35 @@ def test_given_ports_are_used_on_many_nodes_only_when_paddlecloud_gave_them(
         reserve=3,
         nnodes=nnodes,
         workers_port=None,
-        hosts_workers_store=False,
+        hosts_workers_store=True,
         start_port=7000,
         start_port_from=source,
         ports_num=4 if source == "PADDLE_PORT" else None,
     )
     assert (request.count, request.start, request.limit) == (3, start, limit)
     assert request.source == (source if start is not None else "")
+
+
+@pytest.mark.parametrize(
+    ("workers_port", "hosts_it", "count", "claimed", "unused"),
+    [
+        (None, True, 3, None, None),  # node 0: its trainers' 2 and the workers' store
+        (None, False, 2, None, 7002),  # another node: its trainers' 2 only
+        (6170, True, 2, 6170, None),  # node 0 claims the given --master_port
+        (6170, False, 2, None, 6170),  # another node: its trainers' only (issue 31, 11)
+    ],
+)
+def test_paddlecloud_given_ports_count_the_workers_store_only_where_it_is(
+    workers_port, hosts_it, count, claimed, unused
+):
+    request = port_request(
+        reserve=3,  # 2 trainers and the workers' store
+        nnodes=2,
+        workers_port=workers_port,
+        hosts_workers_store=hosts_it,
+        start_port=7000,
+        start_port_from="PADDLE_PORT",
+        ports_num=2,
+    )
+    assert (request.count, request.start, request.limit) == (count, 7000, 2)
+    assert (request.workers_port, request.unused_slot) == (claimed, unused)

@@ -105,13 +105,20 @@ class LaunchOptions(NamedTuple):
     exclude: str | None = None
     num_nodes: int | None = None  # the hostfile's first N hosts
     num_gpus: int | None = None  # workers on each host, over the slots
+    # DeepSpeed's slots=N on this host: N workers, one on each of the first N visible GPUs
+    # (the rest unused), or N CPU workers where none is visible (devices.assign_devices)
+    slots: int | None = None
     launcher: str | None = None  # ssh | pdsh | slurm; None: ssh when a hostfile is given
     export: tuple[str, ...] = ()  # variables of the starting shell carried to every host
+    # name prefixes of the starting shell's variables carried to every host (DeepSpeed's
+    # EXPORT_ENVS and its CUDA accelerator's NCCL); None: those defaults (cluster/carried.py)
+    export_prefixes: tuple[str, ...] | None = None
     remote_python: str | None = None  # None: sys.executable's path on every host
     ssh_args: str | None = None  # more ssh options, split as a shell would
     ssh_port: int | None = None  # DeepSpeed's --ssh_port: ssh -p N for every host
-    force_multi: bool = False  # DeepSpeed's: one host still over ssh (ours always is)
+    force_multi: bool = False  # DeepSpeed's: a one-host hostfile of this machine over ssh too
     no_ssh_check: bool = False  # DeepSpeed's: refused with the reason (cluster/local.py)
+    no_ssh: bool = False  # DeepSpeed's: refused with the reason (cluster/local.py)
     # --numa_binding (torchrun's --numa-binding; DeepSpeed's --bind_cores_to_rank is
     # "exclusive"): None (off) | "node" | "socket" | "exclusive" | "core-complex"; each
     # worker's CPUs and preferred memory node from its GPU's NUMA node (plan/binding.py)

@@ -193,7 +193,7 @@ def check_combinations(o: LaunchOptions) -> None:
             f"({','.join(o.ips)})",
             "--nnodes",
         )
-    if o.node_rank is not None:
+    if o.node_rank is not None and not o.hostfile:  # with one: the hostfile's hosts (here.py)
         nnodes = o.nnodes if o.nnodes is not None else len(o.ips)
         if o.node_rank >= nnodes:
             raise UsageError(

@@ -173,7 +173,9 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             (
                 ("--hostfile", "-H"),
                 "start the job on every host of this file (DeepSpeed's format: 'host slots=N' "
-                "a line, # comments) from this one command; slots: that host's workers",
+                "a line, # comments) from this one command; slots=N: one worker on each of "
+                "that host's GPUs 0..N-1 (N CPU workers on a host without GPUs); a file of "
+                "one host, this machine, runs here without ssh",
             ),
             (
                 ("--include", "-i"),
@@ -189,8 +191,15 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "the first N hosts of the hostfile",
             ),
             (
-                ("--num_gpus",),
-                "N workers on each host (DeepSpeed's: devices 0..N-1), over the slots",
+                ("--num_gpus", "--num_accelerators"),
+                "N workers on each host, one on each of its GPUs 0..N-1 (as DeepSpeed's), over "
+                "the slots",
+            ),
+            (
+                ("--slots",),
+                "N workers on this host, one on each of GPUs 0..N-1 (the rest unused), or N "
+                "CPU workers where no GPU is visible: a hostfile's 'host slots=N' as DeepSpeed "
+                "reads it (--hostfile gives each host its own)",
             ),
             (
                 ("--launcher",),
@@ -201,6 +210,12 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 ("--export",),
                 "NAME[,NAME]: also carry these variables of this shell to every host (besides "
                 "the NAME=VALUE lines of .deepspeed_env and .paddlike_env)",
+            ),
+            (
+                ("--export_prefixes",),
+                "PREFIX[,PREFIX]: this shell's variables whose names start so are carried to "
+                "every host, as in DeepSpeed (default NCCL,PYTHON,UCX,MV2,MLFLOW); none: only "
+                "--export and the env files",
             ),
             (
                 ("--remote_python",),
@@ -216,8 +231,14 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
             (
                 ("--force_multi",),
-                "as in DeepSpeed: a hostfile of one host is started over ssh too (ours always "
-                "is); needs --hostfile",
+                "as in DeepSpeed: a hostfile whose one host is this machine is started over "
+                "ssh too (without it, that job runs here); needs --hostfile",
+            ),
+            (
+                ("--no_ssh",),
+                "as in DeepSpeed: with --hostfile and --node_rank I, start only this host's "
+                "share, as node I of the hostfile's hosts (the same command typed on each "
+                "host; no ssh)",
             ),
             (
                 ("--no_ssh_check",),

@@ -300,6 +300,16 @@ def variable_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def name_prefixes(text: str) -> tuple[str, ...]:
+    """--export_prefixes: variable-name prefixes, comma-separated; none: no prefix."""
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(t.strip() for t in text.split(","))
+    if not text.strip() or not all(n.isidentifier() and n.isascii() for n in names):
+        raise BadValue("expected name prefixes separated by commas, e.g. NCCL,PYTHON, or none")
+    return names
+
+
 # Signals --signals_to_handle cannot take: not catchable, the faults of the launcher's own
 # code, the one its children's exits raise, and the real-time ones (SIGRTMIN+4 takes stacks).
 _UNHANDLED_SIGNALS = ("SIGKILL", "SIGSTOP", "SIGCHLD", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
@@ -370,6 +380,8 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "exclude": non_empty,
     "num_nodes": POSITIVE_INT,
     "num_gpus": POSITIVE_INT,
+    "slots": POSITIVE_INT,
+    "export_prefixes": lambda text: name_prefixes(text),
     "launcher": lambda text: cluster_launcher(text),
     "export": lambda text: variable_names(text),
     "remote_python": non_empty,
@@ -402,6 +414,7 @@ FLAGS = (
     "virtual_local_rank",
     "force_multi",
     "no_ssh_check",
+    "no_ssh",
 )
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"0", "false", "no", "off", ""})

@@ -1,0 +1,122 @@
+"""The hostfile's hosts after --include/--exclude/--num_nodes/--num_gpus, each with its
+workers, and the refusals of options that say the same thing another way; and which of
+the user's options every host's launcher is passed on (`forwarded_args`).
+
+Shared by the cluster starter (`start`) and a hostfile of this machine alone (`here`), so
+that the job of one host is refused for what the job of many would be. Messages name
+the option as the user typed it (``--devices``, not the ``--gpus`` it stands for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paddlike.launch.cluster.hostfile import read_hostfile
+from paddlike.launch.cluster.selection import Pick, select_hosts
+from paddlike.launch.context.options.parser import DEST, split_argv
+from paddlike.launch.context.options.record import LaunchOptions, UsageError
+
+# our options that say how to start the cluster: kept here, never passed to the hosts
+CLUSTER_DESTS = frozenset(
+    {
+        "hostfile",
+        "include",
+        "exclude",
+        "num_nodes",
+        "num_gpus",
+        "launcher",
+        "export",
+        "remote_python",
+        "ssh_args",
+        "ssh_port",
+        "force_multi",
+        "no_ssh_check",
+        "no_ssh",
+        "export_prefixes",
+        "dry_run",
+    }
+)
+# secrets: every host gets the token in its environment (`plan_remote_job`), never in argv
+SECRET_DESTS = frozenset({"job_token", "job_token_file"})
+# what each host's command says itself: the user may not say it for all of them
+SET_PER_HOST = ("ips", "node_rank", "nnodes", "host", "slots")
+
+
+def hostfile_picks(
+    options: LaunchOptions, argv: Sequence[str], allowed: Sequence[str] = ()
+) -> tuple[Pick, ...]:
+    """The hostfile's hosts after the filters, each with its workers; `UsageError` for
+    an option of `SET_PER_HOST` (each host is given its own; those `allowed` excepted)
+    or one that contradicts the hostfile's workers."""
+    ours, _ = split_argv(argv)  # spellings normalized, abbreviations written out
+    given = {DEST.get(a.partition("=")[0]) for a in ours}
+    for dest in (d for d in SET_PER_HOST if d not in allowed):
+        if dest in given:
+            raise UsageError(
+                f"--{dest}: each host's launcher is given its own with --hostfile; leave "
+                f"--{dest} out",
+                f"--{dest}",
+            )
+    picks = select_hosts(
+        read_hostfile(options.hostfile or ""),
+        include=options.include,
+        exclude=options.exclude,
+        num_nodes=options.num_nodes,
+        num_gpus=options.num_gpus,
+        path=options.hostfile or "",
+    )
+    counted = any(p.launcher_args() for p in picks)
+    if counted and "nproc_per_node" in given:
+        raise UsageError(
+            f"{_spelled(argv, options, 'nproc_per_node')}: the hostfile's slots (or --include, "
+            "--num_gpus) say each host's workers; give one or the other",
+            _spelled(argv, options, "nproc_per_node"),
+        )
+    gpus = _spelled(argv, options, "gpus")
+    if counted and "gpus" in given and not options.cpu_only:
+        raise UsageError(
+            f"{gpus}: the hostfile's slots (or --include, --num_gpus) say each host's GPUs; "
+            "give one or the other (--devices cpu: CPU workers, as many as the slots)",
+            gpus,
+        )
+    if options.cpu_only and any(p.devices is not None for p in picks):
+        raise UsageError(
+            f"{gpus} cpu: --include/--exclude name GPU ids of the hosts; for CPU workers "
+            "give each host's count as its slots",
+            gpus,
+        )
+    return picks
+
+
+def _spelled(argv: Sequence[str], options: LaunchOptions, dest: str) -> str:
+    """How the user gave option `dest`, for messages: as typed (``--devices`` for --gpus),
+    or with its variable (``--gpus (from PADDLE_DEVICES)``)."""
+    for arg in argv:
+        name = arg.partition("=")[0]
+        if name == "--":
+            break
+        if name.startswith("-") and DEST.get(name) == dest:
+            return name
+    return options.label(dest)
+
+
+def forwarded_args(
+    argv: Sequence[str], keep: frozenset[str] = frozenset()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The user's launcher options without the cluster ones (and without --job_id, which
+    `plan_remote_job` gives every host, and the token, which travels in the hosts'
+    environment; those of `keep` stay), and the script with its args."""
+    from paddlike.launch.context.options.values import FLAGS
+
+    ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
+    kept: list[str] = []
+    i = 0
+    while i < len(ours):
+        name, eq, _ = ours[i].partition("=")
+        dest = DEST.get(name)
+        width = 2 if dest is not None and dest not in FLAGS and not eq else 1
+        dropped = dest in CLUSTER_DESTS or dest in SECRET_DESTS or dest == "job_id"
+        if not dropped or dest in keep:
+            kept.extend(ours[i : i + width])
+        i += width
+    return tuple(kept), tuple(script)
