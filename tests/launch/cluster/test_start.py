@@ -97,12 +97,18 @@ def test_devices_cpu_with_a_hostfile_gives_each_host_its_slots_of_cpu_workers(tm
 def test_deepspeeds_prefixes_are_carried_unless_turned_off(tmp_path) -> None:
     shell = {"NCCL_SOCKET_IFNAME": "eth9", "PYTHONPATH": "/src", "UCX_TLS": "rc", "HOME": "/h"}
     (tmp_path / ".deepspeed_env").write_text("NCCL_SOCKET_IFNAME=ib0\n")
-    job = _plan(tmp_path, "h0\nh1\n", environ=shell)
-    assert job.environment == {"NCCL_SOCKET_IFNAME": "ib0", "PYTHONPATH": "/src", "UCX_TLS": "rc"}
-    only = _plan(tmp_path, "h0\nh1\n", "--export_prefixes", "PYTHON", environ=shell)
-    assert only.environment == {"PYTHONPATH": "/src", "NCCL_SOCKET_IFNAME": "ib0"}
-    off = _plan(tmp_path, "h0\nh1\n", "--export_prefixes", "none", environ=shell)
-    assert off.environment == {"NCCL_SOCKET_IFNAME": "ib0"}  # the env file's alone
+    (tmp_path / ".deepspeed_env").chmod(0o600)  # its values are secrets: no one else's to read
+
+    def carried(*args: str) -> dict[str, str]:  # the job's fresh token travels beside them
+        environment = dict(_plan(tmp_path, "h0\nh1\n", *args, environ=shell).environment)
+        assert len(environment.pop("PADDLIKE_JOB_TOKEN")) == 32
+        return environment
+
+    assert carried() == {"NCCL_SOCKET_IFNAME": "ib0", "PYTHONPATH": "/src", "UCX_TLS": "rc"}
+    only = carried("--export_prefixes", "PYTHON")
+    assert only == {"PYTHONPATH": "/src", "NCCL_SOCKET_IFNAME": "ib0"}
+    off = carried("--export_prefixes", "none")
+    assert off == {"NCCL_SOCKET_IFNAME": "ib0"}  # the env file's alone
 
 
 def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]:
@@ -182,7 +188,7 @@ def test_a_token_typed_on_the_command_line_is_said_to_be_visible_here(tmp_path) 
 def test_slurm_without_a_hostfile_takes_the_allocations_node_count() -> None:
     env = {**os.environ, "SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_ID": "7"}
     done = subprocess.run(
-        [*LAUNCH, "--launcher", "slurm", "--dry_run", "train.py"],
+        [*LAUNCH, "--launcher", "slurm", "--export_prefixes", "none", "--dry_run", "train.py"],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

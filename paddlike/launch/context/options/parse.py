@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike.launch.context.options import console, others, rules, values
 from paddlike.launch.context.options.parser import parse_ours, split_argv, typed_spellings
-from paddlike.launch.context.options.record import FLAG, LaunchOptions, UsageError
+from paddlike.launch.context.options.record import FLAG, LaunchOptions, Source, UsageError
 from paddlike.launch.context.options.sources import resolve
 
 
@@ -66,7 +66,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
                 "not both (got both; values not shown: they are secrets)",
                 "--job_token_file",
             )
-        raw["job_token"] = raw.pop("job_token_file")
+        raw["job_token"] = token_from_file(raw.pop("job_token_file"), sources["job_token_file"])
     if raw.get("gpus") == "cpu":
         raw["cpu_only"] = True
         del raw["gpus"]
@@ -111,3 +111,22 @@ def _switch(
             f"--{dest}",
         )
     raw[dest] = word in values.FLAG_TRUE
+
+
+def token_from_file(path: str, source: Source) -> str:
+    """The job token read from --job_token_file's file (kept out of `ps` output and shell
+    history); refused, like a loose ssh key, when others may read or write it."""
+    from paddlike.launch.context.secretfile import LooseFile, read_private
+
+    label = source.label("job_token_file")
+    try:
+        token = read_private(path).strip()
+    except OSError as exc:
+        problem = f"cannot read the token file ({exc.strerror})"
+    except LooseFile as exc:
+        problem = f"refused the token file: {exc}"
+    else:
+        if token:
+            return token
+        problem = "the token file is empty"
+    raise UsageError(f"{label}: {problem}, got {path!r}", "--job_token_file")

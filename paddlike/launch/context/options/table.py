@@ -130,7 +130,8 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
             (
                 ("--job_token_file",),
-                "file holding the job token (instead of --job_token)",
+                "file holding the job token (instead of --job_token); refused when others can "
+                "read or write it",
             ),
         ),
     ),

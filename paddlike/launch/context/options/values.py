@@ -234,21 +234,6 @@ def non_empty(text: str) -> str:
     return text
 
 
-def token_file(path: str) -> str:
-    """The job token read from a file (kept out of `ps` output and shell history)."""
-    from paddlike.launch.context.secretfile import LooseFile, read_private
-
-    try:
-        token = read_private(path).strip()
-    except OSError as exc:
-        raise BadValue(f"cannot read the token file ({exc.strerror})") from None
-    except LooseFile as exc:
-        raise BadValue(f"refused the token file: {exc}") from None
-    if not token:
-        raise BadValue("the token file is empty")
-    return token
-
-
 NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
 
 
@@ -358,7 +343,7 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "elastic_timeout": NON_NEGATIVE_SECONDS,
     "max_restarts": NON_NEGATIVE_INT,
     "job_token": non_empty,
-    "job_token_file": token_file,
+    "job_token_file": non_empty,  # read (and its mode checked) by `parse.token_from_file`
     "server_num": POSITIVE_INT,
     "worker_num": POSITIVE_INT,
     "servers": lambda text: servers(one_stage(text)),
