@@ -101,7 +101,7 @@ class Tree(HTMLParser):
 
 
 def make_page(dirs: list[Path], target: Path) -> Path:
-    main([*(str(d) for d in dirs), "--html", str(target)])  # exits with the job's outcome
+    assert main([*(str(d) for d in dirs), "--html", str(target)]) == 0  # written
     assert target.is_file()
     return target
 
