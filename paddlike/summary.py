@@ -27,7 +27,8 @@ Schema (version 1) — `summary.json`:
          "ended": "succeeded" | the cause's reason, "membership": "lost" | ... | null}
       ],
       "restart_causes": [                 # --max_restarts: why each restart happened
-        {"round": 1, "cause": "trainer rank 1 exited with code 3"}
+        {"round": 1, "cause": "trainer rank 1 exited with code 3",
+         "error": "ValueError: bad batch" | null}   # the cause's first error line
       ]
     }
 
@@ -39,7 +40,9 @@ signal (name such as "SIGKILL", or null), status ("running" | "ok" | "failed" |
 log_file (name relative to the log directory), endpoint.
 
 RootCause: host, node_index, role, rank, local_index, exit_code, signal,
-log_file, tail (the last lines of that log, list of str), time, duration (how
+log_file, tail (the last lines of that log, list of str), error (the first line of
+that log's run that says why, `paddlike.logs.errors`: "RuntimeError: boom", also
+behind torch's "[rank1]: "; null when none), time, duration (how
 long the failed process ran), membership (elastic jobs: "lost", "left" or "joined"
 when the round ended because its nodes changed; else null), reason (one sentence:
 "trainer rank 1 exited with code 3", "launcher on nodeb received SIGTERM",
@@ -224,6 +227,7 @@ class RootCause(_Record):
         "duration",
         "membership",
         "stacks",
+        "error",
     )
     __slots__ = FIELDS
 
@@ -247,6 +251,8 @@ class RootCause(_Record):
         # --on_hang abort: the hang's summary.txt in its stack dump (as log_file is given);
         # role and rank then name the rank that holds the others up, if one does
         stacks: str | None = None,
+        # the first line of the failed process's log that says why (paddlike.logs.errors)
+        error: str | None = None,
     ) -> None:
         self.reason = reason
         self.host = host
@@ -262,6 +268,7 @@ class RootCause(_Record):
         self.duration = duration
         self.membership = membership
         self.stacks = stacks
+        self.error = error
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RootCause:

@@ -124,13 +124,16 @@ MAX_ROUNDS = 10  # an elastic job's rounds shown, the latest ones
 
 def restart_lines(node: NodeView) -> list[str]:
     """Why the job restarted (--max_restarts), one line: '  1 restart: trainer rank 1
-    exited with code 3'; causes of several restarts joined in order."""
+    exited with code 3: ValueError: bad batch' (with its first error line, where the
+    summary has one); causes of several restarts joined in order."""
     causes = node.summary.restart_causes if node.summary is not None else []
     if not causes:
         return []
     n = len(causes)
     said = "; ".join(
-        (f"restart {c.get('round')} after " if n > 1 else "") + str(c.get("cause"))
+        (f"restart {c.get('round')} after " if n > 1 else "")
+        + str(c.get("cause"))
+        + (f": {c['error']}" if c.get("error") else "")
         for c in causes[-MAX_ROUNDS:]
     )
     return [f"  {n} restart{'s' if n != 1 else ''}: {said}"]

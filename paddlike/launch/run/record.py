@@ -41,7 +41,7 @@ class RunRecord:
 
     def restarted(self, round_: int, cause: RootCause) -> None:
         """Round `round_` restarts the job after `cause` (kept after a later success)."""
-        self.restart_causes.append({"round": round_, "cause": cause.reason})
+        self.restart_causes.append({"round": round_, "cause": cause.reason, "error": cause.error})
 
     def round_ended(
         self, round_: int, restarts: int, members: Sequence[str], cause: RootCause | None
