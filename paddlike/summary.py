@@ -26,6 +26,12 @@ Schema (version 1) — `summary.json`:
         {"round": 2, "restarts": 0, "members": ["198.18.0.1", ...],
          "ended": "succeeded" | the cause's reason, "membership": "lost" | ... | null}
       ],
+      "hangs": [                          # --hang_timeout: every hang diagnosed, oldest first
+        {"time": 1795000100.0, "stalled": "no rank showed life for 5 s",
+         "summary": ["rank 2 (nodeb, workerlog.0) is in `load_batch` at train.py:26", ...],
+         "rank": 2 | null,                # the rank the summary's first line names
+         "stacks": "stacks/20261122-105800" | null}   # the dump, relative to log_dir
+      ],
       "restart_causes": [                 # --max_restarts: why each restart happened
         {"round": 1, "cause": "trainer rank 1 exited with code 3",
          "error": "ValueError: bad batch" | null}   # the cause's first error line
@@ -307,6 +313,7 @@ class RunSummary(_Record):
         "root_cause",
         "rounds",
         "restart_causes",
+        "hangs",
         "schema",
     )
     __slots__ = FIELDS
@@ -330,6 +337,7 @@ class RunSummary(_Record):
         rounds: list[dict[str, Any]] | None = None,
         restart_causes: list[dict[str, Any]] | None = None,
         schema: int = SCHEMA_VERSION,
+        hangs: list[dict[str, Any]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -349,6 +357,8 @@ class RunSummary(_Record):
         # why each --max_restarts restart happened: [{"round": 1, "cause": reason}, ...]
         self.restart_causes = [] if restart_causes is None else restart_causes
         self.schema = schema
+        # --hang_timeout: every hang diagnosed (the dump's report and directory)
+        self.hangs = [] if hangs is None else hangs
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import describe_exit, format_duration, format_root_cause, paint
 from paddlike.summary import SUMMARY_FILE, ProcessStatus, RootCause, RunStatus
@@ -165,6 +166,8 @@ def format_job(job: JobView, *, color: bool = False) -> str:
     for node in job.nodes:
         out.append(node_heading(node))
         out.extend(round_lines(node))
+        if node.summary is not None:
+            out.extend(hang_lines(node.summary.hangs, node.log_dir))
         out.extend(f"  note: {note}" for note in node.notes)
         if node.processes:
             rows = [list(COLUMNS)] + [process_row(p) for p in node.processes]

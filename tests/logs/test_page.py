@@ -29,6 +29,7 @@ from tests.support.synthetic_job import (
     write_hung_job,
     write_paddle_job,
     write_running_job,
+    write_torch_hang,
 )
 
 SAMPLES = Path(__file__).resolve().parents[2] / "log_samples"
@@ -314,3 +315,41 @@ def test_every_log_sample_has_its_page_beside_it(sample):
     assert page.is_file(), f"{page} missing: run log_samples/regenerate.py {sample}"
     facts = page_facts(page.read_text())
     assert facts["procs"], sample
+
+
+def last_signs(log: Path) -> dict[int, dict]:
+    facts = job_facts(load([log]))
+    start = read_summary(log).start_time - facts["t0"]
+    return {p["rank"]: {**p["last"], "t": round(p["last"]["t"] - start, 3)} for p in facts["procs"]}
+
+
+def test_a_torch_hang_marks_each_ranks_last_collective_the_named_rank_first(tmp_path):
+    write_torch_hang(tmp_path / "log", SAMPLES, last={0: 10.0, 1: 10.0, 2: 10.0})
+    assert last_signs(tmp_path / "log") == {
+        0: {"t": 10.0, "what": "all_reduce #5 (running)"},
+        1: {"t": 10.0, "what": "barrier #5 (running)", "first": True},  # the report names it
+        2: {"t": 10.0, "what": "all_reduce #5 (running)"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("last", "first"),
+    [
+        ({0: 10.0, 1: 10.0, 2: 7.0}, [2]),  # rank 2's last collective came 3 s before the rest
+        ({0: 10.0, 1: 10.0, 2: 9.5}, []),  # within a second: no rank stands out by time
+    ],
+)
+def test_without_a_named_rank_the_one_whose_last_collective_came_first_is_marked(
+    tmp_path, last, first
+):
+    report = ["no single rank stands out", "ranks 0–2 (3 of 3) wait in `all_reduce`"]
+    write_torch_hang(tmp_path / "log", SAMPLES, last=last, summary=report)
+    signs = last_signs(tmp_path / "log")
+    assert {r: s["t"] for r, s in signs.items()} == last
+    assert [r for r, s in signs.items() if s.get("first")] == first
+
+
+def test_a_sample_without_collective_times_marks_no_time(tmp_path):
+    shutil.copytree(SAMPLES / "torch_flight", tmp_path / "log")  # stacks.json of before
+    facts = job_facts(load([tmp_path / "log"]))
+    assert [p["last"]["t"] for p in facts["procs"]] == [None, None, None]
