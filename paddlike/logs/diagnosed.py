@@ -5,8 +5,9 @@ With `--on_hang dump` the job goes on after a diagnosis and usually ends by Ctrl
 scheduler's signal: its root cause then says only "stopped". The diagnosis stays in the
 summary, and the reader shows it under its node with the dump's directory:
 
-    hang at 12:04:31 (no rank showed life for 5 s): rank 1 (vm, workerlog.1) entered
-    barrier as #4 (default group); ranks 0, 2 are in all_reduce #4; stacks in log/stacks/...
+    hang at 12:04:31 (no progress for 5 s on any rank; ...): rank 1 (vm, workerlog.1)
+    entered barrier as #4 (default group); ranks 0, 2 are in all_reduce #4; stacks in
+    log/stacks/20261127-120431/
 """
 
 from __future__ import annotations

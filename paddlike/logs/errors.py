@@ -19,11 +19,11 @@ gigabyte log costs one pass and constant memory.
 
 torch (2.2 and later) writes every line of a rank's uncaught exception behind its
 rank, `[rank1]: `; torchrun's `--tee`/`--role` and pdsh put their own label in front.
-Whatever stands before "Traceback (most recent call last):" is that traceback's
-prefix when its first frame repeats it: it is taken off each of its lines (lines
-without it, another thread's output interleaved, are passed over), and the error line
-is reported without it. A bare
-`[label]: ` tag is taken off a lone error line too (a tail that starts mid-traceback).
+Whatever stands before "Traceback (most recent call last):" (other than blanks) is
+that traceback's prefix when its first frame repeats it: it is taken off each of its
+lines (lines without it, another thread's output interleaved, are passed over), and
+the error line is reported without it. A bare `[label]: ` tag is taken off a lone
+error line too (a tail that starts mid-traceback).
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class _TracebackScanner:
         self.done = False
         self._awaiting_chain = False  # just saw the exception line; a chain may follow
         self._in_frames = True
-        self._prefix = prefix
-        self._prefix_checked = not prefix
+        self._prefix = prefix if prefix.strip() else ""  # indentation is no writer's label
+        self._prefix_checked = not self._prefix
 
     def feed(self, line: str) -> None:
         if not self._prefix_checked and line.strip():
@@ -86,9 +86,12 @@ class _TracebackScanner:
             if not line.startswith(self._prefix):
                 self._prefix = ""
         if self._prefix:
-            if not line.startswith(self._prefix.rstrip()):
+            if line.startswith(self._prefix):
+                line = line[len(self._prefix) :]
+            elif line.rstrip() == self._prefix.rstrip():
+                line = ""  # its blank line ("[rank1]:")
+            else:
                 return  # another writer's line, interleaved
-            line = line[len(self._prefix) :]
         stripped = line.strip()
         if self._awaiting_chain:
             if not stripped:

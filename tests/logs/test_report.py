@@ -227,6 +227,11 @@ def test_durations_read_at_a_glance(seconds, text):
             ],
             "RuntimeError: boom",
         ),
+        # an indented traceback (quoted in a message): indentation is no writer's label
+        (
+            ["  Traceback (most recent call last):", '    File "t.py", line 3', "ValueError: x"],
+            "ValueError: x",
+        ),
         # a message's own prefix, not repeated by the frames (logging's "ERROR ... %s", tb)
         (
             ["12:00:01 ERROR step failed: Traceback (most recent call last):", *TRACEBACK[2:]],

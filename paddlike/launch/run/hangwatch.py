@@ -21,8 +21,8 @@ needs a new sign of life first. Each such diagnosis is also handed to `on_diagno
 (summary.json's `hangs`), so that it outlives the job's end, Ctrl-C included. py-spy
 holds each rank while it reads its stack: the time of the last collection is not
 counted as silence (else the pause itself would read as the next hang), and nothing
-else delays the next look. `--on_hang abort` then
-ends the job with exit code 124 and the report's first line as its root cause.
+else delays the next look. `--on_hang abort` then ends the job with exit code 124 and
+the report's first line as its root cause.
 
 The clocks, a process's CPU time and the collection are given in (`clock`, `wall`,
 `cpu_seconds`, `collect`), so the rule is tested on step clocks
