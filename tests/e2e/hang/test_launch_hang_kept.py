@@ -74,6 +74,8 @@ def test_a_diagnosed_hang_outlives_ctrl_c_in_the_summary_the_reader_and_the_page
     assert read.returncode == 130, read.stderr
     (line,) = [x for x in read.stdout.splitlines() if x.startswith("  hang at ")]
     assert f": {NAMED}; stacks in {log / hang['stacks']}{os.sep}" in line, read.stdout
+    as_json = json.loads(reader(str(log), "--json").stdout)
+    assert as_json["nodes"][0]["hangs"] == summary["hangs"]
 
     target = tmp_path / "job.html"
     assert reader(str(log), "--html", str(target)).returncode == 0
