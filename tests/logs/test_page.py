@@ -353,3 +353,15 @@ def test_a_sample_without_collective_times_marks_no_time(tmp_path):
     shutil.copytree(SAMPLES / "torch_flight", tmp_path / "log")  # stacks.json of before
     facts = job_facts(load([tmp_path / "log"]))
     assert [p["last"]["t"] for p in facts["procs"]] == [None, None, None]
+
+
+def test_paddlikes_own_flight_record_gives_each_ranks_last_sign_of_life_too():
+    # log_samples/hung_flight: rank 2 stopped before its 20th all_reduce
+    facts = job_facts(load([SAMPLES / "hung_flight"]))
+    last = {p["rank"]: p["last"] for p in facts["procs"]}
+    assert {r: s["what"] for r, s in last.items()} == {
+        0: "all_reduce #20 (running)", 1: "all_reduce #20 (running)",
+        2: "all_reduce #19 (done)", 3: "all_reduce #20 (running)",
+    }  # fmt: skip
+    assert last[2]["first"] and last[2]["t"] < min(last[r]["t"] for r in (0, 1, 3))
+    assert last[0]["t"] == pytest.approx(1.63, abs=0.01)  # the Progress table's "+1.63 s"
