@@ -26,8 +26,15 @@ Schema (version 1) — `summary.json`:
         {"round": 2, "restarts": 0, "members": ["198.18.0.1", ...],
          "ended": "succeeded" | the cause's reason, "membership": "lost" | ... | null}
       ],
+      "hangs": [                          # --hang_timeout: every hang diagnosed, oldest first
+        {"time": 1795000100.0, "stalled": "no rank showed life for 5 s",
+         "summary": ["rank 2 (nodeb, workerlog.0) is in `load_batch` at train.py:26", ...],
+         "rank": 2 | null,                # the rank the summary's first line names
+         "stacks": "stacks/20261122-105800" | null}   # the dump, relative to log_dir
+      ],
       "restart_causes": [                 # --max_restarts: why each restart happened
-        {"round": 1, "cause": "trainer rank 1 exited with code 3"}
+        {"round": 1, "cause": "trainer rank 1 exited with code 3",
+         "error": "ValueError: bad batch" | null}   # the cause's first error line
       ]
     }
 
@@ -39,7 +46,9 @@ signal (name such as "SIGKILL", or null), status ("running" | "ok" | "failed" |
 log_file (name relative to the log directory), endpoint.
 
 RootCause: host, node_index, role, rank, local_index, exit_code, signal,
-log_file, tail (the last lines of that log, list of str), time, duration (how
+log_file, tail (the last lines of that log, list of str), error (the first line of
+that log's run that says why, `paddlike.logs.errors`: "RuntimeError: boom", also
+behind torch's "[rank1]: "; null when none), time, duration (how
 long the failed process ran), membership (elastic jobs: "lost", "left" or "joined"
 when the round ended because its nodes changed; else null), reason (one sentence:
 "trainer rank 1 exited with code 3", "launcher on nodeb received SIGTERM",
@@ -224,6 +233,7 @@ class RootCause(_Record):
         "duration",
         "membership",
         "stacks",
+        "error",
     )
     __slots__ = FIELDS
 
@@ -247,6 +257,8 @@ class RootCause(_Record):
         # --on_hang abort: the hang's summary.txt in its stack dump (as log_file is given);
         # role and rank then name the rank that holds the others up, if one does
         stacks: str | None = None,
+        # the first line of the failed process's log that says why (paddlike.logs.errors)
+        error: str | None = None,
     ) -> None:
         self.reason = reason
         self.host = host
@@ -262,6 +274,7 @@ class RootCause(_Record):
         self.duration = duration
         self.membership = membership
         self.stacks = stacks
+        self.error = error
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RootCause:
@@ -300,6 +313,7 @@ class RunSummary(_Record):
         "root_cause",
         "rounds",
         "restart_causes",
+        "hangs",
         "schema",
     )
     __slots__ = FIELDS
@@ -323,6 +337,7 @@ class RunSummary(_Record):
         rounds: list[dict[str, Any]] | None = None,
         restart_causes: list[dict[str, Any]] | None = None,
         schema: int = SCHEMA_VERSION,
+        hangs: list[dict[str, Any]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -342,6 +357,8 @@ class RunSummary(_Record):
         # why each --max_restarts restart happened: [{"round": 1, "cause": reason}, ...]
         self.restart_causes = [] if restart_causes is None else restart_causes
         self.schema = schema
+        # --hang_timeout: every hang diagnosed (the dump's report and directory)
+        self.hangs = [] if hangs is None else hangs
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

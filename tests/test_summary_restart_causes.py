@@ -35,7 +35,9 @@ def test_the_cause_of_a_restart_is_kept_after_the_job_succeeds(tmp_path):
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "log" / "summary.json").read_text())
     assert (summary["status"], summary["restarts"], summary["root_cause"]) == ("succeeded", 1, None)
-    assert summary["restart_causes"] == [{"round": 1, "cause": "trainer rank 1 exited with code 3"}]
+    assert summary["restart_causes"] == [
+        {"round": 1, "cause": "trainer rank 1 exited with code 3", "error": None}
+    ]
     read = _run("paddlike.logs", "log", cwd=tmp_path)
     assert read.returncode == 0, read.stderr
     assert f"  {LINE}" in read.stdout.splitlines()

@@ -1,13 +1,15 @@
 """python -m paddlike.logs [DIR ...]: what every process of a job did, and why it failed.
 
-Exit status (the default view, --json, --html and --follow): the job's outcome, as
+Exit status (the default view, --json and --follow): the job's outcome, as
 `paddlike.logs.outcome` tabulates it (0 succeeded; the job's exit code when it failed;
 75 still running; 3 no summary and no error; 2 not a log directory or a bad option);
-130 on Ctrl-C during --follow. --rank/--role exit 0 once the log is shown. --stacks
-exits 2 when there is nothing to take stacks of (no summary.json, or no running trainer
-and no progress files). While a launcher on this machine runs the job of a single DIR,
---stacks asks it (SIGRTMIN+4): it takes the stacks of the whole job, on every node, and
-this command prints what it wrote.
+130 on Ctrl-C during --follow. --html exits 0 once the page is written (2 when it
+cannot be), so that `--html x && xdg-open x` opens a failed job's page too.
+--rank/--role exit 0 once the log is shown. --stacks exits 2 when there is nothing to
+take stacks of (no summary.json, or no running trainer and no progress files). While a
+launcher on this machine runs the job of a single DIR, --stacks asks it (SIGRTMIN+4):
+it takes the stacks of the whole job, on every node, and this command prints what it
+wrote.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         "when it failed or was stopped (1 where none is known, or its launcher was killed); "
         f"{outcome.EXIT_RUNNING} it is still running; {outcome.EXIT_UNKNOWN} no summary.json "
         f"and no error in the logs; {outcome.EXIT_NOT_LOGS} not a log directory or a bad "
-        "option. --rank/--role exit 0 once the log is shown. A running job quiet for "
+        "option. --rank/--role exit 0 once the log is shown; --html exits 0 once the page is "
+        "written (2 when it cannot be), whatever the job's outcome. A running job quiet for "
         f"{outcome.HUNG_AFTER:g} s (no output, heartbeat or collective from any rank) is "
         "called hung: --stacks shows where each rank is.",
     )
@@ -74,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--html",
         metavar="FILE",
         help="write the job as one self-contained HTML page (timeline, progress, root cause) "
-        "to FILE ('-': stdout); with --follow, rewrite it until the job ends",
+        "to FILE ('-': stdout); with --follow, rewrite it until the job ends; exit 0 once "
+        "it is written",
     )
     parser.add_argument(
         "--stacks",
@@ -108,6 +112,7 @@ def job_to_json(job: JobView) -> dict[str, Any]:
                 "end_time": s.end_time if s else None,
                 "restarts": s.restarts if s else 0,
                 "restart_causes": s.restart_causes if s else [],
+                "hangs": s.hangs if s else [],
                 "trainer_endpoints": node.trainer_endpoints,
                 "server_endpoints": node.server_endpoints,
                 "notes": node.notes,

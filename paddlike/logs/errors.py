@@ -13,6 +13,17 @@ gigabyte log costs one pass and constant memory.
     ["NCCL WARN Connect to 10.0.0.2<4242> failed"]     "NCCL WARN Connect to ... failed"
     ["Killed"]                                         "Killed"
     ["epoch 1 loss 0.3"]                               None
+    ["[rank1]: Traceback (most recent call last):",    "RuntimeError: boom"
+     '[rank1]:   File "ddp.py", line 39, in <module>',
+     "[rank1]: RuntimeError: boom"]
+
+torch (2.2 and later) writes every line of a rank's uncaught exception behind its
+rank, `[rank1]: `; torchrun's `--tee`/`--role` and pdsh put their own label in front.
+Whatever stands before "Traceback (most recent call last):" (other than blanks) is
+that traceback's prefix when its first frame repeats it: it is taken off each of its
+lines (lines without it, another thread's output interleaved, are passed over), and
+the error line is reported without it. A bare `[label]: ` tag is taken off a lone
+error line too (a tail that starts mid-traceback).
 """
 
 from __future__ import annotations
@@ -33,8 +44,11 @@ _CHAIN_LINES = (
 # Paddle's C++ errors end with this block; the next non-rule line names the error.
 _PADDLE_SUMMARY = "Error Message Summary:"
 
-# One line, on its own, that names an error. Order does not matter: the first
-# matching line of the log wins.
+# A label in front of a line: torch's "[rank1]: ", torchrun's "[default0]:".
+_TAG = re.compile(r"^\[[\w .:/@-]{1,64}\]:\s?")
+
+# One line, on its own, that names an error (its tag taken off). Order does not matter:
+# the first matching line of the log wins.
 _ERROR_LINE = re.compile(
     r"""
       \bNCCL\ (?:error|WARN)\b              # NCCL's own messages
@@ -53,15 +67,31 @@ _ERROR_LINE = re.compile(
 
 
 class _TracebackScanner:
-    """Follows one (possibly chained) traceback; `.result` is its last exception line."""
+    """Follows one (possibly chained) traceback whose lines start with `prefix` (what
+    stood before its first line); `.result` is its last exception line."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "") -> None:
         self.result: str | None = None
         self.done = False
         self._awaiting_chain = False  # just saw the exception line; a chain may follow
         self._in_frames = True
+        self._prefix = prefix if prefix.strip() else ""  # indentation is no writer's label
+        self._prefix_checked = not self._prefix
 
     def feed(self, line: str) -> None:
+        if not self._prefix_checked and line.strip():
+            # A prefix that the first frame does not repeat was a message's ("ERROR oops
+            # Traceback ..." from logging): the frames that follow are bare.
+            self._prefix_checked = True
+            if not line.startswith(self._prefix):
+                self._prefix = ""
+        if self._prefix:
+            if line.startswith(self._prefix):
+                line = line[len(self._prefix) :]
+            elif line.rstrip() == self._prefix.rstrip():
+                line = ""  # its blank line ("[rank1]:")
+            else:
+                return  # another writer's line, interleaved
         stripped = line.strip()
         if self._awaiting_chain:
             if not stripped:
@@ -101,13 +131,14 @@ def first_error_line(lines: Iterable[str]) -> str | None:
                 return stripped
             continue
         if stripped.endswith(TRACEBACK_START):
-            scanner = _TracebackScanner()
+            scanner = _TracebackScanner(line[: line.rindex(TRACEBACK_START)])
             continue
         if stripped == _PADDLE_SUMMARY:
             paddle_block = True
             continue
-        if _ERROR_LINE.search(line):
-            return stripped
+        untagged = _TAG.sub("", line, count=1)
+        if _ERROR_LINE.search(untagged):
+            return untagged.strip()
     if scanner is not None:
         return scanner.result  # the log ended right after the traceback (the usual case)
     return None

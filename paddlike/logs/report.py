@@ -269,7 +269,7 @@ def format_failure_line(cause: RootCause, *, log_dir: str | os.PathLike[str] | N
     from paddlike.logs.errors import first_error_line
 
     text = cause.reason
-    error = first_error_line(cause.tail)
+    error = cause.error or first_error_line(cause.tail)
     if error:
         text += f": {error}"
     if cause.log_file:

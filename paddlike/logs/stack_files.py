@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlike.distributed import progress as P
-from paddlike.logformat import new_file
+from paddlike.logformat import new_file, write_atomically
 from paddlike.logs import torch_flight
 from paddlike.logs.hang import Frame, RankStack, ThreadStack
 from paddlike.logs.torch_flight import TorchOp
@@ -215,7 +215,8 @@ def _write_dump(
         "progress": {str(r): asdict(p) for r, p in sorted(progress.items())},
         "torch_flight": torch_flight.records_to_json(torch_records),
     }
-    _write_new(out / "stacks.json", json.dumps(data, indent=1) + "\n")
+    # atomically: `paddlike.logs --stacks` reads it as soon as it exists (written last)
+    write_atomically(out / "stacks.json", json.dumps(data, indent=1) + "\n")
     return out
 
 

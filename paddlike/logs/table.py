@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import describe_exit, format_duration, format_root_cause, paint
 from paddlike.summary import SUMMARY_FILE, ProcessStatus, RootCause, RunStatus
@@ -124,13 +125,16 @@ MAX_ROUNDS = 10  # an elastic job's rounds shown, the latest ones
 
 def restart_lines(node: NodeView) -> list[str]:
     """Why the job restarted (--max_restarts), one line: '  1 restart: trainer rank 1
-    exited with code 3'; causes of several restarts joined in order."""
+    exited with code 3: ValueError: bad batch' (with its first error line, where the
+    summary has one); causes of several restarts joined in order."""
     causes = node.summary.restart_causes if node.summary is not None else []
     if not causes:
         return []
     n = len(causes)
     said = "; ".join(
-        (f"restart {c.get('round')} after " if n > 1 else "") + str(c.get("cause"))
+        (f"restart {c.get('round')} after " if n > 1 else "")
+        + str(c.get("cause"))
+        + (f": {c['error']}" if c.get("error") else "")
         for c in causes[-MAX_ROUNDS:]
     )
     return [f"  {n} restart{'s' if n != 1 else ''}: {said}"]
@@ -162,6 +166,8 @@ def format_job(job: JobView, *, color: bool = False) -> str:
     for node in job.nodes:
         out.append(node_heading(node))
         out.extend(round_lines(node))
+        if node.summary is not None:
+            out.extend(hang_lines(node.summary.hangs, node.log_dir))
         out.extend(f"  note: {note}" for note in node.notes)
         if node.processes:
             rows = [list(COLUMNS)] + [process_row(p) for p in node.processes]

@@ -9,7 +9,8 @@ Imported only when a hang is looked for: the launcher's start-up never loads it.
 torch's record, one entry per collective (torch 2.13's JSON, `_dump_fr_trace_json`):
 `collective_seq_id` (the number within its process group, what ranks agree on),
 `profiling_name` ("gloo:all_reduce", "nccl:barrier"), `process_group` ([name, desc]),
-`input_sizes`/`input_dtypes`, `retired` (finished). Point-to-point entries are numbered
+`input_sizes`/`input_dtypes`, `retired` (finished), `time_created_ns` (when the rank
+entered it, Unix time in ns: the page's "last sign of life"). Point-to-point entries are numbered
 per pair of ranks and are left out of the comparison.
 """
 
@@ -22,7 +23,7 @@ import selectors
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from paddlike.logs.hang import Frame, RankStack, ThreadStack
@@ -60,6 +61,9 @@ class TorchOp:
     dtype: str
     peer: int = -1
     state: str = "running"  # "running" | "done"
+    # when the rank entered it (Unix time; None: not recorded). Not part of its identity:
+    # two recorders listing one collective agree on everything but this.
+    created: float | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         size = f" {self.nbytes} B {self.dtype}".rstrip() if self.nbytes else ""
@@ -178,9 +182,15 @@ def parse_record(data: Mapping[str, Any]) -> list[TorchOp]:
                 nbytes=nbytes,
                 dtype=dtype,
                 state="done" if finished else "running",
+                created=_seconds(e.get("time_created_ns")),
             )
         )
     return ops
+
+
+def _seconds(ns: Any) -> float | None:
+    """torch's nanoseconds as Unix seconds; None when missing or 0 (never recorded)."""
+    return ns / 1e9 if isinstance(ns, int) and ns > 0 else None
 
 
 def _size(sizes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> tuple[int, str]:

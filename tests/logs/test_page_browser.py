@@ -23,6 +23,7 @@ from tests.support.synthetic_job import (
     write_hung_job,
     write_paddle_job,
     write_running_job,
+    write_torch_hang,
 )
 
 SAMPLES = Path(__file__).resolve().parents[2] / "log_samples"
@@ -101,7 +102,7 @@ class Tree(HTMLParser):
 
 
 def make_page(dirs: list[Path], target: Path) -> Path:
-    main([*(str(d) for d in dirs), "--html", str(target)])  # exits with the job's outcome
+    assert main([*(str(d) for d in dirs), "--html", str(target)]) == 0  # written
     assert target.is_file()
     return target
 
@@ -215,6 +216,22 @@ def test_hung_sample_marks_the_stack_dump_and_the_rank_that_stopped(tmp_path):
     assert "stacks taken (rank 2)" in dump.all_text()
     [dumps] = tree.find(id_="dump-list")
     assert "is in `load_batch`" in dumps.all_text()
+
+
+def test_a_torch_hang_marks_each_ranks_last_collective_and_the_rank_that_stopped_first(tmp_path):
+    # Three bars killed at the same moment; what sets them apart is each rank's last
+    # collective (torch's flight record): rank 2 entered its last one 3 s before the others.
+    report = ["no single rank stands out", "ranks 0–2 (3 of 3) wait in `all_reduce`"]
+    write_torch_hang(tmp_path / "log", SAMPLES, last={0: 10.0, 1: 10.0, 2: 7.0}, summary=report)
+    shown = rows(open_page(make_page([tmp_path / "log"], tmp_path / "torch.html")))
+    ticks = {name: [e for e in g.walk() if "last-life" in e.classes] for name, g in shown.items()}
+    assert {name: len(t) for name, t in ticks.items()} == {f"trainer {r}": 1 for r in range(3)}
+    assert [n for n, (t,) in ticks.items() if "first" in t.classes] == ["trainer 2"]
+    assert "last sign of life: barrier #5 (running) at +" in ticks["trainer 1"][0].all_text()
+    assert "stopped first" in shown["trainer 2"].all_text()
+    assert "stopped first" not in shown["trainer 0"].all_text()
+    x = {n: float(t.attrs["d"][1:].split()[0]) for n, (t,) in ticks.items()}
+    assert x["trainer 2"] < x["trainer 0"] == x["trainer 1"]
 
 
 def test_hung_job_with_progress_shows_the_flight_records_and_the_straggler(tmp_path):

@@ -90,6 +90,10 @@ def test_a_failure_a_restart_follows_is_one_line_with_its_first_error_and_log():
     assert format_failure_line(cause, log_dir="log") == (
         "trainer rank 1 exited with code 3: ValueError: bad shape (3, 4) (log log/workerlog.1)"
     )
+    torch = failed_cause(tail=[f"[rank1]: {line}" for line in TRACEBACK])
+    assert format_failure_line(torch, log_dir="log") == (
+        "trainer rank 1 exited with code 3: ValueError: bad shape (3, 4) (log log/workerlog.1)"
+    )
     quiet = failed_cause(tail=["epoch 0"], log_file=None)
     assert format_failure_line(quiet) == "trainer rank 1 exited with code 3"
 
@@ -197,6 +201,42 @@ def test_durations_read_at_a_glance(seconds, text):
         ),
         (["epoch 1 loss 0.3", "done"], None),
         (["the Killed count is 3"], None),
+        # torch (2.2+) writes a rank's uncaught exception behind "[rankN]: "
+        ([f"[rank1]: {line}" for line in TRACEBACK], "ValueError: bad shape (3, 4)"),
+        (
+            [
+                "[rank1]: Traceback (most recent call last):",
+                '[rank1]:   File "ddp.py", line 39, in <module>',
+                "step 5 of rank 0",  # another writer's line, interleaved
+                "[rank1]:     main()",
+                "[rank1]: RuntimeError: boom on rank 1 at step 5",
+                "[rank1]:",
+                "[rank1]: During handling of the above exception, another exception occurred:",
+                "[rank1]:",
+                "[rank1]: Traceback (most recent call last):",
+                '[rank1]:   File "ddp.py", line 41, in <module>',
+                "[rank1]: OSError: cleanup failed",
+            ],
+            "OSError: cleanup failed",
+        ),
+        # a tail that starts inside a torch traceback: the tagged exception line alone
+        (
+            [
+                '[rank1]:     raise RuntimeError(f"boom on rank {rank}")',
+                "[rank1]: RuntimeError: boom",
+            ],
+            "RuntimeError: boom",
+        ),
+        # an indented traceback (quoted in a message): indentation is no writer's label
+        (
+            ["  Traceback (most recent call last):", '    File "t.py", line 3', "ValueError: x"],
+            "ValueError: x",
+        ),
+        # a message's own prefix, not repeated by the frames (logging's "ERROR ... %s", tb)
+        (
+            ["12:00:01 ERROR step failed: Traceback (most recent call last):", *TRACEBACK[2:]],
+            "ValueError: bad shape (3, 4)",
+        ),
     ],
 )
 def test_first_error_line(lines, error):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +134,9 @@ def test_a_torch_worker_answers_with_torchs_flight_record(worker):
     (answer,) = torch_flight.ask([Target(0, proc.pid)]).values()
     assert answer.torch and answer.initialized
     assert answer.record == (TorchOp(1, 0, "all_reduce", 12, "float32", state="done"),)
+    # when the rank entered it (the page's last sign of life): after the worker started
+    assert answer.record[0].created is not None
+    assert time.time() - 120 < answer.record[0].created <= time.time()
 
 
 def test_a_process_without_a_probe_is_named_in_one_line():
@@ -163,3 +167,6 @@ def test_torchs_json_record_reads_as_collectives_of_their_groups():
         TorchOp(4, 0, "all_reduce", 32, "float32", state="running"),
         TorchOp(1, 2, "barrier", 0, "", state="running"),
     ]
+    assert [op.created for op in parse_record(record)] == [None, None, None]  # no time given
+    timed = {"entries": [{**entry, "time_created_ns": 1_795_000_000_250_000_000}]}
+    assert parse_record(timed)[0].created == pytest.approx(1_795_000_000.25, abs=1e-6)

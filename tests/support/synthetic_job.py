@@ -209,3 +209,26 @@ def write_running_job(path: Path) -> Path:
         now - 5, processes=[proc],
     ))  # fmt: skip
     return path
+
+
+def write_torch_hang(
+    root: Path, samples: Path, *, last: dict[int, float], summary: list[str] | None = None
+) -> Path:
+    """log_samples/torch_flight (rank 1 skipped an all_reduce #5, ranks 0 and 2 wait in it)
+    copied to `root`, each flight record entry given the time its rank entered it (torch's
+    `time_created_ns`): a rank's last `last[rank]` s after the job's start, each earlier
+    one a second before the next. `summary`: the dump's report instead of the sample's
+    (whose first line names rank 1). Returns the dump's stacks.json."""
+    import shutil
+
+    shutil.copytree(samples / "torch_flight", root)
+    (stacks,) = root.glob("stacks/*/stacks.json")
+    data = json.loads(stacks.read_text())
+    start = json.loads((root / "summary.json").read_text())["start_time"]
+    for rank, ops in data["torch_flight"].items():
+        for k, op in enumerate(ops):
+            op["created"] = start + last[int(rank)] - (len(ops) - 1 - k)
+    if summary is not None:
+        data["summary"] = summary
+    stacks.write_text(json.dumps(data))
+    return stacks

@@ -17,10 +17,12 @@ says (torch's flight record, and a Python stack where py-spy cannot read one: se
 `paddlike.logs.worker_probe`, which --hang_timeout puts in every worker); the report
 (`paddlike.logs.hang.summarize`, its first line the rank that holds the others up) is
 printed and written under <log_dir>/stacks/<time>/, once per stall: the next dump
-needs a new sign of life first. py-spy holds each rank while it reads its stack: the
-time of the last collection is not counted as silence (else the pause itself would
-read as the next hang), and nothing else delays the next look. `--on_hang abort` then
-ends the job with exit code 124 and the report's first line as its root cause.
+needs a new sign of life first. Each such diagnosis is also handed to `on_diagnosis`
+(summary.json's `hangs`), so that it outlives the job's end, Ctrl-C included. py-spy
+holds each rank while it reads its stack: the time of the last collection is not
+counted as silence (else the pause itself would read as the next hang), and nothing
+else delays the next look. `--on_hang abort` then ends the job with exit code 124 and
+the report's first line as its root cause.
 
 The clocks, a process's CPU time and the collection are given in (`clock`, `wall`,
 `cpu_seconds`, `collect`), so the rule is tested on step clocks
@@ -112,10 +114,12 @@ class HangWatch:
         wall: Callable[[], float] = time.time,
         cpu_seconds: Callable[[int], float] | None = None,
         collect: Collect | None = None,
+        on_diagnosis: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """`clock` (monotonic) and `wall` (Unix time) are the rule's clocks, `cpu_seconds`
         a process's CPU time and `collect` the stacks and flight records of targets
-        (`paddlike.logs.stacks.collect_job`): given by tests, never patched."""
+        (`paddlike.logs.stacks.collect_job`): given by tests, never patched.
+        `on_diagnosis` gets each hang's diagnosis (`diagnosis`) as it is made."""
         self.log_dir = Path(log_dir)
         self.console = console
         self.host = host
@@ -135,6 +139,7 @@ class HangWatch:
         self._clock, self._wall = clock, wall
         self._cpu_seconds = cpu_seconds or _cpu_seconds
         self._collect = collect
+        self._on_diagnosis = on_diagnosis
 
     @property
     def fd(self) -> int | None:
@@ -209,6 +214,7 @@ class HangWatch:
             return None
         self.console.warn(f"hang: {stalled} (--hang_timeout {self.timeout:g}); taking stacks")
         lines, path, odd = self._dump(workers, [stalled])
+        self._diagnosed(lines, stalled, path, odd)
         if self.on_hang != "abort":
             self.console.say("--on_hang dump: the job keeps running")
             return None
@@ -274,6 +280,10 @@ class HangWatch:
             except OSError:
                 pass
         return False
+
+    def _diagnosed(self, lines: list[str], stalled: str, path: Path, odd: int | None) -> None:
+        if self._on_diagnosis is not None:
+            self._on_diagnosis(diagnosis(self.log_dir, lines, stalled, path, odd, self._wall()))
 
     # --------------------------------------------------------------------- dumps
     def dump(self, workers: Sequence[Watched], why: str) -> None:
@@ -404,11 +414,13 @@ class HangWatch:
             f"stacks of {_ranks(len(local))} of this node {_where(path)} "
             f"(the job's taken in {took:.1f} s)"
         )
+        odd = _odd_rank(all_stacks, flights) if k else None
+        if k:
+            self._diagnosed(lines, extra[0], path, odd)
         if not k or self.on_hang != "abort":
             if k:
                 self.console.say("--on_hang dump: the job keeps running")
             return None
-        odd = _odd_rank(all_stacks, flights)
         where = next(
             (
                 (r["node"]["host"], r["node"]["index"], r["node"]["logs"][str(odd)])
@@ -422,6 +434,17 @@ class HangWatch:
         return self._cause(lines, extra[0], dump, odd, where)
 
 
+def diagnosis(
+    log_dir: Path, lines: list[str], stalled: str, dump: Path, odd: int | None, now: float
+) -> dict[str, Any]:
+    """One hang as summary.json's `hangs` keeps it: when, how long the job was silent, the
+    report (its first line the rank that holds the others up), that rank, and the dump's
+    directory (relative to the log directory; null when it could not be written)."""
+    written = (dump / "summary.txt").exists()
+    where = os.path.relpath(dump, log_dir) if written else None
+    return {"time": now, "stalled": stalled, "summary": list(lines), "rank": odd, "stacks": where}
+
+
 def _odd_rank(taken: dict[int, RankStack], flights: dict[int, Any]) -> int | None:
     """The one rank the report's first line names as holding the others up (the rule of
     `hang.summarize`), or None when it names none or several."""
@@ -432,12 +455,12 @@ def _odd_rank(taken: dict[int, RankStack], flights: dict[int, Any]) -> int | Non
     return verdict.odd[0] if len(verdict.odd) == 1 else None
 
 
-
 def _where(dump: Path) -> str:
     """Where a dump went: `in DIR`, or that it could not be written (write_dump warned)."""
     if (dump / "summary.txt").exists():
         return f"in {dump}"
     return "(not written to the log directory: see the warning above)"
+
 
 def _ranks(n: int) -> str:
     """'1 rank', '2 ranks'."""

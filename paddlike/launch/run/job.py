@@ -307,6 +307,7 @@ class JobRun:
             host_label=self.hostname if job.nnodes == 1 else job.host,
             timeout=options.hang_timeout,
             on_hang=options.on_hang,
+            on_diagnosis=self.record.hang_diagnosed,
         )
         # One node without --job_token: a secret of its own, so that another local user
         # cannot use this job's stores or parameter servers over loopback. (Many nodes need

@@ -39,11 +39,14 @@ class RunRecord:
         self.rounds: list[dict] = []
         # --max_restarts: why each restart happened (summary.json "restart_causes")
         self.restart_causes: list[dict] = []
+        # --hang_timeout: every hang diagnosed (summary.json "hangs"), kept to the end
+        self.hangs: list[dict] = []
         self.last_status = ""
+        self._last: tuple | None = None  # what the summary was last written with
 
     def restarted(self, round_: int, cause: RootCause) -> None:
         """Round `round_` restarts the job after `cause` (kept after a later success)."""
-        self.restart_causes.append({"round": round_, "cause": cause.reason})
+        self.restart_causes.append({"round": round_, "cause": cause.reason, "error": cause.error})
 
     def round_ended(
         self, round_: int, restarts: int, members: Sequence[str], cause: RootCause | None
@@ -57,6 +60,13 @@ class RunRecord:
                 "membership": None if cause is None else cause.membership,
             }
         )
+
+    def hang_diagnosed(self, diagnosis: dict) -> None:
+        """A hang was diagnosed (`hangwatch.diagnosis`): kept, and written at once, so that
+        the summary names it while the job runs, and after Ctrl-C or a kill."""
+        self.hangs.append(diagnosis)
+        if self._last is not None:
+            self._write(*self._last)
 
     def outcome_text(self) -> str:
         """How the job ended, for nodes still waiting to join an elastic job."""
@@ -96,6 +106,7 @@ class RunRecord:
         cause: RootCause | None,
         end: float | None = None,
     ) -> None:
+        self._last = (plan, records, restarts, status, exit_code, cause, end)
         summary = RunSummary(
             job_id=plan.job_id,
             mode=plan.run_mode,
@@ -113,6 +124,7 @@ class RunRecord:
             root_cause=cause,
             rounds=list(self.rounds),
             restart_causes=list(self.restart_causes),
+            hangs=list(self.hangs),
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write

@@ -69,6 +69,7 @@ from paddlike.launch.run.signals import (
 )
 from paddlike.launch.run.teardown import Teardown
 from paddlike.launch.run.teewatch import start_tee
+from paddlike.logs.errors import first_error_in_file
 from paddlike.summary import ProcessRecord, ProcessStatus, RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -494,6 +495,7 @@ class Supervisor:
             tail=read_tail_since(log_path, start, TAIL_LINES),
             time=time.time(),
             duration=time.monotonic() - proc.started if proc.started else None,
+            error=first_error_in_file(os.fspath(log_path), start=start),
         )
 
 

@@ -25,7 +25,9 @@ from typing import Any
 
 from paddlike.distributed import progress as P
 from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, read_run_tail
+from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
+from paddlike.logs.page.last_signs import last_signs, mark_first, newest_dump
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import format_duration, format_root_cause, format_success
 from paddlike.logs.table import format_job, restart_lines
@@ -103,9 +105,18 @@ def _cut(line: str) -> str:
 
 def report_text(job: JobView) -> str:
     """The console's words: the root-cause report (paddlike.logs.report), or its OK line;
-    then why the job restarted, when it did (`paddlike.logs`' line)."""
+    then why the job restarted, when it did, and the hangs diagnosed (`paddlike.logs`'
+    lines)."""
     restarted = next((lines for n in job.nodes if (lines := restart_lines(n))), [])
-    return "\n".join([_report_text(job), *(line.strip() for line in restarted)])
+    hung = next(
+        (
+            lines
+            for n in job.nodes
+            if n.summary and (lines := hang_lines(n.summary.hangs, n.log_dir))
+        ),
+        [],
+    )
+    return "\n".join([_report_text(job), *(line.strip() for line in [*restarted, *hung])])
 
 
 def _report_text(job: JobView) -> str:
@@ -334,8 +345,17 @@ def job_facts(
     scan = [HEADER_SCAN_TOTAL] if restarted else None
     procs = []
     for pos, node in enumerate(job.nodes):
-        procs.extend(_process_facts(p, job, pos, t0, scan) for p in node.processes)
+        rows = [_process_facts(p, job, pos, t0, scan) for p in node.processes]
+        dump = newest_dump(node.log_dir)
+        signs = last_signs(dump, t0) if dump is not None else {}
+        for row in rows:
+            if row["role"] == "trainer" and row["rank"] in signs:
+                row["last"] = signs[row["rank"]]
+        procs.extend(rows)
     dumps = [d for node in job.nodes for d in _stack_dumps(node, t0)]
+    newest = max(dumps, key=lambda d: d["t"] or 0.0) if dumps else None
+    signs = {p["rank"]: p["last"] for p in procs if "last" in p}
+    mark_first(signs, newest["odd"] if newest else None)
     ends = [p["end"] for p in procs if p["end"] is not None]
     ends += [p.get("mtime") for p in procs if p.get("mtime") is not None]
     ends += [d["t"] for d in dumps]

@@ -55,8 +55,9 @@ def follow_page(
     interval: float = INTERVAL,
     wait: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Rewrite `path` every `interval` s until the job ends; the job's outcome then (as
-    paddlike.logs.outcome says), 2 when the directory cannot be read, 130 on Ctrl-C."""
+    """Rewrite `path` every `interval` s until the job ends; 0 once its last page is
+    written (the outcome is the text view's exit status), 2 when the directory cannot be
+    read or the page written, 130 on Ctrl-C."""
     history: dict[int, list[tuple[float, int]]] = {}
     first = True
     try:
@@ -84,7 +85,7 @@ def follow_page(
             first = False
             if not running:
                 out.write(f"paddlike.logs: job {job.status}: wrote the last page to {path}\n")
-                return outcome.exit_code(job)
+                return 0
             wait(interval)
     except KeyboardInterrupt:
         out.flush()

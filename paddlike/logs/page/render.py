@@ -66,6 +66,8 @@ svg text { fill:var(--fg); }
 .cause-label { fill:#a11f1f !important; font-weight:600; }
 .hung-ring { fill:none; stroke:#7a3fb0; stroke-width:2; rx:3; }
 .hung-label { fill:#7a3fb0 !important; font-weight:600; }
+.last-life { stroke:#222; stroke-width:2; } .last-life.first { stroke:#7a3fb0; stroke-width:3; }
+.first-label { fill:#7a3fb0 !important; font-weight:600; }
 .pline.stuck { stroke:#7a3fb0; stroke-opacity:1; stroke-width:2.2; }
 .status-failed .label { fill:#b32626; font-weight:600; }
 .hung-odd .label { fill:#7a3fb0; font-weight:600; }

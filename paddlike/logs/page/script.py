@@ -236,6 +236,11 @@ function procBar(p, x, y) {
       out += '<polygon class="live" points="' + x2.toFixed(1) + ',' + (y + 3) + ' ' + (x2 + 6).toFixed(1) + ',' +
         (y + ROW_H / 2) + ' ' + x2.toFixed(1) + ',' + (y + ROW_H - 3) + '" fill="' + color + '"/>';
     }
+    if (p.last && p.last.t !== null) {  // its last collective before a hang: who stopped first
+      out += '<path class="last-life' + (p.last.first ? ' first' : '') + '" d="M' + x(p.last.t).toFixed(1) + ' ' +
+        (y + 1) + 'v' + (ROW_H - 2) + '"><title>last sign of life: ' + esc(p.last.what) + ' at +' +
+        secs(p.last.t) + '</title></path>';
+    }
     var after = x2 + 10;  // where a label starts: past the bar, its ring, and the failure's mark
     if (p.status === 'failed') {
       var cx = x2 + 10;  // beside the bar's end, not on it (its ring and the cause's line are there)
@@ -245,6 +250,9 @@ function procBar(p, x, y) {
     }
     if (slow && !stuck && !p.cause) {
       out += '<text class="straggler-label" x="' + after.toFixed(1) + '" y="' + (y + 14) + '">straggler</text>';
+    }
+    if (p.last && p.last.first && !stuck && !p.cause) {
+      out += '<text class="first-label" x="' + after.toFixed(1) + '" y="' + (y + 14) + '">stopped first</text>';
     }
     if (stuck && !p.cause) {
       out += '<rect class="hung-ring" x="' + (x1 - 2).toFixed(1) + '" y="' + (y + 2) + '" width="' +
@@ -339,6 +347,7 @@ function drawDetail() {
     row('exit', p.exit || (p.status === 'running' ? 'still running' : '')) +
     row('started', p.start === null ? null : clock(p.start) + ' (+' + secs(p.start) + ')') +
     row('ran for', p.ran) + row('restarts', p.restarts || null) + row('log', p.log) + row('first error', p.error) +
+    row('last sign of life', p.last ? p.last.what + (p.last.t === null ? '' : ' at +' + secs(p.last.t)) : null) +
     row('command', p.cmd) + '</table>';
   if (prog) {
     html += '<table class="kv">' + row('step', prog.step) + row('heartbeats', prog.beats) + row('collectives', prog.ops) +

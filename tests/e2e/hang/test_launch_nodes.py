@@ -72,6 +72,9 @@ def test_a_hang_on_two_nodes_is_named_on_both_and_aborts_both_with_code_124(tmp_
         assert summary["root_cause"]["reason"] == ODD
         (dump,) = (logs / "stacks").iterdir()
         assert (dump / "summary.txt").read_text().splitlines()[:2] == [ODD, OTHERS]
+        (hang,) = summary["hangs"]  # every node keeps the job-wide diagnosis, its own dump
+        assert (hang["rank"], hang["stacks"]) == (3, f"stacks/{dump.name}")
+        assert hang["summary"][:2] == [ODD, OTHERS]
     # 5 s of silence, the stacks on both nodes at once (≤ 10 s), the teardown
     assert took < 5 + 10 + 10, f"the hang ended the job {took:.1f} s after the ranks blocked"
 

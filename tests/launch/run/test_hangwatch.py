@@ -81,12 +81,15 @@ def job(tmp_path: Path, clocks: Clocks) -> Job:
     return Job(tmp_path, clocks)
 
 
-def watch(job: Job, clocks: Clocks, on_hang: str = "dump") -> tuple[HangWatch, io.StringIO]:
+def watch(
+    job: Job, clocks: Clocks, on_hang: str = "dump", on_diagnosis=None
+) -> tuple[HangWatch, io.StringIO]:
     out = io.StringIO()
     w = HangWatch(
         job.dir, Console(out), host="127.0.0.1", node_index=0, host_label="vm",
         timeout=TIMEOUT, on_hang=on_hang, clock=clocks.mono, wall=clocks.wall,
         cpu_seconds=lambda pid: job.cpu[pid - 100], collect=job.collect,
+        on_diagnosis=on_diagnosis,
     )  # fmt: skip
     w.start_round("job-1", lambda: job.workers)
     return w, out
@@ -120,6 +123,20 @@ def test_a_stall_is_dumped_once_and_again_only_after_a_new_sign_of_life(job, clo
     clocks.advance(TIMEOUT + 0.1)
     w.check(job.workers)
     assert job.collected == 2
+
+
+def test_each_hang_diagnosed_is_handed_on_for_the_summary_with_its_rank_and_dump(job, clocks):
+    kept: list[dict] = []
+    w, _ = watch(job, clocks, on_diagnosis=kept.append)  # the launcher's: RunRecord
+    job.write(0)
+    job.write(1)
+    clocks.advance(TIMEOUT + 0.1)
+    assert w.check(job.workers) is None  # --on_hang dump: the job goes on
+    (hang,) = kept
+    assert hang["rank"] == 1 and hang["summary"][0].startswith("rank 1 (vm, workerlog.1) is in")
+    assert hang["stalled"].startswith("no progress for 5 s on any rank")
+    assert (job.dir / hang["stacks"] / "summary.txt").is_file()
+    assert hang["time"] == clocks.wall()
 
 
 def test_with_on_hang_abort_the_cause_names_the_rank_in_load_batch_not_rank_0(job, clocks):
