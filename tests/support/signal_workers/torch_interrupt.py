@@ -22,10 +22,10 @@ rank = tdist.get_rank()
 t = torch.ones(2)
 tdist.all_reduce(t)
 print(f"rank {rank} ready: {t.tolist()}", flush=True)
-with open(os.path.join(out, f".ready.{rank}"), "w") as f:
-    f.write(str(os.getpid()))
-os.replace(os.path.join(out, f".ready.{rank}"), os.path.join(out, f"ready.{rank}"))
-try:
+try:  # before "ready": a SIGINT right after the file appears must land in the try
+    with open(os.path.join(out, f".ready.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(os.path.join(out, f".ready.{rank}"), os.path.join(out, f"ready.{rank}"))
     end = time.monotonic() + 60
     while time.monotonic() < end:
         time.sleep(0.05)  # waiting for the signal the test sends
