@@ -53,5 +53,7 @@ def test_three_short_rounds_are_drawn_where_each_began(tmp_path):
     facts = job_facts(load([tmp_path / "log"]))
     bands = [r["start"] for r in facts["rounds"]]
     assert [r["label"] for r in facts["rounds"]] == ["first run", "restart 1", "restart 2"]
-    for k in (1, 2):  # the header is written just before the worker starts
-        assert bands[k] == pytest.approx(min(began[k]) - facts["t0"], abs=0.15), (bands, began)
+    t0 = facts["t0"]
+    for k in (1, 2):  # the header is written just before the worker starts (how long before
+        # depends on the machine's load: only the order is the page's to keep)
+        assert max(began[k - 1]) - t0 < bands[k] <= min(began[k]) - t0 + 0.01, (bands, began)
