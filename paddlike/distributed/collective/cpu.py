@@ -30,7 +30,7 @@ from ..store import StoreClient, StoreError
 from . import keys as K
 from .backend import Communicator
 from .errors import EXIT_BARRIER, CollectiveError, CollectiveTimeoutError, size_mismatch
-from .layout import byte_view, copy_rows, fingerprint, flat_bytes, ranges
+from .layout import byte_view, copy_rows, fingerprint, flat_bytes, ranges, shm_buffer_bytes
 from .reduce_op import ReduceOp, reduce_into
 from .shm import ShmArena, shm_available
 from .shm_reduce import shm_reduce, small_bytes
@@ -40,8 +40,6 @@ from .tcp_reduce import allreduce_direct, allreduce_ring, reduce_to_root
 __all__ = ["CpuCommunicator", "host_key"]
 
 TRANSPORT_ENV = "PADDLIKE_CPU_TRANSPORT"  # auto (default) | tcp: force TCP even on one host
-SHM_BUFFER_ENV = "PADDLIKE_SHM_BUFFER_BYTES"
-DEFAULT_SHM_BUFFER = 4 << 20
 SMALL_ALLREDUCE_BYTES = 256 << 10
 
 
@@ -54,15 +52,6 @@ def host_key() -> str:
     with contextlib.suppress(OSError):
         parts.append(os.readlink("/proc/self/ns/net"))
     return "|".join(parts)
-
-
-def _buffer_bytes() -> int:
-    raw = os.environ.get(SHM_BUFFER_ENV, "").strip()
-    try:
-        value = int(raw) if raw else DEFAULT_SHM_BUFFER
-    except ValueError:
-        raise ValueError(f"environment variable {SHM_BUFFER_ENV}={raw!r} is not bytes") from None
-    return max(4096, value // 4096 * 4096)
 
 
 class CpuCommunicator(Communicator):
@@ -110,7 +99,7 @@ class CpuCommunicator(Communicator):
         layout (a peer mapping a segment larger than the file would crash on access);
         else, for hosts with several of the group's ranks, the two-level communicators."""
         mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
-        buffer_bytes = _buffer_bytes()
+        buffer_bytes = shm_buffer_bytes(self.size)
         self.small_bytes = small_bytes()  # every rank must take the same path: in the key
         key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}|{self.small_bytes}"
         store.set(K.host_of(prefix, self.rank), key)

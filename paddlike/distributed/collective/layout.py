@@ -5,12 +5,47 @@ Pure functions shared by the shared-memory and TCP algorithms, so both cut the s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["bounds", "byte_view", "copy_rows", "fingerprint", "flat_bytes", "ranges"]
+__all__ = [
+    "bounds", "byte_view", "copy_rows", "fingerprint", "flat_bytes", "ranges", "shm_buffer_bytes",
+]  # fmt: skip
+
+SHM_BUFFER_ENV = "PADDLIKE_SHM_BUFFER_BYTES"
+MAX_SHM_BUFFER = 4 << 20
+MIN_SHM_BUFFER = 256 << 10
+_L3_SIZE = "/sys/devices/system/cpu/cpu0/cache/index3/size"
+
+
+def _last_level_cache() -> int:
+    """This machine's L3 in bytes (Linux sysfs, e.g. "32768K"), or 0 when unknown."""
+    with contextlib.suppress(OSError, ValueError), open(_L3_SIZE) as f:
+        text = f.read().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        return int(text.rstrip("KM")) * scale
+    return 0
+
+
+def shm_buffer_bytes(ranks: int) -> int:
+    """Bytes of one shared-memory buffer (each rank has two): PADDLIKE_SHM_BUFFER_BYTES, else
+    sized so that the group's buffers take at most half the L3 (what a chunk's peers read
+    back stays in cache while the arrays stream through), within 256 KiB .. 4 MiB."""
+    raw = os.environ.get(SHM_BUFFER_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            why = f"environment variable {SHM_BUFFER_ENV}={raw!r} is not bytes"
+            raise ValueError(why) from None
+    else:
+        cache = _last_level_cache() or 32 << 20
+        value = max(MIN_SHM_BUFFER, min(MAX_SHM_BUFFER, cache // 2 // (2 * max(ranks, 1))))
+    return max(4096, value // 4096 * 4096)
 
 
 def bounds(n_items: int, parts: int, k: int) -> tuple[int, int]:

@@ -178,9 +178,11 @@ class ShmArena:
              for b in (0, 1)]
             for s in self.segs if s is not None
         ]  # fmt: skip
+        self._typed: dict[tuple[int, int, np.dtype], np.ndarray] = {}
 
     def close(self) -> None:
         self._views = []
+        self._typed.clear()
         for seg in self.segs:
             if seg is not None:
                 seg.close()
@@ -188,11 +190,14 @@ class ShmArena:
 
     def data(self, k: int, buf: int, dtype: np.dtype | None = None) -> np.ndarray:
         view = self._views[k][buf]
-        return (
-            view
-            if dtype is None
-            else view[: len(view) // dtype.itemsize * dtype.itemsize].view(dtype)
-        )
+        if dtype is None:
+            return view
+        key = (k, buf, dtype)
+        typed = self._typed.get(key)
+        if typed is None:  # made once per dtype: small operations call this per rank
+            typed = view[: len(view) // dtype.itemsize * dtype.itemsize].view(dtype)
+            self._typed[key] = typed
+        return typed
 
     # --- ordering ----------------------------------------------------------------------
 
