@@ -55,7 +55,8 @@ _EXTRA_OFFSETS = (96, 112)
 # One byte per rank from offset 1024: rank j sleeps on this segment's counter.
 _SLEEPERS = 1024
 MAX_SLEEPER_FLAGS = HEADER_BYTES - _SLEEPERS
-SPIN_SECONDS = 30e-6
+SPIN_SECONDS = 30e-6  # the most a wait spins
+MIN_SPIN_SECONDS = 2e-6
 SLICE_SECONDS = 0.05
 
 # Acquiring and releasing an uncontended lock is a locked read-modify-write (a full barrier on
@@ -152,6 +153,11 @@ class ShmArena:
         self.step = 0
         self.ops = 0
         self._use_step: int | None = None  # first step posted in the latest use
+        # How long a wait spins before it sleeps: doubled after a wait shorter than
+        # SPIN_SECONDS, halved after a longer one, so ranks that share their cores with others
+        # (oversubscribed) stop burning the time their peers need, and ranks on cores of
+        # their own keep spinning.
+        self._spin = SPIN_SECONDS
         self._no_sleepers = bytes(min(self.size, MAX_SLEEPER_FLAGS))
         self._always_wake = self.size > MAX_SLEEPER_FLAGS  # ranks past the flags share one
         seg_bytes = HEADER_BYTES + 2 * buffer_bytes
@@ -286,9 +292,12 @@ class ShmArena:
 
         if reached(ctr[0]):
             return
-        spin_end = time.perf_counter() + SPIN_SECONDS
+        spin = min(self._spin, SPIN_SECONDS)
+        start = time.perf_counter()
+        spin_end = start + spin
         while time.perf_counter() < spin_end:
             if reached(ctr[0]):
+                self._spin = min(SPIN_SECONDS, spin * 2)
                 return
         flag = min(self.rank, MAX_SLEEPER_FLAGS - 1)
         seg.sleepers[flag] = 1
@@ -296,6 +305,9 @@ class ShmArena:
             self._sleep(seg, reached, k, deadline, what)
         finally:
             seg.sleepers[flag] = 0
+        # A wait a full spin would have covered: spin longer; a long one: sleep sooner.
+        short = time.perf_counter() - start < SPIN_SECONDS
+        self._spin = min(SPIN_SECONDS, spin * 2) if short else max(MIN_SPIN_SECONDS, spin / 2)
 
     def _sleep(
         self, seg: _Segment, reached: Callable[[int], bool], k: int, deadline: float, what: str
