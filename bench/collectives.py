@@ -4,8 +4,8 @@ same run.
 
     python bench/collectives.py [--sizes 4K,64K,1M,64M] [--ranks 2] [--ops all_reduce,barrier]
 
-Time is the mean per call of the best block of calls after warm-up (on a machine shared
-with other work, a block in which the ranks ran undisturbed); bandwidths follow nccl-tests
+Time per call after warm-up: up to 64 KiB the median of single calls (and loopback TCP's
+median round trip / 2), larger the mean of the best block of calls; bandwidths follow nccl-tests
 (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): algbw = S / t with
 S the total bytes of the operation's largest buffer, busbw = algbw x factor, factor
 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -147,11 +148,21 @@ def gloo_worker(sizes: list[int], out: str) -> None:
 
 
 def _time(call, size: int, barrier) -> float:
-    """The best block's mean time per call (every rank runs the same blocks; each block
-    starts after a barrier and ends after the slowest rank's last call)."""
+    """Time per call. Up to 64 KiB: the median of single calls timed on this rank (on a
+    machine shared with other work, a block's mean is mostly the descheduled calls); larger:
+    the best block's mean (each block starts after a barrier, ends after the slowest rank)."""
     warm, blocks, calls = _iterations(size)
     for _ in range(warm):
         call()
+    if size <= SINGLE_CALLS_UP_TO:
+        barrier()
+        times = []
+        for _ in range(blocks * calls):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        barrier()
+        return statistics.median(times)
     best = float("inf")
     for _ in range(blocks):
         barrier()
@@ -182,7 +193,7 @@ def _echo(port: int, nbytes: int, rounds: int, stream: int) -> None:
         s.sendall(b"k")
 
 
-LATENCY_BLOCK = 50
+SINGLE_CALLS_UP_TO = 64 << 10
 
 
 def memcpy_bandwidth(nbytes: int = 64 << 20, repeats: int = 7) -> float:
@@ -208,15 +219,15 @@ def loopback(msg: int = 4096, rounds: int = 2000, stream: int = 256 << 20) -> tu
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             buf = bytearray(msg)
-            latency = float("inf")
-            for _ in range(rounds // LATENCY_BLOCK):  # the best block, as for the collectives
+            times = []
+            for _ in range(rounds):  # the median round trip, as for the small collectives
                 start = time.perf_counter()
-                for _ in range(LATENCY_BLOCK):
-                    conn.sendall(buf)
-                    view, got = memoryview(buf), 0
-                    while got < msg:
-                        got += conn.recv_into(view[got:])
-                latency = min(latency, (time.perf_counter() - start) / LATENCY_BLOCK / 2)
+                conn.sendall(buf)
+                view, got = memoryview(buf), 0
+                while got < msg:
+                    got += conn.recv_into(view[got:])
+                times.append(time.perf_counter() - start)
+            latency = statistics.median(times) / 2
             block = bytes(1 << 20)
             start = time.perf_counter()
             for _ in range(stream // len(block)):
