@@ -201,6 +201,8 @@ class CpuCommunicator(Communicator):
 
     def _reduce(self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None) -> None:
         what = "all_reduce" if root is None else "reduce"
+        if self.size == 1:
+            return  # a group of one: x is the result (an average over one is x)
         if self.arena is not None:
             shm_reduce(self.arena, self._buf, x, op, deadline, root, what, None, self.small_bytes)
         elif self.local is not None and root is None:
