@@ -3,17 +3,11 @@ between ranks of one host.
 
 Algorithm choice, per operation:
 - all ranks of the group on one host (the usual single-node job): shared memory. Each
-  array is cut into chunks the size of one buffer; per chunk every rank copies its data
-  in, one step, each rank reduces its own slice from all buffers, one step, each rank
-  copies the other slices out. Two copies and one pass of arithmetic per byte, no
-  kernel in the path; two buffers alternate so a fast rank never overwrites data a slow
-  one is still reading.
-- otherwise TCP: all_reduce of small arrays sends the whole array to every peer and
-  reduces locally (one round trip: latency-optimal for the small worlds of CPU jobs);
-  large arrays take a ring reduce-scatter then a ring all-gather, the receive of each
-  step reduced chunk by chunk while the rest arrives, and sent while received.
-  The other collectives are direct exchanges, which move no more bytes per rank than a
-  ring does.
+  array is cut into chunks the size of one buffer, every rank writes its buffer, one
+  step, the ranks read what they need; two buffers alternate so a fast rank never
+  overwrites data a slow one is still reading. all_reduce and reduce: shm_reduce.py.
+- otherwise TCP: direct exchanges, which move no more bytes per rank than a ring does;
+  all_reduce and reduce: tcp_reduce.py.
 - a group spanning hosts, some with several of its ranks: all_reduce goes in two levels
   (reduce to one leader per host through shared memory, all_reduce between leaders over
   TCP, broadcast back through shared memory); the other operations use TCP directly.
@@ -25,7 +19,6 @@ for the TCP ring), so results are the same bits on every rank and every run.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import socket
 import time
@@ -37,15 +30,16 @@ from ..store import StoreClient, StoreError
 from . import keys as K
 from .backend import Communicator
 from .errors import EXIT_BARRIER, CollectiveError, CollectiveTimeoutError, size_mismatch
-from .reduce_op import ReduceOp, reduce_into, ufunc_of
+from .layout import byte_view, copy_rows, fingerprint, flat_bytes, ranges, shm_buffer_bytes
+from .reduce_op import ReduceOp, reduce_into
 from .shm import ShmArena, shm_available
+from .shm_reduce import shm_reduce, small_bytes
 from .tcp import OPCODE, OPCODES, Mesh, Recv, Send
+from .tcp_reduce import allreduce_direct, allreduce_ring, reduce_to_root
 
 __all__ = ["CpuCommunicator", "host_key"]
 
 TRANSPORT_ENV = "PADDLIKE_CPU_TRANSPORT"  # auto (default) | tcp: force TCP even on one host
-SHM_BUFFER_ENV = "PADDLIKE_SHM_BUFFER_BYTES"
-DEFAULT_SHM_BUFFER = 4 << 20
 SMALL_ALLREDUCE_BYTES = 256 << 10
 
 
@@ -58,66 +52,6 @@ def host_key() -> str:
     with contextlib.suppress(OSError):
         parts.append(os.readlink("/proc/self/ns/net"))
     return "|".join(parts)
-
-
-def _buffer_bytes() -> int:
-    raw = os.environ.get(SHM_BUFFER_ENV, "").strip()
-    try:
-        value = int(raw) if raw else DEFAULT_SHM_BUFFER
-    except ValueError:
-        raise ValueError(f"environment variable {SHM_BUFFER_ENV}={raw!r} is not bytes") from None
-    return max(4096, value // 4096 * 4096)
-
-
-def _bounds(n_items: int, parts: int, k: int) -> tuple[int, int]:
-    """Slice k of `parts` near-equal slices of range(n_items)."""
-    base, extra = divmod(n_items, parts)
-    lo = k * base + min(k, extra)
-    return lo, lo + base + (1 if k < extra else 0)
-
-
-def _bytes(x: np.ndarray) -> np.ndarray:
-    return x.reshape(-1).view(np.uint8)
-
-
-def _mv(x: np.ndarray) -> memoryview:
-    return memoryview(_bytes(x))
-
-
-def _copy_rows(dst: np.ndarray, rows: np.ndarray, a: int) -> None:
-    """dst = bytes a .. a + dst.size of `rows` (2-D uint8, contiguous rows, any row
-    stride) read in C order: a partial first row, whole rows, a partial last row."""
-    width = rows.shape[1]
-    if dst.size == 0:
-        return
-    b = a + dst.size
-    r0, c0 = divmod(a, width)
-    r1, c1 = divmod(b, width)
-    if r0 == r1:
-        dst[:] = rows[r0, c0:c1]
-        return
-    pos = 0
-    if c0:
-        dst[: width - c0] = rows[r0, c0:]
-        pos, r0 = width - c0, r0 + 1
-    whole = (r1 - r0) * width
-    dst[pos : pos + whole].reshape(r1 - r0, width)[...] = rows[r0:r1]
-    if c1:
-        dst[pos + whole :] = rows[r1, :c1]
-
-
-def _fingerprint(sizes: Sequence[int]) -> int:
-    """64 bits that differ, in practice, for any two different lists of sizes."""
-    data = b"".join(int(v).to_bytes(8, "little") for v in sizes)
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-def _ranges(total: int, step: int) -> list[tuple[int, int]]:
-    """[(a, b)] covering range(total) in pieces of `step`; one empty piece when total is 0,
-    so every rank still takes the same number of steps."""
-    if total <= 0:
-        return [(0, 0)]
-    return [(a, min(total, a + step)) for a in range(0, total, step)]
 
 
 class CpuCommunicator(Communicator):
@@ -138,6 +72,7 @@ class CpuCommunicator(Communicator):
         deadline = time.monotonic() + timeout
         self.mesh = Mesh.connect(store, prefix, rank, global_ranks, host, deadline)
         self.arena: ShmArena | None = None
+        self.small_bytes = 0
         # Groups spanning hosts with several ranks on one host reduce hierarchically: within
         # each host through shared memory, then across hosts between one leader per host.
         self.local: CpuCommunicator | None = None
@@ -164,8 +99,9 @@ class CpuCommunicator(Communicator):
         layout (a peer mapping a segment larger than the file would crash on access);
         else, for hosts with several of the group's ranks, the two-level communicators."""
         mode = os.environ.get(TRANSPORT_ENV, "auto").strip().lower() or "auto"
-        buffer_bytes = _buffer_bytes()
-        key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}"
+        buffer_bytes = shm_buffer_bytes(self.size)
+        self.small_bytes = small_bytes()  # every rank must take the same path: in the key
+        key = f"{host_key()}|{mode}|{int(shm_available())}|{buffer_bytes}|{self.small_bytes}"
         store.set(K.host_of(prefix, self.rank), key)
         keys = [
             store.get(
@@ -253,7 +189,9 @@ class CpuCommunicator(Communicator):
         if out is None or out is x:
             self._reduce(x, op, deadline, root=None)
         elif self.arena is not None:
-            self._shm_reduce(x, op, deadline, None, "all_reduce", out)
+            shm_reduce(
+                self.arena, self._buf, x, op, deadline, None, "all_reduce", out, self.small_bytes
+            )
         else:  # the TCP paths reduce in place: on a copy
             out[...] = x
             self._reduce(out, op, deadline, root=None)
@@ -263,67 +201,18 @@ class CpuCommunicator(Communicator):
 
     def _reduce(self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None) -> None:
         what = "all_reduce" if root is None else "reduce"
+        if self.size == 1:
+            return  # a group of one: x is the result (an average over one is x)
         if self.arena is not None:
-            self._shm_reduce(x, op, deadline, root, what)
+            shm_reduce(self.arena, self._buf, x, op, deadline, root, what, None, self.small_bytes)
         elif self.local is not None and root is None:
             self._two_level_allreduce(x, op, deadline)
         elif root is not None:
-            self._tcp_reduce_to_root(x, op, deadline, root)
+            reduce_to_root(self.mesh, x, op, deadline, root)
         elif x.nbytes <= SMALL_ALLREDUCE_BYTES or self.size == 1:
-            self._tcp_allreduce_direct(x, op, deadline)
+            allreduce_direct(self.mesh, x, op, deadline)
         else:
-            self._tcp_allreduce_ring(x, op, deadline)
-
-    def _shm_reduce(
-        self, x: np.ndarray, op: ReduceOp, deadline: float, root: int | None, what: str,
-        out: np.ndarray | None = None,
-    ) -> None:  # fmt: skip
-        arena = self.arena
-        assert arena is not None
-        n, r = self.size, self.rank
-        src = x.reshape(-1)
-        xf = src if out is None else out.reshape(-1)  # where the result goes
-        dt = xf.dtype
-        per = arena.buffer_bytes // dt.itemsize
-        chunks = _ranges(xf.size, per)
-        keeps = root is None or r == root
-        # Ranks 0 and 1 may reduce into their own slice of x (it is parts[rank], and the ufunc
-        # writes element by element), which saves copying that slice in; with a separate
-        # `out` every rank reads its own slice straight from x and reduces into out.
-        in_place = keeps and (r <= 1 or out is not None)
-        scratch = None if keeps else np.empty(_bounds(per, n, 0)[1], dt)
-        opcode = OPCODE[what]
-        parity = 0
-        for i, (a, b) in enumerate(chunks):
-            buf = self._buf()
-            if i == 0:
-                parity = arena.begin(opcode, x.nbytes, deadline, what)
-            else:
-                arena.begin_use(deadline, what)
-            m = b - a
-            mine = arena.data(r, buf, dt)
-            lo, hi = _bounds(m, n, r)
-            if in_place:
-                mine[:lo] = src[a : a + lo]
-                mine[hi:m] = src[a + hi : b]
-            else:
-                mine[:m] = src[a:b]
-            arena.sync(deadline, what)
-            if i == 0:
-                arena.check(parity, opcode, x.nbytes, what, OPCODES)
-            target = xf[a + lo : a + hi] if keeps else scratch[: hi - lo]  # type: ignore[index]
-            own = target if out is None else src[a + lo : a + hi]
-            parts = [
-                own if (in_place and k == r) else arena.data(k, buf, dt)[lo:hi] for k in range(n)
-            ]
-            reduce_into(op, target, parts, n)
-            mine[lo:hi] = target
-            arena.sync(deadline, what)
-            if keeps:
-                for k in range(n):
-                    if k != r:
-                        klo, khi = _bounds(m, n, k)
-                        xf[a + klo : a + khi] = arena.data(k, buf, dt)[klo:khi]
+            allreduce_ring(self.mesh, x, op, deadline)
 
     def _two_level_allreduce(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
         """Reduce onto each host's leader (shared memory), all_reduce between the leaders
@@ -338,78 +227,13 @@ class CpuCommunicator(Communicator):
                 np.divide(x, self.size, out=x, casting="unsafe")
         self.local.broadcast(x, 0, deadline)
 
-    def _tcp_allreduce_direct(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
-        xf = x.reshape(-1)
-        peers = [k for k in range(self.size) if k != self.rank]
-        tmps = {k: np.empty_like(xf) for k in peers}
-        self.mesh.exchange(
-            [Send(k, _mv(xf), "all_reduce") for k in peers],
-            [Recv(k, _mv(tmps[k]), "all_reduce") for k in peers],
-            deadline,
-            "all_reduce",
-        )
-        parts = [xf if k == self.rank else tmps[k] for k in range(self.size)]
-        out = xf if self.rank == 0 else np.empty_like(xf)
-        reduce_into(op, out, parts, self.size)
-        if out is not xf:
-            xf[...] = out
-
-    def _tcp_allreduce_ring(self, x: np.ndarray, op: ReduceOp, deadline: float) -> None:
-        n, r = self.size, self.rank
-        xf = x.reshape(-1)
-        itemsize = xf.dtype.itemsize
-        segs = [_bounds(xf.size, n, k) for k in range(n)]
-        right, left = (r + 1) % n, (r - 1) % n
-        tmp = np.empty(max(hi - lo for lo, hi in segs), xf.dtype)
-        ufunc = ufunc_of(op)
-        for s in range(n - 1):
-            slo, shi = segs[(r - s) % n]
-            rlo, rhi = segs[(r - s - 1) % n]
-            dst, t = xf[rlo:rhi], tmp[: rhi - rlo]
-
-            def combine(off: int, nbytes: int, dst: np.ndarray = dst, t: np.ndarray = t) -> None:
-                e0, e1 = off // itemsize, (off + nbytes) // itemsize
-                ufunc(dst[e0:e1], t[e0:e1], out=dst[e0:e1])
-
-            self.mesh.exchange(
-                [Send(right, _mv(xf[slo:shi]), "all_reduce")],
-                [Recv(left, _mv(t), "all_reduce", chunk=combine, chunk_bytes=1 << 20)],
-                deadline,
-                "all_reduce",
-            )
-        if op is ReduceOp.AVG:
-            lo, hi = segs[(r + 1) % n]
-            np.divide(xf[lo:hi], n, out=xf[lo:hi], casting="unsafe")
-        for s in range(n - 1):
-            slo, shi = segs[(r + 1 - s) % n]
-            rlo, rhi = segs[(r - s) % n]
-            self.mesh.exchange(
-                [Send(right, _mv(xf[slo:shi]), "all_reduce")],
-                [Recv(left, _mv(xf[rlo:rhi]), "all_reduce")],
-                deadline,
-                "all_reduce",
-            )
-
-    def _tcp_reduce_to_root(self, x: np.ndarray, op: ReduceOp, deadline: float, root: int) -> None:
-        if self.rank != root:
-            self.mesh.exchange([Send(root, _mv(x), "reduce")], [], deadline, "reduce")
-            return
-        peers = [k for k in range(self.size) if k != root]
-        tmps = {k: np.empty_like(x) for k in peers}
-        self.mesh.exchange([], [Recv(k, _mv(tmps[k]), "reduce") for k in peers], deadline, "reduce")
-        parts = [x if k == root else tmps[k] for k in range(self.size)]
-        out = x if root == 0 else np.empty_like(x)
-        reduce_into(op, out, parts, self.size)
-        if out is not x:
-            x[...] = out
-
     # --- data movement ---------------------------------------------------------------------
 
     def broadcast(self, x: np.ndarray, root: int, deadline: float) -> None:
-        xb = _bytes(x)
+        xb = flat_bytes(x)
         if self.arena is not None:
             arena, r = self.arena, self.rank
-            chunks = _ranges(xb.size, arena.buffer_bytes)
+            chunks = ranges(xb.size, arena.buffer_bytes)
 
             def before(i: int, buf: int) -> None:
                 if r == root:
@@ -428,10 +252,10 @@ class CpuCommunicator(Communicator):
         elif self.rank == root:
             peers = [k for k in range(self.size) if k != root]
             self.mesh.exchange(
-                [Send(k, _mv(x), "broadcast") for k in peers], [], deadline, "broadcast"
+                [Send(k, byte_view(x), "broadcast") for k in peers], [], deadline, "broadcast"
             )
         else:
-            self.mesh.exchange([], [Recv(root, _mv(x), "broadcast")], deadline, "broadcast")
+            self.mesh.exchange([], [Recv(root, byte_view(x), "broadcast")], deadline, "broadcast")
 
     def all_gather(self, outs: list[np.ndarray], x: np.ndarray, deadline: float) -> None:
         self._gather(outs, x, deadline, root=None)
@@ -449,12 +273,12 @@ class CpuCommunicator(Communicator):
         receives = root is None or r == root
         if receives:
             assert outs is not None
-            _bytes(outs[r])[:] = _bytes(x)
+            flat_bytes(outs[r])[:] = flat_bytes(x)
         if self.arena is not None:
             arena = self.arena
             sizes = [o.nbytes for o in outs] if root is None else [x.nbytes] * self.size  # type: ignore[union-attr]
-            xb = _bytes(x)
-            chunks = _ranges(max(sizes), arena.buffer_bytes)
+            xb = flat_bytes(x)
+            chunks = ranges(max(sizes), arena.buffer_bytes)
 
             def before(i: int, buf: int) -> None:
                 a, _ = chunks[i]
@@ -467,7 +291,7 @@ class CpuCommunicator(Communicator):
                 a, _ = chunks[i]
                 for k in range(self.size):
                     if k != r:
-                        ob = _bytes(outs[k])  # type: ignore[index]
+                        ob = flat_bytes(outs[k])  # type: ignore[index]
                         take = max(0, min(arena.buffer_bytes, ob.size - a))
                         ob[a : a + take] = arena.data(k, buf)[:take]
 
@@ -476,7 +300,7 @@ class CpuCommunicator(Communicator):
             if root is None:  # sizes may differ by rank: _check_slots compares them
                 self._shm_steps(
                     what, 0, deadline, what, len(chunks), before, after, sources,
-                    extra=(x.nbytes, _fingerprint(sizes)),
+                    extra=(x.nbytes, fingerprint(sizes)),
                     verify=lambda parity: self._check_slots(sizes, parity, what),
                 )  # fmt: skip
             else:
@@ -484,12 +308,12 @@ class CpuCommunicator(Communicator):
             return
         peers = [k for k in range(self.size) if k != r]
         if root is None:
-            sends = [Send(k, _mv(x), what) for k in peers]
-            recvs = [Recv(k, _mv(outs[k]), what) for k in peers]  # type: ignore[index]
+            sends = [Send(k, byte_view(x), what) for k in peers]
+            recvs = [Recv(k, byte_view(outs[k]), what) for k in peers]  # type: ignore[index]
         elif r == root:
-            sends, recvs = [], [Recv(k, _mv(outs[k]), what) for k in peers]  # type: ignore[index]
+            sends, recvs = [], [Recv(k, byte_view(outs[k]), what) for k in peers]  # type: ignore[index]
         else:
-            sends, recvs = [Send(root, _mv(x), what)], []
+            sends, recvs = [Send(root, byte_view(x), what)], []
         self.mesh.exchange(sends, recvs, deadline, what)
 
     def _check_slots(self, slots: Sequence[int], parity: int, what: str) -> None:
@@ -506,7 +330,7 @@ class CpuCommunicator(Communicator):
                     what, self.global_ranks[k], what, sent[k], what, slots[k],
                     f" (its slot, tensor_list[{k}])",
                 )  # fmt: skip
-        expected = _fingerprint(sent)
+        expected = fingerprint(sent)
         for k in range(self.size):
             if published[k][1] != expected:
                 raise CollectiveError(
@@ -520,19 +344,19 @@ class CpuCommunicator(Communicator):
         r = self.rank
         if r == root:
             assert ins is not None
-            _bytes(x)[:] = _bytes(ins[r])
+            flat_bytes(x)[:] = flat_bytes(ins[r])
         if self.arena is not None:
             arena = self.arena
             region = arena.buffer_bytes // self.size
-            xb = _bytes(x)
-            chunks = _ranges(xb.size, region)
+            xb = flat_bytes(x)
+            chunks = ranges(xb.size, region)
 
             def before(i: int, buf: int) -> None:
                 if r == root:
                     a, b = chunks[i]
                     data = arena.data(r, buf)
                     for k in range(self.size):
-                        data[k * region : k * region + b - a] = _bytes(ins[k])[a:b]  # type: ignore[index]
+                        data[k * region : k * region + b - a] = flat_bytes(ins[k])[a:b]  # type: ignore[index]
 
             def after(i: int, buf: int) -> None:
                 if r != root:
@@ -544,24 +368,24 @@ class CpuCommunicator(Communicator):
                 "scatter", x.nbytes, deadline, "scatter", len(chunks), before, after, sources
             )
         elif r == root:
-            sends = [Send(k, _mv(ins[k]), "scatter") for k in range(self.size) if k != r]  # type: ignore[index]
+            sends = [Send(k, byte_view(ins[k]), "scatter") for k in range(self.size) if k != r]  # type: ignore[index]
             self.mesh.exchange(sends, [], deadline, "scatter")
         else:
-            self.mesh.exchange([], [Recv(root, _mv(x), "scatter")], deadline, "scatter")
+            self.mesh.exchange([], [Recv(root, byte_view(x), "scatter")], deadline, "scatter")
 
     def all_to_all(self, outs: list[np.ndarray], ins: list[np.ndarray], deadline: float) -> None:
         """ins may also be 2-D views with contiguous rows (ops.all_to_all_rows): shared
         memory copies them straight from their rows; TCP sends packed copies."""
         r = self.rank
         if ins[r].flags.c_contiguous:
-            _bytes(outs[r])[:] = _bytes(ins[r])
+            flat_bytes(outs[r])[:] = flat_bytes(ins[r])
         else:
             np.copyto(outs[r], ins[r])
         if self.arena is not None:
             arena = self.arena
             region = arena.buffer_bytes // self.size
             nb = ins[0].nbytes
-            chunks = _ranges(nb, region)
+            chunks = ranges(nb, region)
             srcs = [a if a.flags.c_contiguous else a.view(np.uint8) for a in ins]
 
             def before(i: int, buf: int) -> None:
@@ -569,23 +393,24 @@ class CpuCommunicator(Communicator):
                 data = arena.data(r, buf)
                 for k in range(self.size):
                     if k != r and srcs[k] is ins[k]:
-                        data[k * region : k * region + b - a] = _bytes(ins[k])[a:b]
+                        data[k * region : k * region + b - a] = flat_bytes(ins[k])[a:b]
                     elif k != r:
-                        _copy_rows(data[k * region : k * region + b - a], srcs[k], a)
+                        copy_rows(data[k * region : k * region + b - a], srcs[k], a)
 
             def after(i: int, buf: int) -> None:
                 a, b = chunks[i]
                 for k in range(self.size):
                     if k != r:
-                        _bytes(outs[k])[a:b] = arena.data(k, buf)[r * region : r * region + b - a]
+                        got = arena.data(k, buf)[r * region : r * region + b - a]
+                        flat_bytes(outs[k])[a:b] = got
 
             total = nb * self.size
             self._shm_steps("all_to_all", total, deadline, "all_to_all", len(chunks), before, after)
             return
         peers = [k for k in range(self.size) if k != r]
         self.mesh.exchange(
-            [Send(k, _mv(np.ascontiguousarray(ins[k])), "all_to_all") for k in peers],
-            [Recv(k, _mv(outs[k]), "all_to_all") for k in peers],
+            [Send(k, byte_view(np.ascontiguousarray(ins[k])), "all_to_all") for k in peers],
+            [Recv(k, byte_view(outs[k]), "all_to_all") for k in peers],
             deadline,
             "all_to_all",
         )
@@ -599,7 +424,7 @@ class CpuCommunicator(Communicator):
         if self.arena is not None:
             arena = self.arena
             region = arena.buffer_bytes // n // dt.itemsize
-            chunks = _ranges(outf.size, region)
+            chunks = ranges(outf.size, region)
             flats = [a.reshape(-1) for a in ins]
 
             def before(i: int, buf: int) -> None:
@@ -621,8 +446,8 @@ class CpuCommunicator(Communicator):
         peers = [k for k in range(n) if k != r]
         tmps = {k: np.empty_like(outf) for k in peers}
         self.mesh.exchange(
-            [Send(k, _mv(ins[k]), "reduce_scatter") for k in peers],
-            [Recv(k, _mv(tmps[k]), "reduce_scatter") for k in peers],
+            [Send(k, byte_view(ins[k]), "reduce_scatter") for k in peers],
+            [Recv(k, byte_view(tmps[k]), "reduce_scatter") for k in peers],
             deadline,
             "reduce_scatter",
         )
@@ -632,10 +457,10 @@ class CpuCommunicator(Communicator):
         outf[...] = res
 
     def send(self, x: np.ndarray, peer: int, deadline: float) -> None:
-        self.mesh.exchange([Send(peer, _mv(x), "send")], [], deadline, "send")
+        self.mesh.exchange([Send(peer, byte_view(x), "send")], [], deadline, "send")
 
     def recv(self, x: np.ndarray, peer: int, deadline: float) -> None:
-        self.mesh.exchange([], [Recv(peer, _mv(x), "recv")], deadline, "recv")
+        self.mesh.exchange([], [Recv(peer, byte_view(x), "recv")], deadline, "recv")
 
     def barrier(self, deadline: float, leaving: bool = False) -> None:
         name = EXIT_BARRIER if leaving else "barrier"

@@ -7,6 +7,12 @@ rank: a rank posts step s after its writes for s, and reads a peer's data for s 
 the peer's counter reached s. Waiting spins for a few microseconds (both ranks usually
 arrive together), then sleeps on a futex with short slices, between which it checks
 that the peers are still alive and the deadline has not passed.
+
+A busy step never enters the kernel: a rank about to sleep on a peer's counter raises its
+own flag in that peer's header first, and a rank posting a step calls futex_wake only when
+one of the flags in its header is up. Both sides put a full memory barrier between their
+store and their load (Dekker's pattern), so a sleeper that missed the counter is always
+woken: no lost wake-up, and no system call per step while every rank is running.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import platform
 import secrets
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -45,8 +52,22 @@ _DESC_OFFSETS = (64, 80)
 # fingerprint of its output slots' sizes), by the same parity, at offsets 96 and 112.
 _EXTRA = struct.Struct("<QQ")
 _EXTRA_OFFSETS = (96, 112)
-SPIN_SECONDS = 30e-6
+# One byte per rank from offset 1024: rank j sleeps on this segment's counter.
+_SLEEPERS = 1024
+MAX_SLEEPER_FLAGS = HEADER_BYTES - _SLEEPERS
+SPIN_SECONDS = 30e-6  # the most a wait spins
+MIN_SPIN_SECONDS = 2e-6
 SLICE_SECONDS = 0.05
+
+# Acquiring and releasing an uncontended lock is a locked read-modify-write (a full barrier on
+# x86, acquire+release elsewhere) for ~50 ns: the fence between a store and the next load.
+_FENCE = threading.Lock()
+
+
+def _fence() -> None:
+    _FENCE.acquire()
+    _FENCE.release()
+
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
@@ -101,10 +122,12 @@ class _Segment:
         self.path = path
         self.bytes = np.frombuffer(self.mm, dtype=np.uint8)
         self.counter = memoryview(self.mm).cast("I")[:1]  # type: ignore[index]
+        self.sleepers = memoryview(self.mm)[_SLEEPERS:HEADER_BYTES]
         self.addr = self.bytes.ctypes.data
 
     def close(self) -> None:
         self.counter.release()
+        self.sleepers.release()
         del self.bytes
         with contextlib.suppress(BufferError):
             self.mm.close()
@@ -130,6 +153,13 @@ class ShmArena:
         self.step = 0
         self.ops = 0
         self._use_step: int | None = None  # first step posted in the latest use
+        # How long a wait spins before it sleeps: doubled after a wait shorter than
+        # SPIN_SECONDS, halved after a longer one, so ranks that share their cores with others
+        # (oversubscribed) stop burning the time their peers need, and ranks on cores of
+        # their own keep spinning.
+        self._spin = SPIN_SECONDS
+        self._no_sleepers = bytes(min(self.size, MAX_SLEEPER_FLAGS))
+        self._always_wake = self.size > MAX_SLEEPER_FLAGS  # ranks past the flags share one
         seg_bytes = HEADER_BYTES + 2 * buffer_bytes
         path = os.path.join(SHM_DIR, f"paddlike-{os.getpid()}-{secrets.token_hex(6)}")
         own = _Segment(path, seg_bytes, create=True)
@@ -154,9 +184,11 @@ class ShmArena:
              for b in (0, 1)]
             for s in self.segs if s is not None
         ]  # fmt: skip
+        self._typed: dict[tuple[int, int, np.dtype], np.ndarray] = {}
 
     def close(self) -> None:
         self._views = []
+        self._typed.clear()
         for seg in self.segs:
             if seg is not None:
                 seg.close()
@@ -164,11 +196,14 @@ class ShmArena:
 
     def data(self, k: int, buf: int, dtype: np.dtype | None = None) -> np.ndarray:
         view = self._views[k][buf]
-        return (
-            view
-            if dtype is None
-            else view[: len(view) // dtype.itemsize * dtype.itemsize].view(dtype)
-        )
+        if dtype is None:
+            return view
+        key = (k, buf, dtype)
+        typed = self._typed.get(key)
+        if typed is None:  # made once per dtype: small operations call this per rank
+            typed = view[: len(view) // dtype.itemsize * dtype.itemsize].view(dtype)
+            self._typed[key] = typed
+        return typed
 
     # --- ordering ----------------------------------------------------------------------
 
@@ -236,10 +271,16 @@ class ShmArena:
         own = self.segs[self.rank]
         assert own is not None
         own.counter[0] = self.step
-        _futex_wake(own.addr)
+        self._wake_sleepers(own)
         for k in range(self.size) if peers is None else peers:
             if k != self.rank:
                 self._wait(k, self.step, deadline, what)
+
+    def _wake_sleepers(self, own: _Segment) -> None:
+        """futex_wake only when a peer has said it sleeps (or may sleep) on our counter."""
+        _fence()
+        if self._always_wake or own.sleepers[: len(self._no_sleepers)] != self._no_sleepers:
+            _futex_wake(own.addr)
 
     def _wait(self, k: int, target: int, deadline: float, what: str) -> None:
         seg = self.segs[k]
@@ -251,11 +292,30 @@ class ShmArena:
 
         if reached(ctr[0]):
             return
-        spin_end = time.perf_counter() + SPIN_SECONDS
+        spin = min(self._spin, SPIN_SECONDS)
+        start = time.perf_counter()
+        spin_end = start + spin
         while time.perf_counter() < spin_end:
             if reached(ctr[0]):
+                self._spin = min(SPIN_SECONDS, spin * 2)
                 return
+        flag = min(self.rank, MAX_SLEEPER_FLAGS - 1)
+        seg.sleepers[flag] = 1
+        try:
+            self._sleep(seg, reached, k, deadline, what)
+        finally:
+            seg.sleepers[flag] = 0
+        # A wait a full spin would have covered: spin longer; a long one: sleep sooner.
+        short = time.perf_counter() - start < SPIN_SECONDS
+        self._spin = min(SPIN_SECONDS, spin * 2) if short else max(MIN_SPIN_SECONDS, spin / 2)
+
+    def _sleep(
+        self, seg: _Segment, reached: Callable[[int], bool], k: int, deadline: float, what: str
+    ) -> None:  # fmt: skip
+        """Sleep on rank k's counter (our flag in its header is up) until it is reached."""
+        ctr = seg.counter
         while True:
+            _fence()
             v = ctr[0]
             if reached(v):
                 return

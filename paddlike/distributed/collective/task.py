@@ -52,6 +52,10 @@ class _Done(Task):
         self._done.set()
 
 
+# A finished synchronous operation's handle never changes: one per name, not an Event per call.
+_DONE: dict[str, _Done] = {}
+
+
 class OpQueue:
     """Runs one communicator's operations in submission order."""
 
@@ -69,7 +73,10 @@ class OpQueue:
             if last is not None and not last.is_completed():
                 last._done.wait()
             fn()  # errors propagate to the caller directly
-            return _Done(what)
+            done = _DONE.get(what)
+            if done is None:
+                done = _DONE[what] = _Done(what)
+            return done
         task = Task(what)
         with self._lock:
             if self._thread is None:

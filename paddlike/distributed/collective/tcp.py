@@ -99,6 +99,7 @@ class Mesh:
     def __init__(self, rank: int, global_ranks: Sequence[int], socks: dict[int, socket.socket]):
         self.rank = rank
         self.global_ranks = list(global_ranks)
+        self.size = len(self.global_ranks)
         self.socks = socks
         self._send_seq = dict.fromkeys(socks, 0)
         self._recv_seq = dict.fromkeys(socks, 0)
