@@ -1,0 +1,35 @@
+"""Whether node 0's store is gone, as opposed to out of reach.
+
+When a call to node 0's store fails, the host may be silent (its machine died, the
+network was cut: only the heartbeat timeout can tell) or it may answer a new connection
+with a refusal (a TCP reset: the host is up and nothing listens on the store's port).
+The second is proof that the launcher hosting the store has gone, so a watch
+(`peers.watch`) decides at once instead of waiting out --heartbeat_timeout.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from paddlike import netaddr
+
+PROBE_TIMEOUT = 1.0  # a host that answers refuses at once; longer is a silent host
+
+
+def refuses(address: str, timeout: float = PROBE_TIMEOUT) -> bool:
+    """True when the host of `address` ("host:port", "[v6]:port") refuses a connection to
+    that port; False when it accepts, stays silent for `timeout`, or cannot be reached."""
+    try:
+        host, port = netaddr.split(address)
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def refuses_us(address: str, hosts_store: bool) -> bool:
+    """Whether node 0's TCP store at `address` refuses connections (never asked on etcd,
+    nor by the node that hosts the store: its own store cannot be gone while it runs)."""
+    return not address.startswith("etcd://") and not hosts_store and refuses(address)
