@@ -13,17 +13,19 @@ import socket
 
 from paddlike import netaddr
 
-PROBE_TIMEOUT = 1.0  # a host that answers refuses at once; longer is a silent host
+PROBE_TIMEOUT = 1.0  # a host that answers refuses (or a live store greets) at once
 
 
 def refuses(address: str, timeout: float = PROBE_TIMEOUT) -> bool:
     """True when the host of `address` ("host:port", "[v6]:port") refuses a connection to
-    that port; False when it accepts, stays silent for `timeout`, or cannot be reached."""
+    that port, or resets one without a word (a store's first act is its hello: a listener
+    closing as its process dies resets what waits in its queue); False when the store
+    greets us, stays silent for `timeout`, or cannot be reached."""
     try:
         host, port = netaddr.split(address)
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return False
-    except ConnectionRefusedError:
+        with socket.create_connection((host, int(port)), timeout=timeout) as probe:
+            return not probe.recv(1)  # b"": closed before its hello
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
     except (OSError, ValueError):
         return False

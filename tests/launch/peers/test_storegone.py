@@ -4,6 +4,7 @@ accepts them, and the cause says so in plain words."""
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
@@ -14,11 +15,32 @@ from tests.support.fixed_ports import fixed_ports
 pytestmark = pytest.mark.timeout(30)
 
 
+def _greet(server: socket.socket) -> None:
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(b"hello")
+
+
 def test_a_port_nothing_listens_on_refuses_and_a_listening_one_does_not():
     port = fixed_ports()
     assert storegone.refuses(f"127.0.0.1:{port}")
-    with socket.create_server(("127.0.0.1", port)):
+    with socket.create_server(("127.0.0.1", port)) as server:
+        # silent (a store too busy to greet within the probe's second): not proof of anything
+        assert not storegone.refuses(f"127.0.0.1:{port}", timeout=0.2)
+        greeter = threading.Thread(target=_greet, args=(server,))
+        greeter.start()
         assert not storegone.refuses(f"127.0.0.1:{port}")
+        greeter.join(10)
+
+
+def test_a_connection_closed_before_the_stores_hello_is_a_store_gone():
+    # what a listener dying with its process does to a connection still in its queue
+    port = fixed_ports()
+    with socket.create_server(("127.0.0.1", port)) as server:
+        closer = threading.Thread(target=lambda: server.accept()[0].close())
+        closer.start()
+        assert storegone.refuses(f"127.0.0.1:{port}")
+        closer.join(10)
 
 
 def test_only_a_node_that_does_not_host_the_tcp_store_asks():
