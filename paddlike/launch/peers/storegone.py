@@ -4,7 +4,10 @@ When a call to node 0's store fails, the host may be silent (its machine died, t
 network was cut: only the heartbeat timeout can tell) or it may answer a new connection
 with a refusal (a TCP reset: the host is up and nothing listens on the store's port).
 The second is proof that the launcher hosting the store has gone, so a watch
-(`peers.watch`) decides at once instead of waiting out --heartbeat_timeout.
+(`peers.watch`) decides at once instead of waiting out --heartbeat_timeout. Right as
+that launcher dies its listener may still queue a connection, then reset it when the
+kernel closes it: a reset before the store's hello (always its first words) is the
+same proof.
 """
 
 from __future__ import annotations
