@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.logwait import wait_for_text
+from tests.support.logwait import wait_exited, wait_for_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,3 +55,16 @@ def test_at_the_deadline_the_error_names_the_file_and_shows_its_end(tmp_path):
         wait_for_text(log, "PeerExitedError", timeout=0.2)
     assert f"'PeerExitedError' in {log}" in str(failed.value)
     assert str(failed.value).endswith("it ends:\nTraceback (most recent call last):")
+
+
+def test_wait_exited_returns_once_the_processes_exit_and_names_those_left_at_the_deadline():
+    ends = subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE, text=True)
+    stays = subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE, text=True)
+    try:
+        ends.stdin.close()
+        assert wait_exited([ends.pid], timeout=30) == []
+        assert wait_exited([stays.pid], timeout=0.2) == [stays.pid]
+    finally:
+        stays.kill()
+        for p in (ends, stays):
+            p.wait(30)

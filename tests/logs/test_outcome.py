@@ -17,7 +17,7 @@ import pytest
 
 from paddlike.logs.outcome import EXIT_RUNNING, EXIT_UNKNOWN, HUNG_AFTER
 from paddlike.summary import ProcessRecord, RunSummary, write_summary
-from tests.support.logwait import wait_until
+from tests.support.logwait import wait_exited, wait_until
 
 LOGS = [sys.executable, "-m", "paddlike.logs"]
 SLEEPER = """\
@@ -176,10 +176,9 @@ def test_a_sigkilled_launcher_and_its_workers_are_said_to_be_gone(running_job):
     launcher.kill()
     launcher.wait(timeout=30)
     workers = [pid for name in ("workerlog.0", "workerlog.1") for pid in _pids(log, name)]
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers):  # the guardian's SIGKILL: moments
-        assert time.monotonic() < deadline, "the workers outlived their launcher by 10 s"
-        time.sleep(0.01)
+    # the guardian's SIGKILL: moments
+    assert wait_exited(workers, timeout=10) == [], "the workers outlived their launcher by 10 s"
+    assert not any(_alive(pid) for pid in workers)
     done = logs(log, "--json")  # at once: the workers may not even be reaped yet (zombies)
     data = json.loads(done.stdout)
     assert done.returncode == 1, done.stdout + done.stderr

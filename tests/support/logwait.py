@@ -137,3 +137,26 @@ def wait_for_text(
         tail = "\n".join(read_text(path).splitlines()[-15:])
         raise AssertionError(f"{exc}; it ends:\n{tail}") from None
     return read_text(path)
+
+
+def wait_exited(pids: list[int], *, timeout: float) -> list[int]:
+    """Wait until every process in `pids` has exited (a zombie counts: its pidfd is
+    readable then), at most `timeout` s; the pids still running at the deadline."""
+    fds: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            fds[os.pidfd_open(pid)] = pid
+    deadline = time.monotonic() + timeout
+    try:
+        while fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, _, _ = select.select(list(fds), [], [], left)
+            for fd in done:
+                del fds[fd]
+                os.close(fd)
+        return sorted(fds.values())
+    finally:
+        for fd in fds:
+            os.close(fd)
