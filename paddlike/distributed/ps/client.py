@@ -18,7 +18,7 @@ next `call` raise `PsAuthError` naming that server, as soon as the refusal arriv
 
 Sending has a deadline too (`ps.sending`): a socket whose handshake was refused has no
 peer, and a plain send would block in ZeroMQ for ever; here it waits at most to the
-call's deadline (the liveness deadline once the server was reached) and raises
+call's deadline (the liveness deadline when the call checks liveness) and raises
 `PsAuthError` as soon as the refusal is reported. (Not ZMQ_IMMEDIATE: with it, a reply
 that arrives just before the server closes its end is dropped with the connection.)
 
