@@ -24,6 +24,7 @@ import pytest
 import paddlike.distributed as dist
 from paddlike.distributed import ProcessExitedException, ProcessRaisedException
 from tests.support import spawn_fns as fns
+from tests.support.logwait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DUMP_ENV = REPO / "tests" / "support" / "workers" / "dump_env.py"
@@ -268,10 +269,13 @@ def test_ctrl_c_in_the_parent_stops_every_child_and_raises_keyboard_interrupt(tm
     )
     try:
         pid_files = [tmp_path / f"pid.{i}" for i in range(2)]
-        deadline = time.monotonic() + 60
-        while not all(p.exists() for p in pid_files) and proc.poll() is None:
-            assert time.monotonic() < deadline, "the children never started"
-            time.sleep(0.02)
+        wait_until(
+            lambda: all(p.exists() for p in pid_files),
+            under=tmp_path,
+            timeout=60,
+            what="the children's pid files",
+            writer=proc,
+        )
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -8,16 +8,17 @@ console, and that no worker outlives its launcher.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from paddlike.summary import read_summary
+from tests.support.logwait import wait_until
 
 WORKERS = Path(__file__).resolve().parents[1] / "support" / "workers"
 BEHAVE = str(WORKERS / "behave.py")
@@ -32,14 +33,20 @@ def launch(log_dir: Path, *args: str, nproc: int = 2) -> subprocess.Popen[str]:
 
 def wait_for_files(files: list[Path], proc: subprocess.Popen[str]) -> None:
     """Until every file exists (or fail early if the launcher already ended)."""
-    end = time.monotonic() + DEADLINE
-    while not all(f.exists() for f in files):
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"launcher exited {proc.returncode} early:\n{out}\n{err}")
-        if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {files}")
-        time.sleep(0.01)
+    under = Path(os.path.commonpath([f.parent for f in files]))
+    try:
+        done = wait_until(
+            lambda: all(f.exists() for f in files),
+            under=under,
+            timeout=DEADLINE,
+            what=str(files),
+            writer=proc,
+        )
+    except AssertionError:
+        pytest.fail(f"timed out waiting for {files}")
+    if not done:
+        out, err = proc.communicate()
+        pytest.fail(f"launcher exited {proc.returncode} early:\n{out}\n{err}")
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:

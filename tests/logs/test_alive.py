@@ -9,6 +9,7 @@ import time
 
 from paddlike.logformat import owner_record, write_owner
 from paddlike.logs.alive import launcher_alive, pid_alive
+from tests.support.logwait import wait_exited
 
 
 def test_a_live_process_is_alive_and_a_zombie_or_a_reused_pid_is_not():
@@ -21,10 +22,8 @@ def test_a_live_process_is_alive_and_a_zombie_or_a_reused_pid_is_not():
         # a record from an hour before this process began: the pid was reused since
         assert not pid_alive(child.pid, recorded - 3600)
         child.stdin.close()  # it exits; unreaped, it stays a zombie
-        deadline = time.monotonic() + 10
-        while pid_alive(child.pid):
-            assert time.monotonic() < deadline, "the child did not exit in 10 s"
-            time.sleep(0.01)
+        assert wait_exited([child.pid], timeout=10) == [], "the child did not exit in 10 s"
+        assert not pid_alive(child.pid)
         assert child.poll() is not None  # it was a zombie until now: we reap it here
     finally:
         if child.poll() is None:

@@ -17,6 +17,7 @@ import pytest
 
 from paddlike.logs.outcome import EXIT_RUNNING, EXIT_UNKNOWN, HUNG_AFTER
 from paddlike.summary import ProcessRecord, RunSummary, write_summary
+from tests.support.logwait import wait_exited, wait_until
 
 LOGS = [sys.executable, "-m", "paddlike.logs"]
 SLEEPER = """\
@@ -112,11 +113,14 @@ def running_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
         start_new_session=True,  # a Ctrl-C of our own, not the test runner's
     )
     try:
-        deadline = time.monotonic() + 30
-        while not all(_ready(log / f"workerlog.{i}") for i in (0, 1)):
-            assert launcher.poll() is None, launcher.communicate()[1]
-            assert time.monotonic() < deadline, "the workers were not ready in 30 s"
-            time.sleep(0.02)
+        ready = wait_until(
+            lambda: all(_ready(log / f"workerlog.{i}") for i in (0, 1)),
+            under=log,
+            timeout=30,
+            what="both workers ready",
+            writer=launcher,
+        )
+        assert ready, launcher.communicate()[1]
         yield launcher, log
     finally:
         if launcher.poll() is None:
@@ -172,10 +176,9 @@ def test_a_sigkilled_launcher_and_its_workers_are_said_to_be_gone(running_job):
     launcher.kill()
     launcher.wait(timeout=30)
     workers = [pid for name in ("workerlog.0", "workerlog.1") for pid in _pids(log, name)]
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers):  # the guardian's SIGKILL: moments
-        assert time.monotonic() < deadline, "the workers outlived their launcher by 10 s"
-        time.sleep(0.01)
+    # the guardian's SIGKILL: moments
+    assert wait_exited(workers, timeout=10) == [], "the workers outlived their launcher by 10 s"
+    assert not any(_alive(pid) for pid in workers)
     done = logs(log, "--json")  # at once: the workers may not even be reaped yet (zombies)
     data = json.loads(done.stdout)
     assert done.returncode == 1, done.stdout + done.stderr

@@ -17,6 +17,7 @@ import pytest
 from paddlike.logs.__main__ import main
 from paddlike.logs.follow import Follower
 from paddlike.summary import ProcessRecord, RootCause, RunSummary, write_summary
+from tests.support.logwait import wait_until
 from tests.support.synthetic_job import write_paddle_job
 
 HEADER = (
@@ -460,11 +461,14 @@ def test_running_job_of_the_real_launcher_is_followed_until_the_launcher_ends_it
     follow = None
     try:
         # The summary appears before the workers start; the log files follow.
-        deadline = time.monotonic() + 30
-        while not (log / "workerlog.1").exists() or not (log / "summary.json").exists():
-            assert launcher.poll() is None, launcher.stderr.read() if launcher.stderr else ""
-            assert time.monotonic() < deadline, "the launcher wrote no logs in 30 s"
-            time.sleep(0.02)
+        wrote = wait_until(
+            lambda: (log / "workerlog.1").exists() and (log / "summary.json").exists(),
+            under=log,
+            timeout=30,
+            what="the launcher's logs",
+            writer=launcher,
+        )
+        assert wrote, launcher.stderr.read() if launcher.stderr else ""
         follow = subprocess.Popen(
             [sys.executable, "-m", "paddlike.logs", "--follow", "--tail", "5", str(log)],
             stdout=subprocess.PIPE,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import socket
@@ -151,6 +152,27 @@ class SlurmCluster:
                     left.setdefault(node.hostname, []).append(f"{pid}: {text}")
         return left
 
+
+    def job_processes_left(self, timeout: float = 15.0) -> dict[str, list[str]]:
+        """`job_processes` once those found have exited, or what is left at `timeout`:
+        Slurm's slurmstepd tidies up for a moment after srun returns. Waits on each
+        process's pidfd (they work across network namespaces), never for time."""
+        deadline = time.monotonic() + timeout
+        while left := self.job_processes():
+            fds = []
+            for entry in (e for entries in left.values() for e in entries):
+                with contextlib.suppress(ProcessLookupError):
+                    fds.append(os.pidfd_open(int(entry.split(":", 1)[0])))
+            try:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    return left
+                if fds:
+                    select.select(fds, [], [], wait)  # until one of them exits
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        return {}
 
 def _hardware() -> str:
     """This machine's CPUs as slurmd counts them (`slurmd -C`): a node whose config differs

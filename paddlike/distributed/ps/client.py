@@ -16,6 +16,12 @@ Each socket carries this job's credentials (`ps.auth`: the job token from
 PADDLIKE_JOB_TOKEN, proven once per connection). A server that refuses them makes the
 next `call` raise `PsAuthError` naming that server, as soon as the refusal arrives.
 
+Sending has a deadline too (`ps.sending`): a socket whose handshake was refused has no
+peer, and a plain send would block in ZeroMQ for ever; here it waits at most to the
+call's deadline (the liveness deadline when the call checks liveness) and raises
+`PsAuthError` as soon as the refusal is reported. (Not ZMQ_IMMEDIATE: with it, a reply
+that arrives just before the server closes its end is dropped with the connection.)
+
 Replies are matched by request id, so a late answer to an earlier, timed-out request
 is dropped rather than mistaken for a new one.
 """
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from paddlike.distributed.ps import auth, wire
+from paddlike.distributed.ps import auth, sending, wire
 from paddlike.distributed.ps import endpoints as addresses
 from paddlike.distributed.ps.wire import Message, Op, Status
 
@@ -94,6 +100,7 @@ class Client:
         for i, ep in enumerate(self.endpoints):
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDTIMEO, max(1, int(self.request_timeout * 1000)))
             s.setsockopt(zmq.SNDHWM, 0)
             s.setsockopt(zmq.RCVHWM, 0)
             auth.secure_client(s, self.policy)
@@ -113,11 +120,24 @@ class Client:
             s.close(linger=0)
         self.ctx.term()
 
-    def _send(self, server: int, msg: Message) -> int:
+    def _send(self, server: int, msg: Message, deadline: float) -> int | None:
+        """Send `msg` to `server`; its request id, or None when no connection to the server
+        took it by `deadline`. A refused handshake raises PsAuthError at once."""
         msg.req_id = next(self._ids) & 0xFFFFFFFF
         msg.trainer = self.trainer_id
-        self.socks[server].send_multipart(wire.encode(msg), copy=False)
-        return msg.req_id
+        watch = self.watches[server]
+        if sending.send_by(
+            self.socks[server], wire.encode(msg), deadline, watch.socket,
+            lambda: self._check_handshake(server),
+        ):  # fmt: skip
+            return msg.req_id
+        return None
+
+    def _check_handshake(self, server: int) -> None:
+        try:
+            self.watches[server].check()
+        except auth.AuthError as exc:
+            raise PsAuthError(str(exc)) from None
 
     def call(
         self,
@@ -133,10 +153,20 @@ class Client:
         deadline = now + limit
         probe_after = min(PROBE_AFTER, self.request_timeout / 4)
         expected: dict[int, _Pending] = {}
+        # a server reached before answers a PING at once: a connection it does not take
+        # within the liveness deadline is as dead as one that does not answer
+        send_limit = min(limit, self.request_timeout) if probe else limit
         for pos, (server, msg) in enumerate(requests):
             if server in expected:
                 raise ValueError("one request per server per call")
-            expected[server] = _Pending(self._send(server, msg), pos, now)
+            req_id = self._send(server, msg, time.monotonic() + send_limit)
+            if req_id is None:
+                raise PsTimeoutError(
+                    f"parameter server {server} at {self.endpoints[server]} did not accept a "
+                    f"connection for {Op(msg.op).name} within {send_limit:g} s (is it "
+                    "running? see its serverlog)"
+                )
+            expected[server] = _Pending(req_id, pos, now)
         replies: list[Message | None] = [None] * len(requests)
         # Error replies are raised only once every server has answered: a caller that
         # cleans up after an error (a failed save removes its temporary directory) must
@@ -160,7 +190,10 @@ class Client:
                 if not probe:
                     continue
                 if not p.probe_id and now - p.heard >= probe_after:
-                    p.probe_id, p.probe_sent = self._send(server, Message(Op.PING)), now
+                    # not sent (no connection): no answer comes, as from a dead server
+                    ping = Message(Op.PING)
+                    self._send(server, ping, now)
+                    p.probe_id, p.probe_sent = ping.req_id, now
                 wake = min(wake, p.probe_sent + self.request_timeout if p.probe_id
                            else p.heard + probe_after)  # fmt: skip
             if now >= deadline:
@@ -183,10 +216,7 @@ class Client:
                 if watched is None:
                     self._receive(sock, expected, replies, errors)
                     continue
-                try:
-                    self.watches[watched].check()
-                except auth.AuthError as exc:
-                    raise PsAuthError(str(exc)) from None
+                self._check_handshake(watched)
         if errors:
             raise PsError(errors[0])
         return replies  # type: ignore[return-value]

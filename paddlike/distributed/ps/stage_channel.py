@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import zmq
 
-from paddlike.distributed.ps import auth, endpoints, stage_wire
+from paddlike.distributed.ps import auth, endpoints, sending, stage_wire
 from paddlike.distributed.ps.stage import stage_label
 from paddlike.distributed.ps.stage_wire import Kind, Packet, StageWireError
 
@@ -197,7 +197,7 @@ class StageSender:
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
         self.sock.connect(address)
-        self._send(Packet(Kind.HELLO, stage, index))
+        self._send(Packet(Kind.HELLO, stage, index), time.monotonic() + self.timeout, self.timeout)
 
     # --- the public operations ---------------------------------------------------
     def send_forward(
@@ -227,7 +227,8 @@ class StageSender:
                     f"send_forward blocks at max_in_flight={self.max_in_flight} unanswered "
                     "batches — is the heter trainer stuck? see its heterlog"
                 )
-        self._send(Packet(Kind.FORWARD, self.stage, self.index, batch_id, arrays, sequence))
+        packet = Packet(Kind.FORWARD, self.stage, self.index, batch_id, arrays, sequence)
+        self._send(packet, deadline, limit)
         self.unanswered[batch_id] = time.monotonic()
         self._held[batch_id] = arrays
 
@@ -267,7 +268,7 @@ class StageSender:
                     f"{self.me}: ending the stream, {self.peer_name} did not answer batches "
                     f"{list(self.unanswered)} within {limit:g} s"
                 )
-        self._send(Packet(Kind.END, self.stage, self.index))
+        self._send(Packet(Kind.END, self.stage, self.index), deadline, limit)
         while not self.ended:
             self._raise_failure()
             if not self._pump(deadline):
@@ -304,8 +305,15 @@ class StageSender:
                 "see its heterlog for why"
             )
 
-    def _send(self, packet: Packet) -> None:
-        _send_frames(self.sock, stage_wire.encode(packet))
+    def _send(self, packet: Packet, deadline: float, limit: float) -> None:
+        """Send, waiting for a connection at most to `deadline` (a refusal raises at once)."""
+        if not sending.send_by(self.sock, stage_wire.encode(packet), deadline, self.monitor,
+                               self._events):  # fmt: skip
+            self._raise_failure()
+            raise StageTimeoutError(
+                f"{self.me}: {self.peer_name} did not accept a connection within {limit:g} s "
+                "(is it running? see its heterlog)"
+            )
 
     def _pump(self, deadline: float) -> bool:
         """Handle what arrives until something did or the deadline; False at the deadline."""
@@ -315,16 +323,19 @@ class StageSender:
         if self.sock in ready:
             self._take(ready)
         if self.monitor in ready:
-            for event, value in _monitor_events(self.monitor):
-                if event & _REFUSED and self.policy is not None:
-                    raise auth.AuthError(
-                        auth.refusal_message(self.peer_name, event, value, self.policy)
-                    )
-                if event == zmq.EVENT_CONNECTED:
-                    self.connected = True
-                elif event == zmq.EVENT_DISCONNECTED and not self.ended:
-                    self._lost = True
+            self._events()
         return True  # a failure is raised by the caller, once what it waits for is missing
+
+    def _events(self) -> None:
+        """Note the connection events queued on the monitor; a refused handshake raises."""
+        for event, value in _monitor_events(self.monitor):
+            if event & _REFUSED and self.policy is not None:
+                why = auth.refusal_message(self.peer_name, event, value, self.policy)
+                raise auth.AuthError(why)
+            if event == zmq.EVENT_CONNECTED:
+                self.connected = True
+            elif event == zmq.EVENT_DISCONNECTED and not self.ended:
+                self._lost = True
 
     def _take(self, ready: dict) -> None:
         """Handle the packet the poll saw; every queued one when connection events are

@@ -13,7 +13,8 @@ During a round each launcher runs a `JobWatch`:
   (node 0 on the TCP store, every node on etcd) publish "node N stopped sending
   heartbeats" for a node silent longer than `heartbeat_timeout`, and mark its end
   so nobody waits for it. A node that cannot reach the store for that long
-  (node 0 gone, network cut) aborts with that as the cause. Each call on the
+  (node 0 gone, network cut) aborts with that as the cause; at once when node 0's
+  host refuses a new connection to the store (`peers.storegone`). Each call on the
   watch's own connections gives up after one beat period, so a cut network is
   seen within the timeout rather than after TCP's;
 - parameter-server jobs: `services` is the supervisor's `ServicesStop`:
@@ -49,16 +50,17 @@ from paddlike import netaddr
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch import NamedTuple
 from paddlike.launch.peers import protocol as p
+from paddlike.launch.peers import storegone
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
     JobCause,
     as_seen_from,
-    lost_contact_cause,
     lost_node_cause,
+    store_contact_cause,
 )
-from paddlike.launch.plan.world import store_host_label, store_node
+from paddlike.launch.plan.world import store_host_label
 from paddlike.summary import RootCause
 
 if TYPE_CHECKING:
@@ -302,7 +304,7 @@ class JobWatch:
             first = False
             # a cause this watch learned meanwhile (the lost contact, by its heartbeats or its
             # abort watcher) wins: the supervisor is blocked here and cannot act on its fd
-            known = self._lost_contact or self.root_cause
+            known = self._lost_contact or self.root_cause or self._refused()
             if known is not None:
                 return known
             try:
@@ -357,6 +359,9 @@ class JobWatch:
                 except StoreError:
                     if self._stop.is_set():
                         return
+                    if (refused := self._refused()) is not None:
+                        self._found(refused)
+                        return
                     # the connection broke: the heartbeat thread decides when it is fatal
                     time.sleep(0.1)  # no event to wait on: the peer is gone; retry shortly
                     with contextlib.suppress(StoreError):
@@ -368,18 +373,18 @@ class JobWatch:
         finally:
             kv.close()
 
-    def _contact_cause(self, detail: str) -> RootCause:
-        host = netaddr.split(self.kv.address)[0]  # [fd00::1]:6170 -> fd00::1
-        return lost_contact_cause(
-            self.node_index,
-            self.hosts,
-            self.kv.address,
-            self.store_host_label,
-            self.heartbeat_timeout,
-            detail,
-            time.time(),
-            store_node=store_node(self.node_index, self.hosts, host, self.hosts_store),
-        )
+    def _refused(self) -> RootCause | None:
+        """The lost contact, at once, when node 0's store refuses connections (`storegone`)."""
+        if storegone.refuses_us(self.kv.address, self.hosts_store):
+            self._lost_contact = self._lost_contact or self._contact_cause("", refused=True)
+            return self._lost_contact
+        return None
+
+    def _contact_cause(self, detail: str, refused: bool = False) -> RootCause:
+        return store_contact_cause(
+            self.kv.address, self.node_index, self.hosts, self.store_host_label,
+            self.hosts_store, self.heartbeat_timeout, detail, time.time(), refused=refused,
+        )  # fmt: skip
 
     def _heartbeat(self) -> None:
         interval = self.heartbeat_timeout / HEARTBEATS_PER_TIMEOUT
@@ -397,8 +402,8 @@ class JobWatch:
                     if self.elastic is not None and self.nnodes < self.elastic.max_nodes:
                         self._check_joining()
             except StoreError as exc:
-                if self.clock() - last_ok > self.heartbeat_timeout:
-                    self._lost_contact = self._contact_cause(str(exc))
+                if self._refused() or self.clock() - last_ok > self.heartbeat_timeout:
+                    self._lost_contact = self._lost_contact or self._contact_cause(str(exc))
                     self._found(self._lost_contact)
                     return
             self._stop.wait(interval)  # a period, not a wait for an event

@@ -21,8 +21,9 @@ import contextlib
 import signal
 from collections.abc import Callable, Sequence
 
+from paddlike import netaddr
 from paddlike.launch import NamedTuple
-from paddlike.launch.plan.world import node_label
+from paddlike.launch.plan.world import node_label, store_node
 from paddlike.summary import ProcessStatus, RootCause
 
 # --- a process's exit --------------------------------------------------------------------
@@ -271,6 +272,52 @@ def lost_contact_cause(
         node = store_node
     return RootCause(
         reason=reason, host=hosts[node] if node < len(hosts) else "", node_index=node, time=now
+    )
+
+
+def store_refused_cause(
+    node: int,
+    hosts: Sequence[str],
+    store: str,
+    store_host: str,
+    now: float,
+    store_node: int | None = None,
+) -> RootCause:
+    """Node 0's store at `store` (host:port) refused a new connection: its host answers,
+    so nothing listens there any more: the launcher that hosted it is gone. Said at once,
+    not after --heartbeat_timeout (which is for a host that went silent)."""
+    me = node_label(node, hosts)
+    who = f"node {store_node}'s launcher" if store_node is not None else "its launcher"
+    reason = (
+        f"{me} lost contact with {store_host}: {who} is gone (its store at {store} "
+        "refused the connection)"
+    )
+    if store_node is not None:
+        node = store_node
+    return RootCause(
+        reason=reason, host=hosts[node] if node < len(hosts) else "", node_index=node, time=now
+    )
+
+
+def store_contact_cause(
+    address: str,
+    node_index: int,
+    hosts: Sequence[str],
+    label: str,
+    hosts_store: bool,
+    heartbeat_timeout: float,
+    detail: str,
+    now: float,
+    *,
+    refused: bool = False,
+) -> RootCause:
+    """Why node `node_index` lost the store at `address` (hosted by `label`): refused (the
+    launcher there is gone, said at once), or silent for `heartbeat_timeout`."""
+    where = store_node(node_index, hosts, netaddr.split(address)[0], hosts_store)
+    if refused:
+        return store_refused_cause(node_index, hosts, address, label, now, where)
+    return lost_contact_cause(
+        node_index, hosts, address, label, heartbeat_timeout, detail, now, store_node=where
     )
 
 

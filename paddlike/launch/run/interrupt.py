@@ -1,18 +1,40 @@
 """A launcher stopped by a signal outside a supervised round (connecting, at the
 rendezvous, waiting for the others): what it was doing (`Where`), the one line it
-prints, and the other nodes told (`Peers.publish_stop`).
+prints, the other nodes told (`Peers.publish_stop`), and, when the round's processes
+had ended already (`Unsettled`), its summary.json written whole before it exits: every
+process's end, exit code 128+N (a Slurm scancel's SIGTERM may come just then).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from typing import TYPE_CHECKING
 
+from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
 from paddlike.launch.peers.api import Peers
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.policy import launcher_signal_cause
 from paddlike.launch.run.signals import LauncherSignal
+from paddlike.summary import RunStatus
+
+if TYPE_CHECKING:
+    from paddlike.launch.peers.api import RoundWatch
+    from paddlike.launch.plan.plan import LaunchPlan
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.launch.run.supervisor import RunOutcome
+
+
+class Unsettled(NamedTuple):
+    """A round whose processes have ended, its summary not yet final (the launcher waits
+    for the other nodes' ends)."""
+
+    record: RunRecord
+    plan: LaunchPlan
+    outcome: RunOutcome
+    restarts: int
+    watch: RoundWatch
 
 
 class Where:
@@ -22,6 +44,7 @@ class Where:
         self.waiting = "starting"
         self.peers: Peers | None = None
         self.job: NodeJob | None = None  # once a rendezvous placed it (its rank assigned)
+        self.unsettled: Unsettled | None = None  # a round ended here, not yet everywhere
 
     @property
     def what(self) -> str:
@@ -34,6 +57,9 @@ def stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: 
     peers = where.peers
     job = where.job or job
     told = False
+    if where.unsettled is not None:  # first: the launcher may be killed soon after a signal
+        with contextlib.suppress(LauncherSignal):
+            _write_stopped(where.unsettled, sig, job, what)
     if peers is not None:
         cause = launcher_signal_cause(job.host, job.index, sig.name, what, time.time())
         with contextlib.suppress(LauncherSignal):  # a second signal: stop trying
@@ -47,3 +73,19 @@ def stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: 
         with contextlib.suppress(LauncherSignal):
             peers.close(linger=False)
     return 128 + sig.signum
+
+
+def _write_stopped(round_: Unsettled, sig: LauncherSignal, job: NodeJob, what: str) -> None:
+    """The round's summary, final: its processes' ends, the job's cause when known (else
+    this launcher's signal), exit code 128+N."""
+    cause = round_.watch.root_cause or round_.outcome.root_cause
+    if cause is None:
+        cause = launcher_signal_cause(job.host, job.index, sig.name, what, time.time())
+    round_.record.finished(
+        round_.plan,
+        round_.outcome.records,
+        round_.restarts,
+        status=RunStatus.INTERRUPTED,
+        exit_code=128 + sig.signum,
+        cause=cause,
+    )

@@ -54,7 +54,7 @@ from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
-from paddlike.launch.run.interrupt import Where, stopped_by_signal
+from paddlike.launch.run.interrupt import Unsettled, Where, stopped_by_signal
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
 from paddlike.launch.run.record import RunRecord
@@ -356,12 +356,14 @@ class JobRun:
         if notify:  # if this launcher dies now, the others learn it first
             self.guardian.note(watch.death_notice)  # type: ignore[union-attr]
         outcome = self.supervise(plan, watch, restarts, round_)
+        self.where.unsettled = Unsettled(self.record, plan, outcome, restarts, watch)
         cause, survivors = self.settle(watch, outcome, restarts)
         if notify:
             self.guardian.note(None)  # type: ignore[union-attr]  (a death now is the next round's)
         if self.elastic is not None:
             self.record.round_ended(round_, restarts, met.hosts, cause)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
+        self.where.unsettled = None
         return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
 
     # -- the steps of a round --

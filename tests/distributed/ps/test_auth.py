@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from paddlike.distributed import ps
 from paddlike.distributed.ps import auth, wire
-from paddlike.distributed.ps.client import Client, PsAuthError
+from paddlike.distributed.ps.client import Client, PsAuthError, PsTimeoutError
 from paddlike.distributed.ps.wire import Message, Op, Status
 from tests.support.ps_workers.cluster import WORKERS, base_env, free_ports, kill, start_server
 
@@ -70,9 +70,13 @@ for name, msg in requests.items():
 ctx = zmq.Context()
 raw = ctx.socket(zmq.DEALER)
 raw.linger = 0
+raw.sndtimeo = 5000  # the refusal may come before the send: no peer then, and no wait for one
 raw.connect(f"tcp://{endpoint}")
-raw.send_multipart(wire.encode(requests["SAVE"]))
-out["raw SAVE"] = {"refused": not raw.poll(1000)}
+try:
+    raw.send_multipart(wire.encode(requests["SAVE"]))
+    out["raw SAVE"] = {"refused": not raw.poll(1000)}
+except zmq.Again:
+    out["raw SAVE"] = {"refused": True}
 raw.close()
 ctx.term()
 print(json.dumps(out))
@@ -155,6 +159,36 @@ def test_a_process_without_the_job_token_cannot_pull_and_one_with_it_can(tmp_pat
         "paddlike auth: parameter server 0: refused peer 127.0.0.1: it has no job token "
         "(logged once per address)"
     ]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("probe", [False, True])
+def test_a_client_refused_before_its_first_request_raises_at_once_instead_of_hanging(
+    tmp_path, probe
+):
+    # Under load the I/O thread may finish a refused handshake before the first request
+    # is sent: the socket then has no peer, and a blocking send would wait for ever.
+    with one_server(tmp_path, TOKEN) as (_proc, ep, _env):
+        guess = Client([ep], 0, 30, policy=auth.Policy.create("guess", None))
+        try:
+            assert guess.watches[0].socket.poll(20_000), "the server never refused the handshake"
+            start = time.monotonic()
+            with pytest.raises(PsAuthError, match=f"parameter server 0 at {ep} refused"):
+                guess.call([(0, Message(Op.PULL_DENSE, text="w"))], probe=probe)
+            assert time.monotonic() - start < 10  # the call's deadline is 30 s
+        finally:
+            guess.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_request_to_a_server_that_never_accepts_a_connection_ends_at_its_deadline():
+    (port,) = free_ports(1)  # nothing listens there
+    client = Client([f"127.0.0.1:{port}"], 0, 2, request_timeout=1)
+    try:
+        with pytest.raises(PsTimeoutError, match=f"parameter server 0 at 127.0.0.1:{port} did"):
+            client.call([(0, Message(Op.HELLO, arg0=1, arg1=1))], probe=False)
+    finally:
+        client.close()
 
 
 def test_save_and_load_take_absolute_directories_only(tmp_path):

@@ -17,6 +17,7 @@ from paddlike.distributed import ps
 from paddlike.distributed.ps import auth, wire
 from paddlike.distributed.ps.client import Client
 from paddlike.distributed.ps.wire import Message, Op, Status
+from tests.support.logwait import wait_for_text
 from tests.support.ps_workers.cluster import WORKERS, base_env, free_ports, kill, start_server
 
 
@@ -48,6 +49,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
     ep = f"127.0.0.1:{ports[0]}"
     env = base_env([ep], [f"127.0.0.1:{ports[1]}"])
     proc = start_server(WORKERS / "serve.py", [], env, 0, ep, tmp_path / "serverlog.0")
+    # serving before a test's short deadlines start (its start-up takes seconds under load)
+    wait_for_text(tmp_path / "serverlog.0", "serving on", timeout=60, writer=proc)
     s = Served(proc, ep, env)
     try:
         yield s
@@ -160,6 +163,8 @@ def served_two(tmp_path: Path) -> Iterator[Served]:
     ep = f"127.0.0.1:{ports[0]}"
     env = base_env([ep], [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"])
     proc = start_server(WORKERS / "serve.py", [], env, 0, ep, tmp_path / "serverlog.0")
+    # serving before a test's short deadlines start (its start-up takes seconds under load)
+    wait_for_text(tmp_path / "serverlog.0", "serving on", timeout=60, writer=proc)
     s = Served(proc, ep, env)
     try:
         yield s

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster.common import REPO, Site, site, worker_ranks
+from tests.support.logwait import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -70,10 +71,12 @@ def wait_running(proc: subprocess.Popen[bytes], log_dir: Path, ranks: int = 6) -
         if len(hosts) == 3:
             break
     assert len(hosts) == 3, hosts
-    deadline = time.monotonic() + 30
-    while worker_ranks(log_dir) != list(range(ranks)):
-        assert time.monotonic() < deadline, worker_ranks(log_dir)
-        time.sleep(0.1)  # the workers' logs, on disk: nothing to wait on
+    wait_until(
+        lambda: worker_ranks(log_dir) == list(range(ranks)),
+        under=log_dir,
+        timeout=30,
+        what=f"ranks 0..{ranks - 1} in the workers' logs under {log_dir}",
+    )
 
 
 def saved(log_dir: Path) -> list[int]:
@@ -108,18 +111,21 @@ def test_ctrl_c_gives_every_rank_its_full_grace_and_one_signal_per_host(tmp_path
 
 def lines_in_logs(log_dir: Path, word: str, count: int) -> None:
     """Until `count` lines starting with `word` are in the workers' logs (on disk)."""
-    deadline = time.monotonic() + 30
-    while True:
-        found = [
+
+    def found() -> list[str]:
+        return [
             line
             for log in log_dir.rglob("workerlog.*")
             for line in log.read_text().splitlines()
             if line.startswith(word)
         ]
-        if len(found) >= count:
-            return
-        assert time.monotonic() < deadline, found
-        time.sleep(0.1)  # the workers' logs, on disk: nothing to wait on
+
+    wait_until(
+        lambda: len(found()) >= count,
+        under=log_dir,
+        timeout=30,
+        what=f"{count} lines starting {word!r} in the workers' logs under {log_dir}",
+    )
 
 
 def test_a_second_ctrl_c_kills_at_once_without_a_crash_and_leaves_no_control_directory(

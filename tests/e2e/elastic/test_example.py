@@ -11,13 +11,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.support.collective_workers.launching import REPO, launch, logs
+from tests.support.logwait import wait_until
 
 SCRIPT = REPO / "examples" / "elastic_train.py"
 STEPS, EVERY = 40, 5
@@ -75,7 +75,7 @@ def test_a_job_killed_after_a_checkpoint_resumes_from_it_on_another_world_size_w
     ckpt = tmp_path / "ckpt"
     killed = start_slow_run(tmp_path / "killed", ckpt, nproc=2)
     try:
-        wait_for(lambda: (ckpt / "checkpoint.npz").exists(), killed, "the first checkpoint")
+        wait_for(lambda: (ckpt / "checkpoint.npz").exists(), killed, "the first checkpoint", ckpt)
         workers = killed_with_its_workers(killed)
     finally:
         if killed.poll() is None:
@@ -112,14 +112,16 @@ def start_slow_run(tmp: Path, ckpt: Path, nproc: int) -> subprocess.Popen[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 
-def wait_for(ready, proc: subprocess.Popen[str], what: str, deadline_s: float = 20.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"the launcher exited {proc.returncode} before {what}")
-        if time.monotonic() > end:
-            pytest.fail(f"no {what} after {deadline_s} s")
-        time.sleep(0.01)
+def wait_for(
+    ready, proc: subprocess.Popen[str], what: str, under: Path, deadline_s: float = 20.0
+) -> None:
+    """Until `ready()` (files under `under`), failing if the launcher ends first."""
+    try:
+        done = wait_until(ready, under=under, timeout=deadline_s, what=what, writer=proc)
+    except AssertionError:
+        pytest.fail(f"no {what} after {deadline_s} s")
+    if not done:
+        pytest.fail(f"the launcher exited {proc.returncode} before {what}")
 
 
 def killed_with_its_workers(proc: subprocess.Popen[str]) -> list[psutil.Process]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.logwait import wait_until
 from tests.support.multinode_common import LAUNCH
 from tests.support.netns import Node, netns_cluster
 
@@ -68,23 +69,23 @@ def _last(log_dir: Path) -> Line | None:
 
 
 def _wait_until(
+    under: Path,
     what: str,
     ok: Callable[[], bool],
     timeout: float = 30.0,
     procs: Sequence[subprocess.Popen[bytes]] = (),
 ) -> None:
-    """Poll `ok` (files the workers write: no event to wait on); on the deadline, stop
+    """Wait until `ok` (files the workers write under `under`); on the deadline, stop
     `procs` and fail with the end of each launcher's output."""
-    deadline = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() >= deadline:
-            outs = []
-            for proc in procs:
-                proc.kill()
-                out = proc.communicate(timeout=10)[0].decode(errors="replace")
-                outs.append("\n".join(out.splitlines()[-15:]))
-            pytest.fail(f"timed out waiting for {what}; launchers said:\n" + "\n--\n".join(outs))
-        time.sleep(0.05)
+    try:
+        wait_until(ok, under=under, timeout=timeout, what=what)
+    except AssertionError:
+        outs = []
+        for proc in procs:
+            proc.kill()
+            out = proc.communicate(timeout=10)[0].decode(errors="replace")
+            outs.append("\n".join(out.splitlines()[-15:]))
+        pytest.fail(f"timed out waiting for {what}; launchers said:\n" + "\n--\n".join(outs))
 
 
 def _worlds(dirs: Sequence[Path], size: int, after: float = 0.0) -> bool:
@@ -143,7 +144,7 @@ def _round_of_three(
             _start(n, master, d, script, ctl, *extra)
             for n, d in zip(cluster.nodes, dirs, strict=True)
         ]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
+        _wait_until(tmp_path, "a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
         yield cluster.nodes, procs, dirs, ctl
 
 
@@ -156,11 +157,12 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
         opts = ("--max_restarts", "1")
         pa = _start(a, master, dirs[0], script, ctl, *opts)
         pb = _start(b, master, dirs[1], script, ctl, *opts)
-        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2), procs=(pa, pb))
+        _wait_until(tmp_path, "a round of 2", lambda: _worlds(dirs[:2], 2), procs=(pa, pb))
         _consistent(dirs[:2], 2)
 
         pc = _start(c, master, dirs[2], script, ctl, *opts)
         _wait_until(
+            tmp_path,
             "a round of 3 that includes the new node",
             lambda: _worlds(dirs, 3),
             procs=(pa, pb, pc),
@@ -170,7 +172,10 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
         killed_at = time.time()
         pc.send_signal(signal.SIGKILL)
         _wait_until(
-            "the survivors' new round", lambda: _worlds(dirs[:2], 2, killed_at), procs=(pa, pb)
+            tmp_path,
+            "the survivors' new round",
+            lambda: _worlds(dirs[:2], 2, killed_at),
+            procs=(pa, pb),
         )
         _consistent(dirs[:2], 2)
         restarted = max(_last(d).time for d in dirs[:2]) - killed_at  # type: ignore[union-attr]
@@ -179,7 +184,9 @@ def test_a_node_that_joins_and_one_that_is_killed_each_start_a_new_round(tmp_pat
         # two membership changes, and --max_restarts 1 is still there for a failure
         assert all(line.restart == 0 == line.torch_restart for d in dirs for line in _lines(d))
         (ctl / "fail").touch()
-        _wait_until("a failure and its restart", lambda: _restarted(dirs[:2]), procs=(pa, pb))
+        _wait_until(
+            tmp_path, "a failure and its restart", lambda: _restarted(dirs[:2]), procs=(pa, pb)
+        )
         _consistent(dirs[:2], 2)
         (ctl / "stop").touch()
         outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
@@ -255,13 +262,15 @@ def test_on_etcd_losing_node_0_is_an_ordinary_membership_change(tmp_path: Path) 
         procs = [
             _start(n, master, d, script, ctl, *extra) for n, d in zip((a, b, c), dirs, strict=True)
         ]
-        _wait_until("a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
+        _wait_until(tmp_path, "a round of 3", lambda: _worlds(dirs, 3), timeout=40, procs=procs)
         _consistent(dirs, 3)
         first = next(i for i, d in enumerate(dirs) if _last(d).rank == 0)  # type: ignore[union-attr]
         killed_at = time.time()
         procs[first].send_signal(signal.SIGKILL)
         rest = [d for i, d in enumerate(dirs) if i != first]
-        _wait_until("the survivors' new round", lambda: _worlds(rest, 2, killed_at), procs=procs)
+        _wait_until(
+            tmp_path, "the survivors' new round", lambda: _worlds(rest, 2, killed_at), procs=procs
+        )
         _consistent(rest, 2)
         (ctl / "stop").touch()
         outs = [p.communicate(timeout=60)[0].decode() for i, p in enumerate(procs) if i != first]
@@ -275,7 +284,12 @@ def test_a_node_whose_launcher_gets_sigterm_leaves_and_the_others_go_on(tmp_path
         left_at = time.time()
         procs[2].send_signal(signal.SIGTERM)  # a preemption's notice
         out_c = procs[2].communicate(timeout=30)[0].decode()
-        _wait_until("the others' new round", lambda: _worlds(dirs[:2], 2, left_at), procs=procs[:2])
+        _wait_until(
+            tmp_path,
+            "the others' new round",
+            lambda: _worlds(dirs[:2], 2, left_at),
+            procs=procs[:2],
+        )
         _consistent(dirs[:2], 2)
         (ctl / "stop").touch()
         outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
@@ -346,11 +360,13 @@ def test_the_example_ends_like_an_uninterrupted_run_after_a_join_and_a_loss(
         a, b, c = cluster.nodes
         master = f"{a.addr}:7415"
         procs = [_example(n, master, d, ckpt) for n, d in ((a, dirs[0]), (b, dirs[1]))]
-        _wait_until("a first checkpoint", lambda: (ckpt / "checkpoint.npz").exists(), procs=procs)
+        _wait_until(
+            tmp_path, "a first checkpoint", lambda: (ckpt / "checkpoint.npz").exists(), procs=procs
+        )
         procs.append(_example(c, master, dirs[2], ckpt))
-        _wait_until("the round of 3 resuming", lambda: resumed() >= 1, procs=procs)
+        _wait_until(tmp_path, "the round of 3 resuming", lambda: resumed() >= 1, procs=procs)
         procs[2].send_signal(signal.SIGKILL)
-        _wait_until("the survivors resuming", lambda: resumed() >= 2, procs=procs[:2])
+        _wait_until(tmp_path, "the survivors resuming", lambda: resumed() >= 2, procs=procs[:2])
         outs = [p.communicate(timeout=60)[0].decode() for p in procs[:2]]
     assert [p.returncode for p in procs[:2]] == [0, 0], outs
     assert (ckpt / "final.txt").read_text() == expected
@@ -367,11 +383,12 @@ def test_at_elastic_level_0_a_survivor_waits_for_a_replacement_node(tmp_path: Pa
             _start(n, master, d, script, ctl, *level0)
             for n, d in zip((a, b), dirs[:2], strict=True)
         ]
-        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2), procs=procs)
+        _wait_until(tmp_path, "a round of 2", lambda: _worlds(dirs[:2], 2), procs=procs)
         lost_at = time.time()
         procs[1].send_signal(signal.SIGKILL)
         procs.append(_start(c, master, dirs[2], script, ctl, *level0))  # the replacement
         _wait_until(
+            tmp_path,
             "the survivor and the replacement in a new round",
             lambda: _worlds([dirs[0], dirs[2]], 2, lost_at),
             procs=[procs[0], procs[2]],
@@ -428,10 +445,14 @@ def test_a_torch_script_under_torchruns_elastic_flags_grows_when_a_node_joins(
 
         pa = start(a, dirs[0])
         _wait_until(
-            "a world of 1", lambda: lines(dirs[0], "TORCH") == [["0", "1", "0"]], procs=[pa]
+            tmp_path,
+            "a world of 1",
+            lambda: lines(dirs[0], "TORCH") == [["0", "1", "0"]],
+            procs=[pa],
         )
         pb = start(b, dirs[1])
         _wait_until(
+            tmp_path,
             "a world of 2",
             lambda: all(
                 len(lines(d, "TORCH")) >= 1 and lines(d, "TORCH")[-1][1] == "2" for d in dirs
@@ -467,7 +488,7 @@ def test_a_node_waiting_at_max_is_told_the_job_ended_and_starts_nothing(
             _start(n, master, d, script, ctl, *one_to_two)
             for n, d in zip((a, b), dirs[:2], strict=True)
         ]
-        _wait_until("a round of 2", lambda: _worlds(dirs[:2], 2), procs=procs)
+        _wait_until(tmp_path, "a round of 2", lambda: _worlds(dirs[:2], 2), procs=procs)
         waiting = _start(c, master, dirs[2], script, ctl, *one_to_two)
         assert waiting.stdout is not None
         line = waiting.stdout.readline().decode()

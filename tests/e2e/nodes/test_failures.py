@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.logwait import wait_for_text
 from tests.support.multinode_common import start_launcher, write_worker
 from tests.support.netns import netns_cluster
 
@@ -42,11 +43,7 @@ def test_a_worker_exiting_3_on_node_b_ends_node_a_within_1_s_with_the_same_cause
 
 
 def _wait_for_worker(log_dir: Path) -> None:
-    log = log_dir / "workerlog.0"
-    deadline = time.monotonic() + 30
-    while not (log.exists() and "RANK" in log.read_text()):
-        assert time.monotonic() < deadline, f"no worker started in {log_dir}"
-        time.sleep(0.05)  # no event to wait on across namespaces: the worker's log file
+    wait_for_text(log_dir / "workerlog.0", "RANK", timeout=30)
 
 
 def test_node_b_launcher_killed_ends_node_a_within_the_heartbeat_timeout(tmp_path: Path) -> None:
@@ -95,7 +92,10 @@ def test_node_0_launcher_killed_ends_node_1_within_the_heartbeat_timeout(tmp_pat
     assert pb.returncode not in (0, None), out_b
     assert took < 2 + 1.5, out_b
     assert "lost contact with node 0 (198.18.0.1)" in out_b
-    assert "--heartbeat_timeout" in out_b
+    # node 0's host still answers: its store's port refuses, so node 1 need not wait
+    assert "node 0's launcher is gone (its store at 198.18.0.1:6170 refused the connection)" in (
+        out_b
+    )
 
 
 def test_a_network_cut_ends_both_sides_within_the_heartbeat_timeout_naming_the_other(

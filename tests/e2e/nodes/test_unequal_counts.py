@@ -146,10 +146,14 @@ def test_an_elastic_node_of_3_workers_joining_nodes_of_1_and_2_makes_a_world_of_
             return cluster.nodes[i].popen(argv, env=clean_env(), **out)
 
         procs = [start(0), start(1)]
-        _wait_until("a round of 3 ranks", lambda: _world_of(dirs[:2], (1, 2), 3, 0.0), 60, procs)
+        _wait_until(
+            tmp_path, "a round of 3 ranks", lambda: _world_of(dirs[:2], (1, 2), 3, 0.0), 60, procs
+        )
         joined = time.time()
         procs.append(start(2))
-        _wait_until("a round of 6 ranks", lambda: _world_of(dirs, counts, 6, joined), 60, procs)
+        _wait_until(
+            tmp_path, "a round of 6 ranks", lambda: _world_of(dirs, counts, 6, joined), 60, procs
+        )
         (ctl / "stop").write_text("")
         outs = [p.communicate(timeout=60)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs

@@ -3,6 +3,7 @@ signal there ends it (and the other nodes), a wrong job token, the job-wide "OK"
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from paddlike.distributed.store import StoreClient
+from paddlike.launch.peers.protocol import end_key
 from tests.support.fixed_ports import fixed_ports
 from tests.support.multinode_common import LAUNCH, start_launcher, write_worker
 from tests.support.netns import netns_cluster
@@ -21,10 +24,12 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, whatever pytest inherited
 
 
-def _loopback_launcher(tmp_path: Path, ips: str, rank: int, port: int) -> subprocess.Popen[str]:
+def _loopback_launcher(
+    tmp_path: Path, ips: str, rank: int, port: int, code: str = OK_SCRIPT
+) -> subprocess.Popen[str]:
     """A launcher for "node `rank`" of nodes on loopback addresses (127.0.0.x)."""
     script = tmp_path / "ok.py"
-    script.write_text(OK_SCRIPT)
+    script.write_text(code)
     cmd = [*LAUNCH, "--ips", ips, "--node_rank", str(rank), "--master", f"127.0.0.1:{port}"]
     cmd += ["--rdzv_timeout", "30", "--log_dir", str(tmp_path / f"log{rank}"), str(script)]
     return subprocess.Popen(
@@ -102,6 +107,38 @@ def test_a_signal_during_the_rendezvous_ends_every_node_that_arrived(tmp_path, s
         f"the job stopped during the rendezvous: launcher on 127.0.0.2 received {name}" in outs[0]
     ), outs[0]
     assert not any("Traceback" in out for out in outs), outs
+
+
+# Rank 0 (node 0) works on; rank 1 (node 1) is done at once, so node 1 waits for node 0.
+RANK_0_WORKS_ON = """
+import os, time
+if os.environ["PADDLE_TRAINER_ID"] == "0":
+    time.sleep(120)  # stopped by its launcher when node 1 stops the job
+"""
+
+
+def test_a_signal_while_waiting_for_the_other_nodes_leaves_a_whole_summary(tmp_path):
+    # As a Slurm scancel's SIGTERM may land: this node's workers have ended, it waits for
+    # node 0's end; its summary.json must still get every process's end and its exit code.
+    port = fixed_ports()
+    ips = "127.0.0.1,127.0.0.2"
+    procs = [_loopback_launcher(tmp_path, ips, r, port, RANK_0_WORKS_ON) for r in (0, 1)]
+    try:
+        store = StoreClient("127.0.0.1", port, timeout=60)
+        try:
+            store.get(end_key(0, 1), timeout=60)  # set as node 1 starts waiting for the others
+        finally:
+            store.close()
+        procs[1].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=30)[0] for p in procs]
+    finally:
+        _kill(procs)
+    assert procs[1].returncode == 143, outs[1]
+    assert "received SIGTERM while waiting for the other nodes to finish round 0" in outs[1]
+    summary = json.loads((tmp_path / "log1" / "summary.json").read_text())
+    assert (summary["status"], summary["exit_code"]) == ("interrupted", 143), summary
+    assert [(p["status"], p["exit_code"]) for p in summary["processes"]] == [("ok", 0)], summary
+    assert "received SIGTERM" in summary["root_cause"]["reason"], summary
 
 
 @pytest.mark.netns

@@ -24,6 +24,7 @@ from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.plan.plan import Role
 from tests.e2e.nodes.test_start import clean_env
 from tests.launch.run.test_supervisor import Run, make_plan
+from tests.support.logwait import wait_until
 from tests.support.netns import Node, netns_cluster
 
 # Paddle's usual server port, which is also the default --master_port: the launchers' store
@@ -182,10 +183,7 @@ def test_a_node_with_only_servers_ends_when_the_trainers_node_is_lost(tmp_path: 
         pa = _launch(a, tmp_path, "nodeb", "behave.py", "-1", "0", "60", options=opts)
         pb = _launch(b, tmp_path, "nodeb", "behave.py", "-1", "0", "60", options=opts)
         log = tmp_path / "log_nodeb" / "workerlog.0"
-        deadline = time.monotonic() + 30
-        while not log.exists():
-            assert time.monotonic() < deadline, "node b's trainer never started"
-            time.sleep(0.05)  # no event to wait on across namespaces: the log file appears
+        wait_until(log.exists, under=log.parent, timeout=30, what="node b's trainer", writer=pb)
         pb.kill()
         killed = time.monotonic()
         err_a = pa.communicate(timeout=30)[1]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.logwait import wait_until
 from tests.support.slurm import SlurmCluster, slurm_cluster
 
 pytestmark = pytest.mark.netns
@@ -46,7 +47,7 @@ def job_dir(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
     slurm.command(["scancel", "--partition", slurm.partition], timeout=15)
     slurm.wait_idle(time.monotonic() + DEADLINE)
-    assert slurm.job_processes() == {}
+    assert slurm.job_processes_left() == {}
 
 
 def launcher_env() -> dict[str, str]:
@@ -66,15 +67,17 @@ def launch_line(job: Path, *options: str) -> str:
     )
 
 
-def wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen | None, slurm) -> None:
-    end = time.monotonic() + DEADLINE
-    while not ready():
-        if proc is not None and proc.poll() is not None:
-            out = proc.communicate()[0]
-            pytest.fail(f"srun exited {proc.returncode} before {what}:\n{out}")
-        if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {what}\n{slurm.logs_tail()}")
-        time.sleep(0.05)  # files written by processes in other namespaces
+def wait_for(
+    what: str, ready: Callable[[], bool], proc: subprocess.Popen | None, slurm, under: Path
+) -> None:
+    """Until `ready()` (files the workers write under `under`), failing if srun ends first."""
+    try:
+        done = wait_until(ready, under=under, timeout=DEADLINE, what=what, writer=proc)
+    except AssertionError:
+        pytest.fail(f"timed out waiting for {what}\n{slurm.logs_tail()}")
+    if not done and proc is not None:
+        out = proc.communicate()[0]
+        pytest.fail(f"srun exited {proc.returncode} before {what}:\n{out}")
 
 
 def ready(out: Path, n: int) -> Callable[[], bool]:
@@ -171,7 +174,7 @@ def _start_long_job(slurm: SlurmCluster, job_dir: Path, *options: str) -> subpro
 def test_scancel_ends_every_worker_on_every_node(slurm, job_dir):
     out = job_dir / "out"
     srun = _start_long_job(slurm, job_dir)
-    wait_for("4 workers on 2 nodes", ready(out, 4), srun, slurm)
+    wait_for("4 workers on 2 nodes", ready(out, 4), srun, slurm, out)
     job_id = facts(out)[0]["SLURM_JOB_ID"]
     pids = {r: f["pid"] for r, f in facts(out).items()}
     cancelled = time.monotonic()
@@ -180,7 +183,7 @@ def test_scancel_ends_every_worker_on_every_node(slurm, job_dir):
     output = srun.communicate(timeout=60)[0]
     took = time.monotonic() - cancelled
     assert srun.returncode != 0, output
-    assert slurm.job_processes() == {}, "left after scancel"
+    assert slurm.job_processes_left() == {}, "left after scancel"
     for rank, pid in pids.items():
         assert not Path(f"/proc/{pid}").exists(), (
             f"rank {rank}'s worker (pid {pid}) outlived scancel"
@@ -195,12 +198,12 @@ def test_scancel_ends_every_worker_on_every_node(slurm, job_dir):
 def test_scancel_signal_usr1_reaches_every_worker_s_script_and_the_job_goes_on(slurm, job_dir):
     out = job_dir / "out"
     srun = _start_long_job(slurm, job_dir)  # no option: SIGUSR1 is the workers' under Slurm
-    wait_for("4 workers on 2 nodes", ready(out, 4), srun, slurm)
+    wait_for("4 workers on 2 nodes", ready(out, 4), srun, slurm, out)
     job_id = facts(out)[0]["SLURM_JOB_ID"]
     done = slurm.command(["scancel", "--signal=USR1", job_id], timeout=15)
     assert done.returncode == 0, done.stderr
     caught = lambda: len(list(out.glob("caught.*.SIGUSR1.*"))) == 4  # noqa: E731
-    wait_for("SIGUSR1 in all 4 workers", caught, srun, slurm)
+    wait_for("SIGUSR1 in all 4 workers", caught, srun, slurm, out)
     assert srun.poll() is None, "SIGUSR1 ended the job"
     (out / "stop").write_text("")
     output = srun.communicate(timeout=60)[0]
@@ -229,7 +232,7 @@ def test_sbatch_signal_usr1_before_the_time_limit_reaches_the_workers(slurm, job
          str(script)],
         env=launcher_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    wait_for("4 workers on 2 nodes", ready(out, 4), sbatch, slurm)
+    wait_for("4 workers on 2 nodes", ready(out, 4), sbatch, slurm, out)
     caught = lambda: len(list(out.glob("caught.*.SIGUSR1.*"))) == 4  # noqa: E731
     end = time.monotonic() + 45
     while not caught() and time.monotonic() < end and sbatch.poll() is None:

@@ -27,6 +27,7 @@ from paddlike.launch.peers import etcd as etcd_module
 from paddlike.launch.peers.etcd import EtcdStore, parse_etcd_master
 from paddlike.launch.peers.liveness import LeaseLiveness
 from tests.support.fixed_ports import fixed_ports
+from tests.support.logwait import wait_for_text
 from tests.support.multinode_common import start_launcher, write_worker
 from tests.support.netns import Node, netns_cluster
 
@@ -309,11 +310,7 @@ def test_a_worker_failure_and_a_killed_launcher_end_the_job_through_etcd(tmp_pat
                 for i, n in enumerate((a, b))
             )
             for i in range(2):
-                log = tmp_path / f"k{i}" / "workerlog.0"
-                deadline = time.monotonic() + 30
-                while not (log.exists() and "RANK" in log.read_text()):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)  # nothing to wait on across namespaces but the file
+                wait_for_text(tmp_path / f"k{i}" / "workerlog.0", "RANK", timeout=30)
             killed = time.monotonic()
             os.kill(pb.pid, signal.SIGKILL)
             out_a = pa.communicate(timeout=60)[0].decode()
