@@ -69,7 +69,7 @@ def test_help_names_the_console_script_that_was_typed(name):
         [_console_script(name), "--help"], env=_env(), capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"usage: {name} [-h]")
+    assert done.stdout.startswith(f"usage: {name} [")
 
 
 @pytest.mark.parametrize("module", ["paddlike.launch", "paddlike.logs"])
@@ -78,7 +78,7 @@ def test_help_under_python_m_says_python_m(module):
         [sys.executable, "-m", module, "--help"], env=_env(), capture_output=True, text=True,
         timeout=30,
     )  # fmt: skip
-    assert done.stdout.startswith(f"usage: python -m {module} [-h]")
+    assert done.stdout.startswith(f"usage: python -m {module} [")
 
 
 @pytest.mark.parametrize(

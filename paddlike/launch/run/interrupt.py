@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
@@ -19,6 +18,7 @@ from paddlike.launch.plan.policy import launcher_signal_cause
 from paddlike.launch.run.signals import LauncherSignal
 from paddlike.summary import RunStatus
 
+TYPE_CHECKING = False  # typing's, without importing typing (start-up time)
 if TYPE_CHECKING:
     from paddlike.launch.peers.api import RoundWatch
     from paddlike.launch.plan.plan import LaunchPlan
