@@ -60,7 +60,9 @@ def _one_step(
     parity = arena.begin(opcode, x.nbytes, deadline, what)
     arena.data(r, buf, dt)[:m] = src
     keeps = root is None or r == root
-    sources = None if keeps else []  # a rank that keeps nothing waits for nobody
+    # A rank that keeps nothing waits for the root alone: enough to see a mismatched call
+    # there (both sides name it), without waiting for the other contributors.
+    sources = None if keeps else [root]
     arena.sync(deadline, what, peers=sources)
     arena.check(parity, opcode, x.nbytes, what, OPCODES, ranks=sources)
     if keeps:
