@@ -31,11 +31,13 @@ def test_a_job_left_with_one_node_says_1_node_and_the_whole_job_s_time(tmp_path:
                     str(script), str(ctl)]  # fmt: skip
             procs.append(node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         try:
-            _wait_until("a round of 2", lambda: _worlds(dirs, 2), timeout=40, procs=procs)
+            _wait_until(tmp_path, "a round of 2", lambda: _worlds(dirs, 2), timeout=40, procs=procs)
             left_at = time.time()
             procs[1].send_signal(signal.SIGTERM)  # node b leaves; node a goes on alone
             procs[1].communicate(timeout=30)
-            _wait_until("a round of 1", lambda: _worlds(dirs[:1], 1, left_at), procs=procs[:1])
+            _wait_until(
+                tmp_path, "a round of 1", lambda: _worlds(dirs[:1], 1, left_at), procs=procs[:1]
+            )
             (ctl / "stop").touch()
             out = procs[0].communicate(timeout=60)[0].decode()
         finally:
