@@ -284,7 +284,7 @@ def test_launcher_slurm_gives_every_node_the_secrets_and_a_token_in_no_argv(slur
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        wait_for("2 workers on 2 nodes", ready(out, 2), starter, slurm)
+        wait_for("2 workers on 2 nodes", ready(out, 2), starter, slurm, out)
         workers = [_environ(f["pid"]) for f in facts(out).values()]
         assert {w["WANDB_API_KEY"] for w in workers} == {secret}
         tokens = {w.get("PADDLIKE_JOB_TOKEN") for w in workers}
