@@ -21,6 +21,22 @@ from pathlib import Path
 import pytest
 
 SECOND_UID = 4242
+# What the second user runs to look for secrets: every process's command line, and its
+# environment where it may read one, searched for the secrets given on its stdin; leaves
+# `seen` (where one was found) for the lines a test appends.
+PROC_SPY = r"""
+import json, os, sys
+secrets = json.loads(sys.stdin.read())
+seen = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    for part in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                text = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        seen += [f"{part} of {pid}: {text[:300]!r}" for s in secrets if s in text]
+"""
 PACKAGE = Path(__file__).resolve().parents[2] / "paddlike"
 SYSTEM_PYTHON = "/usr/bin/python3"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster.common import LAUNCH, REPO, Site, site
+from tests.support.second_user import PROC_SPY
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -31,18 +32,7 @@ MASTER_PORT = 29400  # node 0's own namespace: no other test's port
 
 # What uid 4242 runs: every process's command line (and environment, where it may read
 # one) searched for the secrets it is given on stdin; then node 0's store, without a token.
-SPY = r"""
-import json, os, sys
-secrets = json.loads(sys.stdin.read())
-seen = []
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    for part in ("cmdline", "environ"):
-        try:
-            with open(f"/proc/{pid}/{part}", "rb") as f:
-                text = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        seen += [f"{part} of {pid}: {text[:300]!r}" for s in secrets if s in text]
+SPY = PROC_SPY + r"""
 store = "no store"
 from paddlike.distributed.store import StoreAuthError, StoreClient
 from paddlike.launch.peers.protocol import abort_key

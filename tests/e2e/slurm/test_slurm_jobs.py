@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.logwait import wait_until
+from tests.support.second_user import PROC_SPY
 from tests.support.slurm import SlurmCluster, slurm_cluster
 
 pytestmark = pytest.mark.netns
@@ -246,20 +247,7 @@ def test_sbatch_signal_usr1_before_the_time_limit_reaches_the_workers(slurm, job
 
 # uid 4242 (setpriv) reads every process's command line, and its environment where it may:
 # prints what holds one of the secrets given on its stdin
-SPY = r"""
-import json, os, sys
-secrets = json.loads(sys.stdin.read())
-seen = []
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    for part in ("cmdline", "environ"):
-        try:
-            with open(f"/proc/{pid}/{part}", "rb") as f:
-                text = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        seen += [f"{part} of {pid}: {text[:300]!r}" for s in secrets if s in text]
-print(json.dumps(seen))
-"""
+SPY = PROC_SPY + "print(json.dumps(seen))\n"
 
 
 def _environ(pid: int) -> dict[str, str]:
