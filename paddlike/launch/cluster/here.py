@@ -77,6 +77,8 @@ def run_here(
             else options.gpus
         ),
     )
+    if pick.devices is not None and options.include:  # its refusals name what was typed
+        here = here._replace(labels=(*here.labels, ("gpus", f"--include {options.include}")))
     note = (
         f"--hostfile {options.hostfile}: its one host, {pick.name}, is this machine: the job "
         "runs here, without ssh (--force_multi starts it over ssh)"

@@ -99,8 +99,14 @@ def without_hostfile(
         )
     if options.num_gpus and not options.dry_run:  # a preview may be for a GPU node
         _check_num_gpus(options.num_gpus, environ)
+    typed = (
+        f"--include {options.include}" if options.include
+        else f"--exclude {options.exclude}" if options.exclude
+        else f"--num_gpus {options.num_gpus}"
+    )  # fmt: skip
     return options._replace(
-        gpus=tuple(map(str, devices)), num_gpus=None, include=None, exclude=None, num_nodes=None
+        gpus=tuple(map(str, devices)), num_gpus=None, include=None, exclude=None, num_nodes=None,
+        labels=(*options.labels, ("gpus", typed)),  # its refusals name what was typed
     )
 
 

@@ -421,14 +421,24 @@ def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAs
                 "--slots",
             )
     needs_gpus = not options.cpu_only and options.nproc_per_node_kind != "cpu"
-    return assign_devices(
-        options.gpus,
-        options.nproc_per_node,
-        environ=environ,
-        found=probe_gpus(environ) if needs_gpus else NodeGpus(0),
-        nproc_kind=options.nproc_per_node_kind,
-        cpu_only=options.cpu_only,
-        cpu_count=os.cpu_count() or 1,
-        dry_run=options.dry_run,
-        slots=options.slots,
-    )
+    try:
+        return assign_devices(
+            options.gpus,
+            options.nproc_per_node,
+            environ=environ,
+            found=probe_gpus(environ) if needs_gpus else NodeGpus(0),
+            nproc_kind=options.nproc_per_node_kind,
+            cpu_only=options.cpu_only,
+            cpu_count=os.cpu_count() or 1,
+            dry_run=options.dry_run,
+            slots=options.slots,
+        )
+    except UsageError as refused:
+        # named as the user gave it (`--include localhost:0,1` of a one-host hostfile run
+        # here), not as the --gpus it became
+        label = options.label("gpus")
+        if label == "--gpus" or not str(refused).startswith("--gpus"):
+            raise
+        flag = label.split()[0]
+        text = label + str(refused).removeprefix("--gpus").replace("--gpus", flag)
+        raise UsageError(text, flag) from None

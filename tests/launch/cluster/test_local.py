@@ -105,3 +105,21 @@ def test_export_prefixes_from_its_variable_is_no_mistake_on_one_machine(tmp_path
     done = _run(tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "RAN" in (tmp_path / "log" / "workerlog.0").read_text()
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("hostfile", [False, True])
+def test_include_of_gpus_on_a_machine_without_them_is_refused_as_include(
+    tmp_path, hostfile
+) -> None:
+    """Not as the `--gpus` it becomes: the user never typed that (a trial tripped on it)."""
+    args = ["--include", "localhost:0,1"]
+    if hostfile:
+        (tmp_path / "hf").write_text("localhost slots=2\n")
+        args += ["--hostfile", "hf"]
+    done = _run(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("paddlike.launch: error: --include localhost:0,1: no NVIDIA GPU"), line
+    assert "--gpus" not in line and "drop --include" in line, line
+    assert "RAN" not in done.stdout
