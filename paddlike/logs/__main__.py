@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="log directory (default: log); several for a multi-node job, or one parent "
         "holding one directory per node",
     )
+    import paddlike
+
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s (paddlike {paddlike.__version__})"
+    )
     parser.add_argument("--rank", type=int, help="show the end of this process's log")
     parser.add_argument(
         "--role",

@@ -60,7 +60,8 @@ class Teardown:
             other = "other " if failed else ""
             grace = f"{self.kill_timeout:g} s"
             how = (
-                f"SIGINT, SIGTERM after {grace}, SIGKILL {grace} later"
+                f"SIGINT, SIGTERM after {grace}, SIGKILL {grace} later; Ctrl-C again kills "
+                "them at once"
                 if first == signal.SIGINT
                 else f"SIGTERM, SIGKILL after {grace}"
             )
