@@ -66,7 +66,8 @@ def test_ctrl_c_runs_every_rank_s_keyboard_interrupt_cleanup(tmp_path):
     assert code == 130, out
     for rank, log in _logs(tmp_path).items():
         assert f"rank {rank}: cleanup ran" in log, log
-    assert "(SIGINT, SIGTERM after 2 s, SIGKILL 2 s later; Ctrl-C again kills them at once)" in out, out
+    how = "(SIGINT, SIGTERM after 2 s, SIGKILL 2 s later; Ctrl-C again kills them at once)"
+    assert how in out, out
     assert "sending SIGTERM" not in out and "sending SIGKILL" not in out, out
 
 
