@@ -133,6 +133,15 @@ def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
     return nodejob.collective_node_job(options, node, devices)
 
 
+def _typed_token(argv: Sequence[str]) -> bool:
+    """Whether the token is on this launcher's command line (every local user's to read),
+    not the script's."""
+    from paddlike.launch.context.options.parser import split_argv
+
+    ours, _ = split_argv(argv)
+    return any(a == "--job_token" or a.startswith("--job_token=") for a in ours)
+
+
 def _name_wait(options: LaunchOptions, environ: Mapping[str, str]) -> NameWait | None:
     """Names of the node list or the master that do not resolve yet are waited for up to
     --rdzv_timeout, on the progress line (Kubernetes gives pods their names as they come
@@ -291,6 +300,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return stdout_closed()
         return 0
     _warn_crowded(len(described.preview.processes))
+    if _typed_token(argv) and described.job.nnodes > 1:
+        print(
+            f"{PROG}: warning: --job_token on the command line can be read by every user of "
+            "this machine (ps); give it by --job_token_file FILE or PADDLIKE_JOB_TOKEN",
+            file=sys.stderr,
+            flush=True,
+        )
     from paddlike.launch.run.job import run_job
     from paddlike.launch.run.logdir import log_files
 

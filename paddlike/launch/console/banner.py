@@ -76,5 +76,5 @@ def tokenless_warning(plan: LaunchPlan) -> str | None:
     return (
         f"this job of {plan.nnodes} nodes has no job token, so its stores accept any user "
         "of its machines; give every node the same --job_token_file FILE (or "
-        "PADDLIKE_JOB_TOKEN_FILE, --job_token, PADDLIKE_JOB_TOKEN)"
+        "PADDLIKE_JOB_TOKEN_FILE, PADDLIKE_JOB_TOKEN)"
     )

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
 WARNING = (
     "paddlike.launch: warning: this job of 2 nodes has no job token, so its stores accept "
     "any user of its machines; give every node the same --job_token_file FILE (or "
-    "PADDLIKE_JOB_TOKEN_FILE, --job_token, PADDLIKE_JOB_TOKEN)"
+    "PADDLIKE_JOB_TOKEN_FILE, PADDLIKE_JOB_TOKEN)"
 )
 
 
@@ -57,3 +57,26 @@ def test_nodes_given_a_token_file_do_not_warn(tmp_path, monkeypatch):
         outs = [p.communicate(timeout=90)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert not [out for out in outs if "warning" in out], outs
+
+
+def test_a_token_typed_on_the_command_line_is_said_to_be_readable_by_every_user(
+    tmp_path, monkeypatch
+):
+    """`ps` shows it to any local user: each node says so, once, and how to give it instead."""
+    _without_token(monkeypatch)
+    script = write_worker(tmp_path)
+    typed = (
+        "paddlike.launch: warning: --job_token on the command line can be read by every user "
+        "of this machine (ps); give it by --job_token_file FILE or PADDLIKE_JOB_TOKEN"
+    )
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+        ips = f"{a.addr},{b.addr}"
+        procs = [
+            start_launcher(n, ips, tmp_path / f"l{i}", script, options=["--job_token", "s3cret"])
+            for i, n in enumerate((a, b))
+        ]
+        outs = [p.communicate(timeout=90)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [out.splitlines().count(typed) for out in outs] == [1, 1], outs
+    assert "no job token" not in outs[0], outs[0]

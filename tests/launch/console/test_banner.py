@@ -56,7 +56,7 @@ TWO_NODES = EndpointLayout(("10.0.0.1", "10.0.0.2"), 0, ((6070,), (6070,)), 6071
 NO_TOKEN = (
     "paddlike.launch: warning: this job of 2 nodes has no job token, so its stores accept "
     "any user of its machines; give every node the same --job_token_file FILE (or "
-    "PADDLIKE_JOB_TOKEN_FILE, --job_token, PADDLIKE_JOB_TOKEN)"
+    "PADDLIKE_JOB_TOKEN_FILE, PADDLIKE_JOB_TOKEN)"
 )
 
 
