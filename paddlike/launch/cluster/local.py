@@ -54,15 +54,17 @@ def without_hostfile(
             "devices already; as in DeepSpeed)",
             which,
         )
+    previewed = options.dry_run and options.hostfile  # a hostfile's preview needs none
+    if options.launcher == "slurm" and not previewed and not environ.get("SLURM_JOB_ID"):
+        # srun outside an allocation would ask Slurm for a new one (and wait for it)
+        raise UsageError(
+            "--launcher slurm: not inside a Slurm allocation (no SLURM_JOB_ID): run it "
+            "under salloc or sbatch, or give --hostfile with --launcher ssh",
+            "--launcher",
+        )
     if options.hostfile:
         return options
     if options.launcher == "slurm":
-        if not environ.get("SLURM_JOB_ID"):
-            raise UsageError(
-                "--launcher slurm: not inside a Slurm allocation (no SLURM_JOB_ID): run it "
-                "under salloc or sbatch, or give --hostfile with --launcher ssh",
-                "--launcher",
-            )
         return options  # srun over the allocation's nodes (`srun.allocation_nodes`)
     for given, option in (
         (options.launcher, "--launcher"),

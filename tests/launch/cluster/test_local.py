@@ -123,3 +123,12 @@ def test_include_of_gpus_on_a_machine_without_them_is_refused_as_include(
     assert line.startswith("paddlike.launch: error: --include localhost:0,1: no NVIDIA GPU"), line
     assert "--gpus" not in line and "drop --include" in line, line
     assert "RAN" not in done.stdout
+
+
+def test_slurm_with_a_hostfile_outside_an_allocation_is_refused_before_srun(tmp_path) -> None:
+    (tmp_path / "hf").write_text("h0 slots=1\nh1 slots=1\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    done = _run(tmp_path, "--hostfile", "hf", "--launcher", "slurm", env=env)
+    assert done.returncode == 2, done.stderr
+    assert "--launcher slurm: not inside a Slurm allocation (no SLURM_JOB_ID)" in done.stderr
+    assert "RAN" not in done.stdout
