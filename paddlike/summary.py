@@ -208,6 +208,10 @@ class ProcessRecord(_Record):
         return cls(**data)
 
 
+# the signals to a launcher that are a preemption notice (`RootCause.preempted`)
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
 class RootCause(_Record):
     FIELDS = (
         "reason",
@@ -274,6 +278,18 @@ class RootCause(_Record):
         return self.role is None and self.signal is not None and self.membership is None
 
     @property
+    def preempted(self) -> bool:
+        """A preemption notice: SIGTERM (a scheduler, Kubernetes, a spot machine taken back)
+        or Slurm's warning signal to a launcher, not Ctrl-C or a hang-up. The ranks get the
+        grace to save (`paddlike.distributed.should_stop`); an elastic node leaving on it
+        too."""
+        return (
+            self.role is None
+            and self.signal in PREEMPTION_SIGNALS
+            and self.membership in (None, "left")
+        )
+
+    @property
     def hung(self) -> bool:
         """--on_hang abort ended the job (the cause may name the odd rank: not a failure
         of it, and no restart follows)."""
@@ -301,6 +317,7 @@ class RunSummary(_Record):
         "rounds",
         "restart_causes",
         "schema",
+        "preemption",
     )
     __slots__ = FIELDS
 
@@ -323,6 +340,9 @@ class RunSummary(_Record):
         rounds: list[dict[str, Any]] | None = None,
         restart_causes: list[dict[str, Any]] | None = None,
         schema: int = SCHEMA_VERSION,
+        # a preemption notice ended the job: who sent it, the stop step, this node's ranks
+        # that did not stop at it, seconds from the notice to the last rank's exit
+        preemption: dict[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -342,6 +362,7 @@ class RunSummary(_Record):
         # why each --max_restarts restart happened: [{"round": 1, "cause": reason}, ...]
         self.restart_causes = [] if restart_causes is None else restart_causes
         self.schema = schema
+        self.preemption = preemption
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

@@ -57,6 +57,7 @@ from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.interrupt import Where, stopped_by_signal
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
+from paddlike.launch.run.preempt import Preemption
 from paddlike.launch.run.record import RunRecord
 from paddlike.launch.run.roundend import (
     conclude_round,
@@ -446,7 +447,8 @@ class JobRun:
             signals=signal_policy(self.options.signals_to_handle, self.environ),
         )
         self.hangs.channel = watch.stacks
-        return supervisor.run(
+        notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
+        outcome = supervisor.run(
             restart_count=restarts,
             round_=round_ if self.elastic is not None else None,
             extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
@@ -455,7 +457,9 @@ class JobRun:
             on_started=lambda records: self.record.running(plan, records, restarts),
             hangs=self.hangs,
             hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
+            on_notice=notice.start,
         )
+        return outcome._replace(preemption=notice.outcome(outcome.records))
 
     def cannot_write(
         self, exc: OSError, result: RendezvousResult, plan: LaunchPlan, restarts: int

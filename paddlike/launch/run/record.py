@@ -40,6 +40,7 @@ class RunRecord:
         # --max_restarts: why each restart happened (summary.json "restart_causes")
         self.restart_causes: list[dict] = []
         self.last_status = ""
+        self.preemption: dict | None = None  # summary.json's "preemption", once a notice came
 
     def restarted(self, round_: int, cause: RootCause) -> None:
         """Round `round_` restarts the job after `cause` (kept after a later success)."""
@@ -113,6 +114,7 @@ class RunRecord:
             root_cause=cause,
             rounds=list(self.rounds),
             restart_causes=list(self.restart_causes),
+            preemption=self.preemption if end is not None else None,
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write

@@ -46,6 +46,7 @@ class RunOutcome(NamedTuple):
     root_cause: RootCause | None
     status: str  # RunStatus: SUCCEEDED | FAILED | INTERRUPTED
     duration: float
+    preemption: dict | None = None  # summary.json's "preemption" (`run.preempt`)
 
     @property
     def trainers(self) -> int:
@@ -119,3 +120,7 @@ class RoundState:
         self.hold = 0.0  # seconds
         # the ending signals this launcher itself received (`signals.ending_again`)
         self.own_endings: list[int] = []
+        # a preemption notice ended the round (`run.teardown`), and who hears of it first
+        self.notice: RootCause | None = None
+        self.on_notice: Callable[[RootCause], None] | None = None
+        self.notice_node = -1  # this node's index, for the ranks named at the deadline

@@ -98,7 +98,7 @@ class Supervisor:
         base_env: Mapping[str, str],
         console: Console,
         guardian: Guardian | None = None,
-        kill_timeout: float = 5.0,
+        kill_timeout: float = 30.0,
         tee: TeeSelection = frozenset({0}),
         tee_out: TextIO | None = None,
         signals: SignalPolicy | None = None,
@@ -128,6 +128,7 @@ class Supervisor:
         on_started: Callable[[Sequence[ProcessRecord]], None] | None = None,
         hangs: HangWatch | None = None,
         hold: float = CONSEQUENCE_GRACE,
+        on_notice: Callable[[RootCause], None] | None = None,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 
@@ -142,10 +143,11 @@ class Supervisor:
         `round_`: an elastic job's round, for the log headers.
         `hold`: how long a failure that only reports a peer's exit waits for the failure it
         reports (`run.consequence`).
+        `on_notice`: called at a preemption notice, before the ranks' SIGTERM (`run.preempt`).
         """
         start_mono = time.monotonic()
         rnd = RoundState(on_failure=on_failure, hangs=hangs)
-        rnd.hold = hold
+        rnd.hold, rnd.on_notice, rnd.notice_node = hold, on_notice, self.plan.node_index
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
             wake_fd = stack.enter_context(signals_to_pipe(self.signals))
@@ -312,6 +314,7 @@ class Supervisor:
             tearing_down=rnd.phase is Phase.TEARDOWN,
         )
         rec.status = verdict.status
+        self._teardown.exited(rnd, proc)
         if verdict.failure is not None:
             cause = self._cause_for(proc, code, verdict.failure)
             held = peer_exited(proc.spec.env, rec.start_time) is not None
@@ -458,7 +461,8 @@ class Supervisor:
                 rnd.on_failure(cause)
             except Exception as exc:  # the local teardown must happen regardless
                 self.console.warn(f"could not publish the failure to the other nodes: {exc}")
-        self._teardown.start(rnd, cause.reason, first)
+        notice = cause if cause.preempted else None
+        self._teardown.start(rnd, cause.reason, first, notice)
 
     def _timeout(self, rnd: RoundState, tee: TeeEcho | None) -> float | None:
         timeout: float | None = None

@@ -1,0 +1,194 @@
+"""`should_stop(step)`: one stop step for every rank of the job after a preemption notice.
+
+A notice (SIGTERM to any node's launcher, Slurm's warning signal) reaches every node's
+launcher through the job's store. Each launcher then, for its ranks:
+
+    1. marks their progress files PENDING (before it sends them SIGTERM);
+    2. reads where each rank is: the step it waits at in `should_stop`, else one past the
+       step it last reported (it may already have passed that one);
+    3. publishes its node's furthest position; every node takes the maximum over all nodes:
+       the smallest step that no rank of the job has passed;
+    4. writes that step into the files and marks them DECIDED.
+
+A rank's `should_stop(step)` (also its heartbeat for `step`) is False while nothing was
+marked; at PENDING it waits for the decision; at DECIDED it is `step >= stop step`. So
+every rank returns True first at the same step, and False before it.
+
+The fields live in the rank's own progress file (`distributed.progress`), after its live
+fields; the file starts zeroed:
+
+    512  int32  state: 0 none, 1 PENDING, 2 DECIDED       (the launcher writes)
+    520  int64  stop step                                   (the launcher, before DECIDED)
+    528  int64  the step this rank waits at, plus 1; 0: not waiting   (the rank)
+
+Stdlib only: the launcher imports it (lazily, at a notice).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from paddlike.distributed import progress as _progress
+
+__all__ = ["should_stop"]
+
+NOTICE_OFFSET = 512
+STATE_INDEX = NOTICE_OFFSET // 4  # in the writer's int32 view
+STOP_OFFSET = NOTICE_OFFSET + 8
+WAITING_OFFSET = NOTICE_OFFSET + 16
+NONE, PENDING, DECIDED = 0, 1, 2
+_I64 = struct.Struct("<q")
+# How long a rank waits at PENDING for the launchers' decision before it stops on its
+# own (a launcher that could not reach the others decides alone well before this).
+DECISION_WAIT = 10.0
+
+assert _progress.LIVE_OFFSET + _progress.LIVE.size <= NOTICE_OFFSET
+
+_armed = False  # the first call installed the SIGTERM note (or left the script's own)
+_sigterm_seen = False
+
+
+def should_stop(step: int) -> bool:
+    """Whether this rank should save `step`'s checkpoint and stop: False until a
+    preemption notice reaches the job; then True on every rank at the same step (the
+    smallest that no rank has passed when the notice came), False before it.
+
+        for step in range(start, steps):
+            train_one_step()
+            if dist.should_stop(step):
+                save(step)
+                break
+
+    Also the heartbeat for `step` (`heartbeat(step)`). Costs about what a heartbeat costs
+    while no notice came (one more read of the mapped file). The first call, in the main
+    thread, makes SIGTERM (the notice's signal to each rank) a note instead of the end of
+    the process, unless the script handles SIGTERM itself. Outside a launch (or without
+    a progress file) a SIGTERM this process received makes it True at the next call.
+    """
+    w = _progress._writer
+    if w is not None and _armed:
+        w.beat(step)
+        return w.ints[STATE_INDEX] != NONE and _at_notice(w, step)
+    return _first_call(step)
+
+
+def _first_call(step: int) -> bool:
+    global _armed
+    if not _armed:
+        _armed = True
+        _note_sigterm()
+    w = _progress.writer()
+    if w is None:
+        return _sigterm_seen
+    w.beat(step)
+    return w.ints[STATE_INDEX] != NONE and _at_notice(w, step)
+
+
+def _note_sigterm() -> None:
+    """SIGTERM notes the notice instead of killing the rank mid-step (only where the
+    script left SIGTERM to its default)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _sigterm_seen
+    _sigterm_seen = True
+
+
+def _at_notice(w: _progress.ProgressWriter, step: int) -> bool:
+    """A notice came: wait for the stop step (PENDING), then compare."""
+    mm = w.mm
+    if w.ints[STATE_INDEX] == PENDING:
+        _I64.pack_into(mm, WAITING_OFFSET, step + 1)
+        deadline = time.monotonic() + DECISION_WAIT
+        while w.ints[STATE_INDEX] == PENDING:
+            if time.monotonic() >= deadline:
+                print(
+                    f"paddlike: rank at step {step}: no stop step from the launcher within "
+                    f"{DECISION_WAIT:g} s of the preemption notice; stopping here",
+                    file=sys.stderr,
+                )
+                return True
+            time.sleep(0.001)  # a shared-memory word: nothing to block on
+        _I64.pack_into(mm, WAITING_OFFSET, 0)
+    return step >= _I64.unpack_from(mm, STOP_OFFSET)[0]
+
+
+# --- the launcher's side ------------------------------------------------------------------
+
+
+def _open(path: Path) -> mmap.mmap | None:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size < _progress.FILE_BYTES:
+            return None
+        return mmap.mmap(fd, _progress.FILE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def mark_pending(log_dir: str | os.PathLike[str], ranks: Iterable[int]) -> dict[int, int]:
+    """Mark each rank's progress file PENDING; return where each rank is (the smallest step
+    it has not passed). A rank without a file has not reported a step yet: 0."""
+    positions: dict[int, int] = {}
+    for rank in ranks:
+        mm = _open(_progress.progress_path(log_dir, rank))
+        if mm is None:
+            positions[rank] = 0
+            continue
+        with mm:
+            if struct.unpack_from("<i", mm, NOTICE_OFFSET)[0] == NONE:
+                struct.pack_into("<i", mm, NOTICE_OFFSET, PENDING)
+            positions[rank] = _position(mm)
+    return positions
+
+
+def _position_of(path: Path) -> int | None:
+    """One rank's position, without marking anything (None: no file)."""
+    mm = _open(path)
+    if mm is None:
+        return None
+    with mm:
+        return _position(mm)
+
+
+def _position(mm: mmap.mmap) -> int:
+    waiting = _I64.unpack_from(mm, WAITING_OFFSET)[0]
+    if waiting > 0:
+        return waiting - 1
+    beats, step = struct.unpack_from("<qq", mm, _progress.LIVE_OFFSET)
+    return step + 1 if beats else 0
+
+
+def decide(log_dir: str | os.PathLike[str], ranks: Iterable[int], stop_step: int) -> None:
+    """Write the job's stop step into each rank's file and mark it DECIDED."""
+    for rank in ranks:
+        mm = _open(_progress.progress_path(log_dir, rank))
+        if mm is None:
+            continue
+        with mm:
+            _I64.pack_into(mm, STOP_OFFSET, stop_step)
+            struct.pack_into("<i", mm, NOTICE_OFFSET, DECIDED)
+
+
+def _reset_for_tests() -> None:
+    global _armed, _sigterm_seen
+    _armed = _sigterm_seen = False
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
