@@ -20,13 +20,15 @@ pytestmark = pytest.mark.timeout(120)
 SAVER = REPO / "tests" / "support" / "signal_workers" / "save_at_stop.py"
 
 
-def _launch_and_notice(tmp: Path, *args: str, launcher: tuple[str, ...] = ()) -> tuple[int, str]:
-    """Start 2 ranks of SAVER, send SIGTERM to the launcher once both ran a step; return
-    its exit code and output."""
+def _launch_and_notice(
+    tmp: Path, *args: str, launcher: tuple[str, ...] = (), script: Path = SAVER
+) -> tuple[int, str]:
+    """Start 2 ranks of `script`, send SIGTERM to the launcher once both ran a step (each
+    wrote out/ready.<rank>); return its exit code and output."""
     out = tmp / "out"
     out.mkdir()
     cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2",
-           "--log_dir", str(tmp / "log"), *launcher, str(SAVER), str(out), *args]  # fmt: skip
+           "--log_dir", str(tmp / "log"), *launcher, str(script), str(out), *args]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, env=env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
