@@ -94,11 +94,14 @@ def _first_call(step: int) -> bool:
 
 def _note_sigterm() -> None:
     """SIGTERM notes the notice instead of killing the rank mid-step (only where the
-    script left SIGTERM to its default)."""
+    script left SIGTERM to its default); under Slurm SIGUSR1 too (`--signal=USR1@N`
+    reaches every process of the step where Slurm tracks them by cgroup)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    notices = [signal.SIGTERM, *([signal.SIGUSR1] if os.environ.get("SLURM_JOB_ID") else [])]
+    for sig in notices:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _on_sigterm)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -190,5 +193,6 @@ def decide(log_dir: str | os.PathLike[str], ranks: Iterable[int], stop_step: int
 def _reset_for_tests() -> None:
     global _armed, _sigterm_seen
     _armed = _sigterm_seen = False
-    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        if signal.getsignal(sig) is _on_sigterm:
+            signal.signal(sig, signal.SIG_DFL)
