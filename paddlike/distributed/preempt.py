@@ -3,7 +3,8 @@
 A notice (SIGTERM to any node's launcher, Slurm's warning signal) reaches every node's
 launcher through the job's store. Each launcher then, for its ranks:
 
-    1. marks their progress files PENDING (before it sends them SIGTERM);
+    1. marks their progress files PENDING (after it sent them SIGTERM: a rank that
+       stopped and exited before its SIGTERM came could die of it at exit);
     2. reads where each rank is: the step it waits at in `should_stop`, else one past the
        step it last reported (it may already have passed that one);
     3. publishes its node's furthest position; every node takes the maximum over all nodes:
@@ -21,11 +22,16 @@ fields; the file starts zeroed:
     520  int64  stop step                                   (the launcher, before DECIDED)
     528  int64  the step this rank waits at, plus 1; 0: not waiting   (the rank)
 
+A rank whose progress file did not exist yet at the notice (it had not called
+`should_stop` or `heartbeat`) reads the node's notice file, `.progress/notice` ("pending",
+then the stop step; its launcher's pid), once, when it creates its file.
+
 Stdlib only: the launcher imports it (lazily, at a notice).
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import signal
@@ -45,6 +51,8 @@ STATE_INDEX = NOTICE_OFFSET // 4  # in the writer's int32 view
 STOP_OFFSET = NOTICE_OFFSET + 8
 WAITING_OFFSET = NOTICE_OFFSET + 16
 NONE, PENDING, DECIDED = 0, 1, 2
+# in the progress directory: "pending <launcher pid>", then "stop <step> <launcher pid>"
+NOTICE_FILE = "notice"
 _I64 = struct.Struct("<q")
 # How long a rank waits at PENDING for the launchers' decision before it stops on its
 # own (a launcher that could not reach the others decides alone well before this).
@@ -88,6 +96,7 @@ def _first_call(step: int) -> bool:
     w = _progress.writer()
     if w is None:
         return _sigterm_seen
+    _adopt_node_notice(w)
     w.beat(step)
     return w.ints[STATE_INDEX] != NONE and _at_notice(w, step)
 
@@ -107,6 +116,22 @@ def _note_sigterm() -> None:
 def _on_sigterm(signum: int, frame: object) -> None:
     global _sigterm_seen
     _sigterm_seen = True
+
+
+def _adopt_node_notice(w: _progress.ProgressWriter) -> None:
+    """A file created after the launcher marked the others: take the node's notice."""
+    try:
+        text = (w.path.parent / NOTICE_FILE).read_text()
+    except OSError:
+        return
+    what, _, launcher = text.rpartition(" ")
+    if launcher != str(os.getppid()):  # another launcher's (a job that ended uncleanly)
+        return
+    if what.startswith("stop "):
+        _I64.pack_into(w.mm, STOP_OFFSET, int(what[5:]))
+        w.ints[STATE_INDEX] = DECIDED
+    elif w.ints[STATE_INDEX] == NONE:
+        w.ints[STATE_INDEX] = PENDING
 
 
 def _at_notice(w: _progress.ProgressWriter, step: int) -> bool:
@@ -181,6 +206,7 @@ def _position(mm: mmap.mmap) -> int:
 
 def decide(log_dir: str | os.PathLike[str], ranks: Iterable[int], stop_step: int) -> None:
     """Write the job's stop step into each rank's file and mark it DECIDED."""
+    _write_node_notice(log_dir, f"stop {stop_step}")
     for rank in ranks:
         mm = _open(_progress.progress_path(log_dir, rank))
         if mm is None:
@@ -188,6 +214,23 @@ def decide(log_dir: str | os.PathLike[str], ranks: Iterable[int], stop_step: int
         with mm:
             _I64.pack_into(mm, STOP_OFFSET, stop_step)
             struct.pack_into("<i", mm, NOTICE_OFFSET, DECIDED)
+
+
+def _write_node_notice(log_dir: str | os.PathLike[str], text: str) -> None:
+    d = _progress.progress_dir(log_dir)
+    tmp = d / f".{NOTICE_FILE}.{os.getpid()}.tmp"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(f"{text} {os.getpid()}")
+        os.replace(tmp, d / NOTICE_FILE)
+    except OSError:
+        pass  # the ranks with files were told; a later one stops on its SIGTERM
+
+
+def clear_node_notice(log_dir: str | os.PathLike[str]) -> None:
+    """The round is over: the next round's ranks must not take this notice."""
+    with contextlib.suppress(OSError):
+        os.unlink(_progress.progress_dir(log_dir) / NOTICE_FILE)
 
 
 def _reset_for_tests() -> None:

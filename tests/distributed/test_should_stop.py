@@ -4,6 +4,7 @@ from the agreed step on; positions that never let a rank pass the stop step."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -71,3 +72,18 @@ def test_outside_a_launch_it_is_false_and_cheap(monkeypatch):
         assert not preempt.should_stop(0)
     finally:
         preempt._reset_for_tests()
+
+
+def test_a_rank_that_starts_after_the_decision_takes_the_node_s_stop_step(rank_1, monkeypatch):
+    preempt.mark_pending(rank_1, [0, 1])  # neither had a progress file yet
+    preempt.decide(rank_1, [0, 1], 4)
+    monkeypatch.setattr(os, "getppid", os.getpid)  # this process plays its own launcher
+    assert [preempt.should_stop(s) for s in (3, 4)] == [False, True]
+
+
+def test_a_notice_left_by_another_launcher_or_round_is_not_taken(rank_1):
+    preempt.mark_pending(rank_1, [1])
+    preempt.decide(rank_1, [1], 4)  # written by this process: not this rank's launcher
+    assert preempt.should_stop(5) is False
+    preempt.clear_node_notice(rank_1)
+    assert not (progress.progress_dir(rank_1) / preempt.NOTICE_FILE).exists()

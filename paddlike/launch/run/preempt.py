@@ -2,8 +2,8 @@
 job's stop step, the step agreed with the other nodes, and the outcome said.
 
     a notice (this launcher's SIGTERM, or another node's through the store)
-      -> `start`: this node's ranks' progress files marked PENDING (before the teardown
-         sends them SIGTERM), their positions read; a thread publishes this node's
+      -> `start` (once the teardown sent each rank SIGTERM): this node's ranks' progress
+         files marked PENDING, their positions read; a thread publishes this node's
          furthest position and writes the job's stop step into the files (`peers.stopstep`,
          `distributed.preempt`)
       -> the round ends (`run.teardown` gave the ranks until --kill_timeout after the notice)
@@ -55,7 +55,7 @@ class Preemption:
         return cls(log_dir, ranks, watch.agree_stop_step, console)
 
     def start(self, notice: RootCause) -> None:
-        """Mark the ranks PENDING now (their SIGTERM follows), agree in a thread."""
+        """Mark the ranks PENDING now (they had their SIGTERM), agree in a thread."""
         from paddlike.distributed import preempt
 
         self.notice = notice
@@ -99,6 +99,9 @@ class Preemption:
         if notice is None:
             return None
         self.wait()
+        from paddlike.distributed import preempt
+
+        preempt.clear_node_notice(self.log_dir)  # an elastic job's next round starts afresh
         ends = [r.end_time for r in records if r.end_time is not None]
         last = max(ends) - notice.time if ends and notice.time is not None else None
         return {

@@ -13,9 +13,9 @@
       -> wait up to kill_timeout, then SIGKILL, as above
 
     a preemption notice (`RootCause.preempted`: SIGTERM to any node's launcher)
-      -> this node's ranks told to wait for the job's stop step (`rnd.on_notice`)
       -> SIGTERM to each main process only: its children (DataLoader workers) keep running
          while it saves, and get SIGTERM when it has exited
+      -> this node's ranks told to wait for the job's stop step (`rnd.on_notice`)
       -> at kill_timeout after the notice, SIGKILL to the groups still there, each rank
          named ("still running ... after the notice: its checkpoint may be partial")
 
@@ -99,11 +99,6 @@ class Teardown:
         """SIGTERM to each main process only; SIGKILL `kill_timeout` after the notice."""
         rnd.phase = Phase.TEARDOWN
         rnd.notice = notice
-        if rnd.on_notice is not None:
-            try:
-                rnd.on_notice(notice)
-            except Exception as exc:  # the grace and the teardown must happen regardless
-                self.console.warn(f"could not tell the ranks about the notice: {exc}")
         sent = time.time()
         at = time.strftime("%H:%M:%S", time.localtime(notice.time or sent))
         alive = [p for p in rnd.procs if p.alive and p.popen is not None]
@@ -113,7 +108,14 @@ class Teardown:
             f"at {at}: SIGTERM to {len(alive)} process{'es' if len(alive) != 1 else ''} "
             f"(their children once they exit), SIGKILL {self.kill_timeout:g} s after the notice"
         )
+        # SIGTERM before the ranks learn of the notice (`on_notice`): a rank that had saved
+        # and exited before its SIGTERM could die of it in its interpreter's finalization
         self.stop_groups(alive, signal.SIGTERM, group=False)
+        if rnd.on_notice is not None:
+            try:
+                rnd.on_notice(notice)
+            except Exception as exc:  # the grace and the teardown must happen regardless
+                self.console.warn(f"could not tell the ranks about the notice: {exc}")
         rnd.kill_deadline = time.monotonic() + grace
 
     def exited(self, rnd: RoundState, proc: Proc) -> None:
