@@ -3,13 +3,14 @@
 A notice (SIGTERM to any node's launcher, Slurm's warning signal) reaches every node's
 launcher through the job's store. Each launcher then, for its ranks:
 
-    1. marks their progress files PENDING (after it sent them SIGTERM: a rank that
-       stopped and exited before its SIGTERM came could die of it at exit);
+    1. marks their progress files PENDING, then sends each its SIGTERM (which
+       `should_stop`'s handler takes as the notice only when the file is marked);
     2. reads where each rank is: the step it waits at in `should_stop`, else one past the
        step it last reported (it may already have passed that one);
     3. publishes its node's furthest position; every node takes the maximum over all nodes:
        the smallest step that no rank of the job has passed;
-    4. writes that step into the files and marks them DECIDED.
+    4. writes that step into the files and marks them DECIDED (after the SIGTERMs: a rank
+       that stopped and exited before its SIGTERM came could die of it at exit).
 
 A rank's `should_stop(step)` (also its heartbeat for `step`) is False while nothing was
 marked; at PENDING it waits for the decision; at DECIDED it is `step >= stop step`. So
@@ -114,7 +115,15 @@ def _note_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    """A notice (the launcher marked this rank's file before it sent the signal): note it,
+    the rank stops at the stop step. Any other SIGTERM (a teardown after a failure) ends
+    the process as it would have without `should_stop`."""
     global _sigterm_seen
+    w = _progress._writer
+    if w is not None and w.ints[STATE_INDEX] == NONE:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     _sigterm_seen = True
 
 

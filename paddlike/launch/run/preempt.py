@@ -2,8 +2,8 @@
 job's stop step, the step agreed with the other nodes, and the outcome said.
 
     a notice (this launcher's SIGTERM, or another node's through the store)
-      -> `start` (once the teardown sent each rank SIGTERM): this node's ranks' progress
-         files marked PENDING, their positions read; a thread publishes this node's
+      -> `start`: this node's ranks' progress files marked PENDING, their positions read
+         (then the teardown sends each rank SIGTERM); a thread publishes this node's
          furthest position and writes the job's stop step into the files (`peers.stopstep`,
          `distributed.preempt`)
       -> the round ends (`run.teardown` gave the ranks until --kill_timeout after the notice)
@@ -54,8 +54,9 @@ class Preemption:
         ranks = [s.rank for s in plan.processes if s.rank is not None]
         return cls(log_dir, ranks, watch.agree_stop_step, console)
 
-    def start(self, notice: RootCause) -> None:
-        """Mark the ranks PENDING now (they had their SIGTERM), agree in a thread."""
+    def start(self, notice: RootCause) -> Callable[[], None]:
+        """Mark the ranks PENDING now (before their SIGTERM); return what starts the
+        agreement in a thread (after it)."""
         from paddlike.distributed import preempt
 
         self.notice = notice
@@ -64,7 +65,7 @@ class Preemption:
         self._thread = threading.Thread(
             target=self._agree, args=(position,), name="preemption", daemon=True
         )
-        self._thread.start()
+        return self._thread.start
 
     def _agree(self, position: int) -> None:
         from paddlike.distributed import preempt

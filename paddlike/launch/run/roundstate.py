@@ -122,5 +122,6 @@ class RoundState:
         self.own_endings: list[int] = []
         # a preemption notice ended the round (`run.teardown`), and who hears of it first
         self.notice: RootCause | None = None
-        self.on_notice: Callable[[RootCause], None] | None = None
+        # marks the ranks; returns what starts the agreement (after their SIGTERM)
+        self.on_notice: Callable[[RootCause], Callable[[], None]] | None = None
         self.notice_node = -1  # this node's index, for the ranks named at the deadline

@@ -128,7 +128,7 @@ class Supervisor:
         on_started: Callable[[Sequence[ProcessRecord]], None] | None = None,
         hangs: HangWatch | None = None,
         hold: float = CONSEQUENCE_GRACE,
-        on_notice: Callable[[RootCause], None] | None = None,
+        on_notice: Callable[[RootCause], Callable[[], None]] | None = None,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 

@@ -13,9 +13,9 @@
       -> wait up to kill_timeout, then SIGKILL, as above
 
     a preemption notice (`RootCause.preempted`: SIGTERM to any node's launcher)
-      -> SIGTERM to each main process only: its children (DataLoader workers) keep running
-         while it saves, and get SIGTERM when it has exited
       -> this node's ranks told to wait for the job's stop step (`rnd.on_notice`)
+      -> SIGTERM to each main process only: its children (DataLoader workers) keep running
+         while it saves, and get SIGTERM when it has exited; then the stop step is agreed
       -> at kill_timeout after the notice, SIGKILL to the groups still there, each rank
          named ("still running ... after the notice: its checkpoint may be partial")
 
@@ -108,14 +108,18 @@ class Teardown:
             f"at {at}: SIGTERM to {len(alive)} process{'es' if len(alive) != 1 else ''} "
             f"(their children once they exit), SIGKILL {self.kill_timeout:g} s after the notice"
         )
-        # SIGTERM before the ranks learn of the notice (`on_notice`): a rank that had saved
-        # and exited before its SIGTERM could die of it in its interpreter's finalization
-        self.stop_groups(alive, signal.SIGTERM, group=False)
+        # the ranks marked (a rank's SIGTERM is a notice only then), SIGTERM, and only then
+        # the stop step agreed: a rank that saved and exited before its SIGTERM came could
+        # die of it in its interpreter's finalization
+        agree = None
         if rnd.on_notice is not None:
             try:
-                rnd.on_notice(notice)
+                agree = rnd.on_notice(notice)
             except Exception as exc:  # the grace and the teardown must happen regardless
                 self.console.warn(f"could not tell the ranks about the notice: {exc}")
+        self.stop_groups(alive, signal.SIGTERM, group=False)
+        if agree is not None:
+            agree()
         rnd.kill_deadline = time.monotonic() + grace
 
     def exited(self, rnd: RoundState, proc: Proc) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.collective_workers.launching import REPO, logs
+from tests.support.collective_workers.launching import REPO, launch, logs
 
 pytestmark = pytest.mark.timeout(120)
 SAVER = REPO / "tests" / "support" / "signal_workers" / "save_at_stop.py"
@@ -83,3 +83,30 @@ def test_a_rank_whose_save_outlives_the_grace_is_named_and_killed(tmp_path):
             f"killed, its checkpoint may be partial (workerlog.{rank})"
         ) in out
     assert "rank 0 (killed), rank 1 (killed) did not stop at it" in out.strip().splitlines()[-1]
+
+
+FAILS = """
+import os, sys, time
+import paddlike.distributed as dist
+rank = int(os.environ["PADDLE_TRAINER_ID"])
+for step in range(10**9):
+    time.sleep(0.02)
+    if dist.should_stop(step):
+        break
+    if rank == 1 and step == 5:
+        sys.exit(3)
+"""
+
+
+def test_a_sigterm_that_is_no_notice_still_ends_a_rank_that_calls_should_stop(tmp_path):
+    # rank 1 fails: rank 0 gets the teardown's SIGTERM, which should_stop's handler must
+    # not swallow (else it would run on to the SIGKILL 30 s later)
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS)
+    run = launch(tmp_path, script, timeout=60)
+    assert run.returncode == 3, run.stdout
+    assert "did not exit within" not in run.stdout, run.stdout
+    summary = json.loads((tmp_path / "log" / "summary.json").read_text())
+    rank0 = next(p for p in summary["processes"] if p["rank"] == 0)
+    assert (rank0["status"], rank0["signal"]) == ("killed", "SIGTERM")
+    assert summary["preemption"] is None
