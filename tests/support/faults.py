@@ -63,6 +63,7 @@ class Trial:
         self.started = False
         self.log_dirs: list[str] = []
         self.rank: int | None = None  # the rank that raised, or was stopped
+        self.worker_logs: list[str] = []  # each node's workers' logs, read before cleanup
 
     def cause(self, node: int) -> dict:
         s = self.summaries[node]
@@ -225,6 +226,9 @@ def run_trial(
                 trial.leftovers.append(f"node {i}: processes left: {' '.join(live)}")
         trial.codes = [p.returncode for p in procs]
     trial.outs = [o.read_text(errors="replace") for o in outs]
+    trial.worker_logs = [
+        "".join(p.read_text(errors="replace") for p in sorted(d.glob("workerlog.*"))) for d in logs
+    ]
     dirs = [disk if (disk is not None and i == victim) else logs[i] for i in range(NODES)]
     trial.summaries = [_summary(d / "summary.json") for d in dirs]  # type: ignore[operator]
     for d in dirs:
@@ -367,17 +371,14 @@ def _same_step_saved(t: Trial, *, resumed: bool) -> list[str]:
     went on from it)."""
     bad = []
     steps: dict[int, set[int]] = {}
-    for i, d in enumerate(t.log_dirs):
-        text = "".join(p.read_text(errors="replace") for p in Path(d).glob("workerlog.*"))
+    for i, text in enumerate(t.worker_logs):
         found = {int(m) for m in re.findall(r"PREEMPTED: stopped at step (\d+)", text)}
         steps[i] = found
     stopped = set().union(*steps.values())
-    if resumed and len(stopped) == 1:
-        texts = "".join(
-            p.read_text(errors="replace") for d in t.log_dirs for p in Path(d).glob("workerlog.*")
-        )
-        if f"RESUMED from step {min(stopped)}" not in texts:  # (rank 0 of the next round says it)
-            bad.append(f"the next round did not resume from step {min(stopped)}")
+    # (rank 0 of the next round says where it resumed)
+    resumed_at = f"RESUMED from step {min(stopped)}" if stopped else ""
+    if resumed and len(stopped) == 1 and resumed_at not in "".join(t.worker_logs):
+        bad.append(f"the next round did not resume from step {min(stopped)}")
     if any(len(s) != 1 for s in steps.values()) or len(stopped) != 1:
         bad.append(f"the ranks did not all stop at one step: {steps}")
     return bad
