@@ -27,7 +27,12 @@ from paddlike.distributed import progress as P
 from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, read_run_tail
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.reader import JobView, NodeView, ProcessView
-from paddlike.logs.report import format_duration, format_root_cause, format_success
+from paddlike.logs.report import (
+    format_duration,
+    format_preemption,
+    format_root_cause,
+    format_success,
+)
 from paddlike.logs.table import format_job, restart_lines
 from paddlike.summary import ProcessStatus, RunStatus
 
@@ -105,7 +110,9 @@ def report_text(job: JobView) -> str:
     """The console's words: the root-cause report (paddlike.logs.report), or its OK line;
     then why the job restarted, when it did (`paddlike.logs`' line)."""
     restarted = next((lines for n in job.nodes if (lines := restart_lines(n))), [])
-    return "\n".join([_report_text(job), *(line.strip() for line in restarted)])
+    preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
+    said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
+    return "\n".join([_report_text(job), *said, *(line.strip() for line in restarted)])
 
 
 def _report_text(job: JobView) -> str:

@@ -70,6 +70,12 @@ def test_sigterm_to_the_launcher_makes_every_rank_save_the_same_step_and_exit_0(
     )  # fmt: skip
     assert "preempted by SIGTERM on node 0 (127.0.0.1) at " in view.stdout
     assert f"every rank stopped after step {step}" in view.stdout
+    page = tmp_path / "job.html"
+    subprocess.run(
+        [sys.executable, "-m", "paddlike.logs", str(tmp_path / "log"), "--html", str(page)],
+        capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert f"every rank stopped after step {step}" in page.read_text()
 
 
 def test_a_rank_whose_save_outlives_the_grace_is_named_and_killed(tmp_path):
