@@ -1,6 +1,7 @@
-"""A preemption notice on many nodes (issue 34): SIGTERM to a random node's launcher at a
-random moment; every node hears of it through the store, says where it came from, and
-every rank of the job saves the same step (`should_stop`), then the job ends 143."""
+"""A preemption notice on many nodes (issue 34), on node 0's store and on etcd: SIGTERM to
+a random node's launcher at a random moment; every node hears of it through the store,
+says where it came from, and every rank of the job saves the same step (`should_stop`),
+then the job ends 143."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from tests.e2e.elastic.test_nodes import ETCD, _etcd_on
 from tests.support.collective_workers.launching import REPO
 from tests.support.netns import netns_cluster
 
@@ -26,17 +28,24 @@ def _env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.mark.parametrize("seed", [34, 3434])
-def test_a_notice_to_a_random_node_saves_the_same_step_on_every_rank(seed, tmp_path):
+@pytest.mark.parametrize(("seed", "backend"), [(34, "store"), (3434, "store"), (35, "etcd")])
+def test_a_notice_to_a_random_node_saves_the_same_step_on_every_rank(seed, backend, tmp_path):
+    if backend == "etcd" and ETCD is None:
+        pytest.skip("etcd is not installed (Debian: etcd-server)")
     rng = random.Random(seed)
     victim, delay = rng.randrange(NODES), rng.uniform(0.2, 2.0)
     out = tmp_path / "out"
     out.mkdir()
-    with netns_cluster(NODES) as cluster:
-        addrs = [n.addr for n in cluster.nodes]
+    with netns_cluster(NODES + 1) as cluster:  # the last: etcd's (unused on the store)
+        nodes = cluster.nodes[:NODES]
+        addrs = [n.addr for n in nodes]
+        where = ["--ips", ",".join(addrs)]
+        if backend == "etcd":
+            _etcd, master = _etcd_on(cluster.nodes[-1], tmp_path)
+            where = [*where, "--master", master, "--job_id", f"preempt-{seed}"]
         procs = []
-        for i, node in enumerate(cluster.nodes):
-            argv = [sys.executable, "-m", "paddlike.launch", "--ips", ",".join(addrs),
+        for i, node in enumerate(nodes):
+            argv = [sys.executable, "-m", "paddlike.launch", *where,
                     "--nproc_per_node", str(NPROC), "--devices", "cpu", "--tee", "none",
                     "--log_dir", str(tmp_path / f"log{i}"), "--rdzv_timeout", "60",
                     str(SAVER), str(out), "0.02"]  # fmt: skip
