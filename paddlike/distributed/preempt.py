@@ -18,8 +18,8 @@ every rank returns True first at the same step, and False before it.
 
 Plain memory stores on both sides, no fence: a rank's step written and the state read
 within the same few nanoseconds as the launcher's mark and its read of that step could
-each miss the other's store (x86 lets a load pass an earlier store); no rank reaches its
-next call that fast, and then it waits at PENDING.
+each miss the other's store (x86 lets a load pass an earlier store): that rank would stop
+one step after the others. The window is the width of two memory accesses; not closed.
 
 The fields live in the rank's own progress file (`distributed.progress`), after its live
 fields; the file starts zeroed:
