@@ -16,10 +16,9 @@ A rank's `should_stop(step)` (also its heartbeat for `step`) is False while noth
 marked; at PENDING it waits for the decision; at DECIDED it is `step >= stop step`. So
 every rank returns True first at the same step, and False before it.
 
-Plain memory stores on both sides, no fence: a rank's step written and the state read
-within the same few nanoseconds as the launcher's mark and its read of that step could
-each miss the other's store (x86 lets a load pass an earlier store): that rank would stop
-one step after the others. The window is the width of two memory accesses; not closed.
+Both sides put a full memory barrier (a lock's atomic instruction) between their store and
+their load: without it a rank's step and the launcher's mark could each miss the other's
+store (x86 lets a load pass an earlier store), and that rank would stop one step late.
 
 The fields live in the rank's own progress file (`distributed.progress`), after its live
 fields; the file starts zeroed:
@@ -66,6 +65,19 @@ DECISION_WAIT = 10.0
 
 assert _progress.LIVE_OFFSET + _progress.LIVE.size <= NOTICE_OFFSET
 
+# A full memory barrier (a lock's atomic instruction): the step stored before the state is
+# read, on the rank's side as on the launcher's (`mark_pending`).
+_FENCE = threading.Lock()
+
+
+_lock, _unlock = _FENCE.acquire, _FENCE.release
+
+
+def _fence() -> None:
+    _lock()
+    _unlock()
+
+
 _armed = False  # the first call installed the SIGTERM note (or left the script's own)
 _sigterm_seen = False
 
@@ -90,6 +102,8 @@ def should_stop(step: int) -> bool:
     w = _progress._writer
     if w is not None and _armed:
         w.beat(step)
+        _lock()  # the fence, inline: a call less on every step
+        _unlock()
         return w.ints[STATE_INDEX] != NONE and _at_notice(w, step)
     return _first_call(step)
 
@@ -104,6 +118,7 @@ def _first_call(step: int) -> bool:
         return _sigterm_seen
     _adopt_node_notice(w)
     w.beat(step)
+    _fence()
     return w.ints[STATE_INDEX] != NONE and _at_notice(w, step)
 
 
@@ -197,6 +212,7 @@ def mark_pending(log_dir: str | os.PathLike[str], ranks: Iterable[int]) -> dict[
         with mm:
             if struct.unpack_from("<i", mm, NOTICE_OFFSET)[0] == NONE:
                 struct.pack_into("<i", mm, NOTICE_OFFSET, PENDING)
+            _fence()  # the mark stored before the rank's step is read
             positions[rank] = _position(mm)
     return positions
 
