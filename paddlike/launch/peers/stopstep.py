@@ -8,10 +8,14 @@ left out (named): the others still stop together, before the SIGKILL deadline.
 
 from __future__ import annotations
 
+import contextlib
+
 from paddlike.launch import NamedTuple
 
 TYPE_CHECKING = False  # typing's, without importing typing (a one-node launch imports this)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from paddlike.launch.peers.kv import KV
 
 
@@ -23,17 +27,22 @@ class StopStep(NamedTuple):
 
 
 def agree_stop_step(
-    kv: KV, round_: int, node: int, nnodes: int, position: int, timeout: float
+    connect: Callable[[], KV], keys: Sequence[str], node: int, position: int, timeout: float
 ) -> StopStep:
-    """Publish this node's `position` and return the job's stop step: the largest position
-    of every node, waiting up to `timeout` for theirs."""
+    """Publish this node's `position` under its key (`keys[node]`: `protocol.stop_step_key`,
+    one per node of the round) and return the job's stop step: the largest position of every
+    node, waiting up to `timeout` for theirs. On a connection of its own (`connect`): it
+    runs on a thread of its own."""
+    with contextlib.closing(connect()) as kv:
+        return _agree(kv, keys, node, position, timeout)
+
+
+def _agree(kv: KV, keys: Sequence[str], node: int, position: int, timeout: float) -> StopStep:
     # (many nodes only: imported already there)
     from paddlike.distributed.store import StoreError
-    from paddlike.launch.peers import protocol as p
     from paddlike.launch.peers.kv import get_all
 
-    kv.set(p.stop_step_key(round_, node), str(position).encode())
-    keys = [p.stop_step_key(round_, j) for j in range(nnodes)]
+    kv.set(keys[node], str(position).encode())
     try:
         return StopStep(max(int(v) for v in get_all(kv, keys, timeout)))
     except StoreError:
@@ -47,5 +56,5 @@ def agree_stop_step(
         if raw is not None:
             found[j] = int(raw)
     found.setdefault(node, position)
-    missing = tuple(j for j in range(nnodes) if j not in found)
+    missing = tuple(j for j in range(len(keys)) if j not in found)
     return StopStep(max(found.values()), missing)

@@ -181,8 +181,8 @@ class JobWatch:
 
     def agree_stop_step(self, position: int, timeout: float) -> StopStep:
         """A preemption notice: the job's stop step (`peers.stopstep`), own connection."""
-        with contextlib.closing(self._connect()) as kv:
-            return agree_stop_step(kv, self.round, self.node_index, self.nnodes, position, timeout)
+        keys = [p.stop_step_key(self.round, j) for j in range(self.nnodes)]
+        return agree_stop_step(self._connect, keys, self.node_index, position, timeout)
 
     def end_key(self, node: int) -> str:
         return p.end_key(self.round, node)

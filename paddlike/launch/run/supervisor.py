@@ -56,9 +56,8 @@ from paddlike.launch.run.logdir import (
     LogDirError,
     WorkerLog,
     format_header,
-    read_tail_since,
 )
-from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
+from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome, process_cause
 from paddlike.launch.run.signals import (
     SignalPolicy,
     ending_again,
@@ -78,8 +77,6 @@ if TYPE_CHECKING:
     from paddlike.launch.context.options import TeeSelection
 
 __all__ = ["Phase", "RunOutcome", "Supervisor"]  # Phase, RunOutcome: run.roundstate's
-
-TAIL_LINES = 20
 
 
 class Supervisor:
@@ -481,28 +478,4 @@ class Supervisor:
 
     # ------------------------------------------------------------------ results
     def _cause_for(self, proc: Proc, code: int, reason: str) -> RootCause:
-        log_path, start = proc.log.path, proc.log.start
-        if proc.log.err_path is not None and _grew(proc.log.err_path, proc.log.err_start):
-            log_path, start = proc.log.err_path, proc.log.err_start
-        spec = proc.spec
-        return RootCause(
-            reason=reason,
-            host=self.plan.host,
-            node_index=self.plan.node_index,
-            role=spec.role.value,
-            rank=spec.rank,
-            local_index=spec.local_index,
-            exit_code=code if code >= 0 else None,
-            signal=signal_name(-code) if code < 0 else None,
-            log_file=log_path.name,
-            tail=read_tail_since(log_path, start, TAIL_LINES),
-            time=time.time(),
-            duration=time.monotonic() - proc.started if proc.started else None,
-        )
-
-
-def _grew(path: os.PathLike[str], start: int) -> bool:
-    try:
-        return os.stat(path).st_size > start
-    except OSError:
-        return False
+        return process_cause(proc, self.plan.host, self.plan.node_index, code, reason)
