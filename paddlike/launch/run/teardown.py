@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 # After Ctrl-C's SIGINT, SIGTERM follows within this (or kill_timeout, if shorter): a user
 # at a terminal waits, where a scheduler's notice gives the full kill_timeout to save.
 INTERRUPT_GRACE = 5.0
+# A notice from another node carries that node's wall time: a delay beyond this is taken
+# for the two clocks' disagreement (the grace then counts from its arrival here).
+NOTICE_CLOCK_SLACK = 5.0
 # After SIGKILL a process can only linger in uninterruptible sleep; don't wait forever.
 REAP_AFTER_KILL = 10.0
 
@@ -102,7 +105,10 @@ class Teardown:
         sent = time.time()
         at = time.strftime("%H:%M:%S", time.localtime(notice.time or sent))
         alive = [p for p in rnd.procs if p.alive and p.popen is not None]
-        grace = max(0.0, self.kill_timeout - (sent - (notice.time or sent)))
+        elapsed = sent - (notice.time or sent)  # another node's clock: trusted if it is sane
+        if not 0.0 <= elapsed <= NOTICE_CLOCK_SLACK:
+            elapsed = 0.0
+        grace = max(0.0, self.kill_timeout - elapsed)
         self.console.say(
             f"preemption notice: {notice.signal} on node {notice.node_index} ({notice.host}) "
             f"at {at}: SIGTERM to {len(alive)} process{'es' if len(alive) != 1 else ''} "
