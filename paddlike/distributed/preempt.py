@@ -62,6 +62,8 @@ _I64 = struct.Struct("<q")
 # How long a rank waits at PENDING for the launchers' decision before it stops on its
 # own (a launcher that could not reach the others decides alone well before this).
 DECISION_WAIT = 10.0
+# Under Slurm: how long a SIGTERM that came before the launcher's mark waits for it.
+SLURM_MARK_WAIT = 2.0
 
 assert _progress.LIVE_OFFSET + _progress.LIVE.size <= NOTICE_OFFSET
 
@@ -80,6 +82,7 @@ def _fence() -> None:
 
 _armed = False  # the first call installed the SIGTERM note (or left the script's own)
 _sigterm_seen = False
+_no_notice = False  # under Slurm: a SIGTERM was waited on and was no notice
 
 
 def should_stop(step: int) -> bool:
@@ -137,14 +140,39 @@ def _note_sigterm() -> None:
 def _on_sigterm(signum: int, frame: object) -> None:
     """A notice (the launcher marked this rank's file before it sent the signal): note it,
     the rank stops at the stop step. Any other SIGTERM (a teardown after a failure) ends
-    the process as it would have without `should_stop`."""
+    the process as it would have without `should_stop`. Under Slurm, whose `scancel` may
+    signal every process of the step at once (cgroup tracking), the rank's SIGTERM can come
+    before its launcher marked it: it waits SLURM_MARK_WAIT for the mark first. A SIGUSR1
+    (Slurm's warning, only ever from Slurm itself) is always a note."""
     global _sigterm_seen
-    w = _progress._writer
-    if w is not None and w.ints[STATE_INDEX] == NONE:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+    if _no_notice:  # Slurm's wait found no mark (`_end_unless_marked`)
+        _end_by(signum)
         return
     _sigterm_seen = True
+    w = _progress._writer
+    if signum != signal.SIGTERM or w is None or w.ints[STATE_INDEX] != NONE:
+        return
+    if not os.environ.get("SLURM_JOB_ID"):
+        _end_by(signum)
+        return
+    threading.Thread(target=_end_unless_marked, args=(w, signum), daemon=True).start()
+
+
+def _end_by(signum: int) -> None:
+    """End this process by `signum`, as without a handler."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _end_unless_marked(w: _progress.ProgressWriter, signum: int) -> None:
+    deadline = time.monotonic() + SLURM_MARK_WAIT
+    while time.monotonic() < deadline:
+        if w.ints[STATE_INDEX] != NONE:
+            return  # a notice: the rank stops at the stop step
+        time.sleep(0.005)  # a shared-memory word: nothing to block on
+    global _no_notice
+    _no_notice = True  # the handler, in the main thread, ends the process on it
+    os.kill(os.getpid(), signum)
 
 
 def _adopt_node_notice(w: _progress.ProgressWriter) -> None:
@@ -264,8 +292,8 @@ def clear_node_notice(log_dir: str | os.PathLike[str]) -> None:
 
 
 def _reset_for_tests() -> None:
-    global _armed, _sigterm_seen
-    _armed = _sigterm_seen = False
+    global _armed, _sigterm_seen, _no_notice
+    _armed = _sigterm_seen = _no_notice = False
     for sig in (signal.SIGTERM, signal.SIGUSR1):
         if signal.getsignal(sig) is _on_sigterm:
             signal.signal(sig, signal.SIG_DFL)

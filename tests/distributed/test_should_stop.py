@@ -5,7 +5,9 @@ from the agreed step on; positions that never let a rank pass the stop step."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,45 @@ def test_a_notice_left_by_another_launcher_or_round_is_not_taken(rank_1):
     assert preempt.should_stop(5) is False
     preempt.clear_node_notice(rank_1)
     assert not (progress.progress_dir(rank_1) / preempt.NOTICE_FILE).exists()
+
+
+# A rank whose SIGTERM comes from Slurm itself (cgroup tracking), perhaps before its
+# launcher marked it: argv[1] the log directory, argv[2] "mark" (the test marks it meanwhile)
+SLURM_RANK = """
+import os, signal, sys, time
+os.environ.update(PADDLE_LOG_DIR=sys.argv[1], PADDLE_TRAINER_ID="0", SLURM_JOB_ID="7")
+from paddlike.distributed import preempt
+preempt.should_stop(0)
+os.kill(os.getpid(), signal.SIGTERM)
+print("alive", flush=True)
+end = time.monotonic() + 20
+while time.monotonic() < end:
+    if preempt.should_stop(1):
+        print("stopped", flush=True)
+        sys.exit(0)
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_under_slurm_a_sigterm_before_the_mark_waits_for_it_else_ends_the_rank(marked, tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    rank = subprocess.Popen([sys.executable, "-c", SLURM_RANK, str(tmp_path)], env=env,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == "alive\n"
+        if marked:  # the launcher's mark and decision, within Slurm's wait
+            preempt.mark_pending(tmp_path, [0])
+            preempt.decide(tmp_path, [0], 1)
+        out, _ = rank.communicate(timeout=20)
+    finally:
+        if rank.poll() is None:
+            rank.kill()
+            rank.wait()
+    if marked:
+        assert (rank.returncode, out) == (0, "stopped\n")
+    else:  # no notice: a teardown's SIGTERM ends it, as without should_stop
+        assert rank.returncode == -signal.SIGTERM
