@@ -25,6 +25,11 @@ on a fixed synthetic data set; copy the structure, not the model):
   into rounds. (Rounding per example, not per shard: a shard's float sum would already
   depend on which examples share the shard.)
 
+- **A preemption notice saves the same step on every rank.** `dist.should_stop(step)` is
+  True on every rank at one step once the job was told to stop (SIGTERM to any node's
+  launcher, Slurm's warning): rank 0 saves there and every rank exits 0; the next run, or
+  an elastic job's next round, resumes from it with nothing lost.
+
 At the end rank 0 prints `FINAL step=S loss=L weights_sha256=H` and writes that line to
 CHECKPOINT/final.txt; a run that resumed prints
 `RESUMED from step N world W restart R` first (R: PADDLIKE_RESTART_COUNT, failure restarts).
@@ -177,6 +182,12 @@ def main(argv: list[str] | None = None) -> None:
             save(args.checkpoint, step, w)
             loss = sums[FEATURES] / SCALE / BATCH
             print(f"step {step}: train loss {loss:.6g}, checkpoint saved", flush=True)
+        if dist.should_stop(step):  # a preemption notice: every rank stops at this step
+            if rank == 0:
+                save(args.checkpoint, step, w)
+            print(f"PREEMPTED: stopped at step {step}, checkpoint saved", flush=True)
+            dist.destroy_process_group()
+            return
         if args.step_time:
             time.sleep(args.step_time)
     if rank == 0:

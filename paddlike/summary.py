@@ -217,6 +217,10 @@ class ProcessRecord(_Record):
         return cls(**data)
 
 
+# the signals to a launcher that are a preemption notice (`RootCause.preempted`)
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
 class RootCause(_Record):
     FIELDS = (
         "reason",
@@ -287,6 +291,18 @@ class RootCause(_Record):
         return self.role is None and self.signal is not None and self.membership is None
 
     @property
+    def preempted(self) -> bool:
+        """A preemption notice: SIGTERM (a scheduler, Kubernetes, a spot machine taken back)
+        or Slurm's warning signal to a launcher, not Ctrl-C or a hang-up. The ranks get the
+        grace to save (`paddlike.distributed.should_stop`); an elastic node leaving on it
+        too."""
+        return (
+            self.role is None
+            and self.signal in PREEMPTION_SIGNALS
+            and self.membership in (None, "left")
+        )
+
+    @property
     def hung(self) -> bool:
         """--on_hang abort ended the job (the cause may name the odd rank: not a failure
         of it, and no restart follows)."""
@@ -315,6 +331,7 @@ class RunSummary(_Record):
         "restart_causes",
         "hangs",
         "schema",
+        "preemption",
     )
     __slots__ = FIELDS
 
@@ -338,6 +355,9 @@ class RunSummary(_Record):
         restart_causes: list[dict[str, Any]] | None = None,
         schema: int = SCHEMA_VERSION,
         hangs: list[dict[str, Any]] | None = None,
+        # a preemption notice ended the job: who sent it, the stop step, this node's ranks
+        # that did not stop at it, seconds from the notice to the last rank's exit
+        preemption: dict[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -359,6 +379,7 @@ class RunSummary(_Record):
         self.schema = schema
         # --hang_timeout: every hang diagnosed (the dump's report and directory)
         self.hangs = [] if hangs is None else hangs
+        self.preemption = preemption
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

@@ -54,6 +54,7 @@ LAUNCH_MAY_IMPORT_LAZILY = (
     "paddlike.logs.hang",
     "paddlike.logs.stacks",
     "paddlike.distributed.progress",
+    "paddlike.distributed.preempt",  # at a preemption notice: the ranks' stop step
 )
 DISTRIBUTED_DRIVES_LAUNCH = ("paddlike.distributed.spawn", "paddlike.distributed.nodelist")
 # shared by all: import nothing of paddlike but each other (summary.json is written through

@@ -84,7 +84,7 @@ _LAZY_GLOBAL_VIEW = dict.fromkeys(
 )
 # The progress heartbeat (stdlib only); after the first use `dist.heartbeat` is a plain
 # module attribute, so the per-step call pays no lookup.
-_LAZY_PROGRESS = {"heartbeat": ".progress"}
+_LAZY_PROGRESS = {"heartbeat": ".progress", "should_stop": ".preempt"}
 # fmt: on
 
 __all__ = [
@@ -95,6 +95,7 @@ __all__ = [
     "get_rank",
     "get_world_size",
     "heartbeat",
+    "should_stop",
     "MultiprocessContext",
     "ProcessExitedException",
     "ProcessRaisedException",

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import os
 import signal as _signal
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 
 from paddlike.logformat import TAIL_LINES, read_regular
 from paddlike.logformat import read_tail as read_tail  # one tail reader, the launcher's too
@@ -299,4 +300,35 @@ def format_success(
         text += f" ({', '.join(extras)})"
     if log_dir is not None:
         text += f", logs in {os.fspath(log_dir)}"
+    return text
+
+
+def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
+    """summary.json's "preemption" of one node or of every node, in one line:
+
+    preempted by SIGTERM on node 1 (10.0.0.2) at 12:03:04; every rank stopped after
+    step 17; the last exited 0.84 s after the notice
+
+    (or "...; stop step 17: rank 3 did not stop at it (killed), the others did; ...")."""
+    first = parts[0]
+    at = time.strftime("%H:%M:%S", time.localtime(float(first.get("time") or 0.0)))  # type: ignore[arg-type]
+    text = (
+        f"preempted by {first.get('signal')} on node {first.get('node_index')} "
+        f"({first.get('host')}) at {at}"
+    )
+    steps = {p.get("stop_step") for p in parts} - {None}
+    step = f"step {min(steps)}" if len(steps) == 1 else "no agreed step"
+    missed = sorted(
+        (r["rank"], r["status"])
+        for p in parts
+        for r in p.get("not_stopped") or ()  # type: ignore[attr-defined]
+    )
+    if not missed:
+        text += f"; every rank stopped after {step}"
+    else:
+        who = ", ".join(f"rank {rank} ({status})" for rank, status in missed)
+        text += f"; stop {step}: {who} did not stop at it, the others did"
+    lasts = [p["seconds_to_last_exit"] for p in parts if p.get("seconds_to_last_exit") is not None]
+    if lasts:
+        text += f"; the last exited {max(lasts):.2f} s after the notice"  # type: ignore[type-var]
     return text

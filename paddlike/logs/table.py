@@ -12,7 +12,13 @@ import time
 
 from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.reader import JobView, NodeView, ProcessView
-from paddlike.logs.report import describe_exit, format_duration, format_root_cause, paint
+from paddlike.logs.report import (
+    describe_exit,
+    format_duration,
+    format_preemption,
+    format_root_cause,
+    paint,
+)
 from paddlike.summary import SUMMARY_FILE, ProcessStatus, RootCause, RunStatus
 
 COLUMNS = (
@@ -163,6 +169,9 @@ def format_job(job: JobView, *, color: bool = False) -> str:
     if job.root_cause is not None:
         out.append(format_root_cause(job.root_cause, color=color, log_dir=job.root_cause_log_dir))
         out.append("")
+    preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
+    if preempted:  # every node's part: the stop step, who did not stop at it
+        out.extend([format_preemption(preempted), ""])
     for node in job.nodes:
         out.append(node_heading(node))
         out.extend(round_lines(node))

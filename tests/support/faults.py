@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ FAULTS = (
     "full disk",
     "raise in a rank",
     "stop a rank",
+    "preempt a node",
 )
 MODES = ("fixed", "elastic")
 DISK = "1m"  # the full-disk node's log directory: a tmpfs this small
@@ -61,6 +63,7 @@ class Trial:
         self.started = False
         self.log_dirs: list[str] = []
         self.rank: int | None = None  # the rank that raised, or was stopped
+        self.worker_logs: list[str] = []  # each node's workers' logs, read before cleanup
 
     def cause(self, node: int) -> dict:
         s = self.summaries[node]
@@ -128,6 +131,12 @@ def _summary(path: Path, via: int | None = None) -> dict | None:
         return None
 
 
+def _stepped(log_dir: Path) -> bool:
+    """The node's rank made a step (its progress file is there): a notice then finds it
+    training. (One that comes before a rank's first `should_stop` only SIGTERMs that rank.)"""
+    return any((log_dir / ".progress").glob("rank.*"))
+
+
 def _running(summary: dict | None) -> bool:
     if not summary or summary.get("status") != "running" or summary.get("nnodes") != NODES:
         return False
@@ -143,6 +152,8 @@ def run_trial(
     victim = rng.randrange(NODES) if fault in ("kill worker", "full disk") else 0
     if fault in ("kill launcher", "cut network", "sigterm launcher"):
         victim = rng.randrange(1, NODES)
+    if fault == "preempt a node":  # any node, node 0 (the store's) included
+        victim = rng.randrange(NODES)
     delay = rng.uniform(0.3, 3.0)
     extra: tuple[list[str], list[str]] = (HANG if fault == "stop a rank" else [], [])
     if fault == "raise in a rank":  # the rank (== its node in a fixed job) and the step
@@ -184,7 +195,9 @@ def run_trial(
         summaries = [logs[i] / "summary.json" for i in range(NODES)]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(e is not None for e in exited):
-            if all(_running(_summary(summaries[i], via[i])) for i in range(NODES)):
+            if all(_running(_summary(summaries[i], via[i])) for i in range(NODES)) and (
+                fault != "preempt a node" or all(_stepped(d) for d in logs)
+            ):
                 trial.started = True
                 break
             time.sleep(0.1)  # the launchers' files are all there is to wait on
@@ -213,6 +226,9 @@ def run_trial(
                 trial.leftovers.append(f"node {i}: processes left: {' '.join(live)}")
         trial.codes = [p.returncode for p in procs]
     trial.outs = [o.read_text(errors="replace") for o in outs]
+    trial.worker_logs = [
+        "".join(p.read_text(errors="replace") for p in sorted(d.glob("workerlog.*"))) for d in logs
+    ]
     dirs = [disk if (disk is not None and i == victim) else logs[i] for i in range(NODES)]
     trial.summaries = [_summary(d / "summary.json") for d in dirs]  # type: ignore[operator]
     for d in dirs:
@@ -247,7 +263,7 @@ def _inject(
             os.kill(rng.choice(pids), signal.SIGKILL)
     elif fault in ("kill launcher", "kill node 0"):
         os.kill(procs[victim].pid, signal.SIGKILL)  # `ip netns exec` execs the launcher
-    elif fault in ("sigterm launcher", "sigterm node 0"):
+    elif fault in ("sigterm launcher", "sigterm node 0", "preempt a node"):
         os.kill(procs[victim].pid, signal.SIGTERM)
     elif fault == "cut network":
         node.run(["ip", "link", "set", "eth0", "down"], check=True)
@@ -337,10 +353,34 @@ def problems(t: Trial) -> list[str]:
                 bad.append(f"node {i}'s cause is on node {where}, not {home}")
             if f"{own}: put down to" in out:
                 bad.append(f"node {i} put the raising rank's failure down to another cause")
+    elif t.fault == "preempt a node":
+        stays = not fixed and v != 0  # an elastic job goes on without it (not node 0)
+        expect([v], 143, f"launcher on {addr} received SIGTERM")
+        expect([i for i in others if not stays], 143, f"launcher on {addr} received SIGTERM")
+        expect([i for i in others if stays], 0)
+        bad += _same_step_saved(t, resumed=stays)
     elif t.fault == "stop a rank":
         if t.rank is None:
             bad.append("no rank was stopped")
         expect(list(range(len(t.codes))), 124, f"rank {t.rank} (", "is stopped")
+    return bad
+
+
+def _same_step_saved(t: Trial, *, resumed: bool) -> list[str]:
+    """Every rank stopped at the same step at the notice (and, `resumed`, the next round
+    went on from it)."""
+    bad = []
+    steps: dict[int, set[int]] = {}
+    for i, text in enumerate(t.worker_logs):
+        found = {int(m) for m in re.findall(r"PREEMPTED: stopped at step (\d+)", text)}
+        steps[i] = found
+    stopped = set().union(*steps.values())
+    # (rank 0 of the next round says where it resumed)
+    resumed_at = f"RESUMED from step {min(stopped)}" if stopped else ""
+    if resumed and len(stopped) == 1 and resumed_at not in "".join(t.worker_logs):
+        bad.append(f"the next round did not resume from step {min(stopped)}")
+    if any(len(s) != 1 for s in steps.values()) or len(stopped) != 1:
+        bad.append(f"the ranks did not all stop at one step: {steps}")
     return bad
 
 

@@ -7,6 +7,7 @@ import os
 from paddlike.contract import JOB_TOKEN
 from paddlike.launch.console.output import PREFIX
 from paddlike.launch.plan.plan import LaunchPlan, Role, node_sizes_text
+from paddlike.launch.plan.world import RendezvousResult
 
 
 def format_banner(
@@ -78,3 +79,18 @@ def tokenless_warning(plan: LaunchPlan) -> str | None:
         "of its machines; give every node the same --job_token_file FILE (or "
         "PADDLIKE_JOB_TOKEN_FILE, PADDLIKE_JOB_TOKEN)"
     )
+
+
+def round_header(result: RendezvousResult, elastic_round: int | None) -> str:
+    """endpoints.log's first line in an elastic job (which round the endpoints are for);
+    "" keeps Paddle's exact bytes for a fixed job."""
+    if elastic_round is None:
+        return ""
+    n, hosts = len(result.nodes), ",".join(result.hosts)
+    return f"# paddlike round {elastic_round}: {n} node{'s' if n != 1 else ''} {hosts}"
+
+
+def rank_span(plan: LaunchPlan) -> str:
+    """This node's ranks, for the round's line: "2-3", "2" or "none"."""
+    ranks = [p.rank for p in plan.processes]
+    return f"{min(ranks)}-{max(ranks)}" if len(ranks) > 1 else str(ranks[0]) if ranks else "none"

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from paddlike.launch.peers.services import ServicesStop
     from paddlike.launch.peers.stackreq import StackChannel
+    from paddlike.launch.peers.stopstep import StopStep
     from paddlike.launch.plan.world import NodeEntry, RendezvousResult
     from paddlike.summary import RootCause
 else:
@@ -34,6 +35,9 @@ class RoundWatch(Protocol):
 
     def publish(self, cause: RootCause) -> None:
         """This node's root cause (the supervisor's `on_failure`)."""
+
+    def agree_stop_step(self, position: int, timeout: float) -> StopStep:
+        """A preemption notice: this node's ranks' position in, the job's stop step out."""
 
 
 class Peers(Protocol):

@@ -4,6 +4,7 @@ and the job-wide root cause is this node's own."""
 from __future__ import annotations
 
 from paddlike.launch.peers.services import ServicesStop
+from paddlike.launch.peers.stopstep import StopStep
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 from paddlike.summary import RootCause
 
@@ -25,6 +26,9 @@ class LocalWatch:
 
     def poll(self) -> RootCause | None:
         return None
+
+    def agree_stop_step(self, position: int, timeout: float) -> StopStep:
+        return StopStep(position)  # its ranks are all the job's
 
     def publish(self, cause: RootCause) -> None:
         if self.cause is None:

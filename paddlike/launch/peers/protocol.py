@@ -23,6 +23,8 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``job/<r>/end/<i>``         | node i (or its monitor)      | ``ok``/``failed``/``lost``     |
 | ``job/<r>/done/<i>``        | node i (or its monitor)      | it read the outcome            |
 | ``job/<r>/trainers-ok/<i>`` | node i (PS)                  | its trainers all exited 0      |
+| ``job/<r>/stop-step/<i>``   | node i, on a preemption      | the smallest step its ranks    |
+|                             | notice (`peers.stopstep`)    | have not passed (decimal)      |
 | ``hb/<i>``                  | node i, add                  | heartbeat counter (TCP store)  |
 | ``stacks/<r>/...``          | see `peers.stackreq`         | job-wide stack requests        |
 | ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
@@ -120,6 +122,11 @@ def done_key(round_: int, node: int) -> str:
 
 def trainers_ok_key(round_: int, node: int) -> str:
     return f"job/{round_}/trainers-ok/{node}"
+
+
+def stop_step_key(round_: int, node: int) -> str:
+    """A node's position at a preemption notice; the job's stop step is the largest."""
+    return f"job/{round_}/stop-step/{node}"
 
 
 def stacks_seq_key(round_: int) -> str:

@@ -53,6 +53,7 @@ from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers import storegone
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
+from paddlike.launch.peers.stopstep import StopStep, agree_stop_step
 from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
     JobCause,
@@ -179,6 +180,11 @@ class JobWatch:
     def connect(self) -> KV:
         """A connection of its own to the job's store (for a thread that blocks on it)."""
         return self._connect()
+
+    def agree_stop_step(self, position: int, timeout: float) -> StopStep:
+        """A preemption notice: the job's stop step (`peers.stopstep`), own connection."""
+        keys = [p.stop_step_key(self.round, j) for j in range(self.nnodes)]
+        return agree_stop_step(self._connect, keys, self.node_index, position, timeout)
 
     def end_key(self, node: int) -> str:
         return p.end_key(self.round, node)

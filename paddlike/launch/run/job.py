@@ -30,7 +30,7 @@ import socket
 import sys
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.console.banner import format_banner
+from paddlike.launch.console.banner import format_banner, rank_span, round_header
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
 from paddlike.launch.context.master import uses_etcd
@@ -57,6 +57,7 @@ from paddlike.launch.run.hangwatch import HangWatch
 from paddlike.launch.run.interrupt import Unsettled, Where, stopped_by_signal
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
+from paddlike.launch.run.preempt import Preemption
 from paddlike.launch.run.record import RunRecord
 from paddlike.launch.run.roundend import (
     conclude_round,
@@ -412,7 +413,7 @@ class JobRun:
             plan.trainer_endpoints,
             plan.server_endpoints,
             plan.heter_endpoints,
-            header=_round_header(result, elastic_round),
+            header=round_header(result, elastic_round),
         )
         if result.round == 0 or (self.elastic is not None and not self.record.rounds):
             if self.peers.address:
@@ -431,7 +432,7 @@ class JobRun:
             self.console.say(
                 f"round {elastic_round}: {n} node{'s' if n != 1 else ''} "
                 f"({', '.join(result.hosts)}); "
-                f"this node is node {self.job.index}, ranks {_rank_span(plan)}"
+                f"this node is node {self.job.index}, ranks {rank_span(plan)}"
             )
 
     def supervise(
@@ -449,7 +450,8 @@ class JobRun:
             signals=signal_policy(self.options.signals_to_handle, self.environ),
         )
         self.hangs.channel = watch.stacks
-        return supervisor.run(
+        notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
+        outcome = supervisor.run(
             restart_count=restarts,
             round_=round_ if self.elastic is not None else None,
             extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
@@ -458,7 +460,9 @@ class JobRun:
             on_started=lambda records: self.record.running(plan, records, restarts),
             hangs=self.hangs,
             hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
+            on_notice=notice.start,
         )
+        return outcome._replace(preemption=notice.outcome(outcome.records))
 
     def cannot_write(
         self, exc: OSError, result: RendezvousResult, plan: LaunchPlan, restarts: int
@@ -497,17 +501,3 @@ class JobRun:
             self.console, self.elastic, own, cause, survivors, self.leaving, self.logdir.path
         )
         return cause, survivors
-
-
-def _round_header(result: RendezvousResult, elastic_round: int | None) -> str:
-    """endpoints.log's first line in an elastic job (which round the endpoints are for);
-    "" keeps Paddle's exact bytes for a fixed job."""
-    if elastic_round is None:
-        return ""
-    n, hosts = len(result.nodes), ",".join(result.hosts)
-    return f"# paddlike round {elastic_round}: {n} node{'s' if n != 1 else ''} {hosts}"
-
-
-def _rank_span(plan: LaunchPlan) -> str:
-    ranks = [p.rank for p in plan.processes]
-    return f"{min(ranks)}-{max(ranks)}" if len(ranks) > 1 else str(ranks[0]) if ranks else "none"

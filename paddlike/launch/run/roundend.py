@@ -93,6 +93,7 @@ def conclude_round(
     status = RunStatus.FAILED if failed else outcome.status
     if cause is not None and cause.stopped:  # a launcher's signal stopped the job: every node
         status = RunStatus.INTERRUPTED
+    record.preemption = outcome.preemption
     record.finished(plan, outcome.records, round_, status=status, exit_code=exit_code, cause=cause)
     if is_membership_change(cause):  # said already, and the next round's line follows
         return RoundEnd(exit_code, cause)
@@ -118,6 +119,10 @@ def conclude_round(
         hosts = [""] * where + [cause.host or ""]  # type: ignore[union-attr]
         shown = as_seen_from(cause, plan.node_index, hosts)  # type: ignore[arg-type]
         report_failure(console, shown, record.log_dir)
+    if outcome.preemption is not None:  # the last word: the stop step, who saved it
+        from paddlike.logs.report import format_preemption
+
+        console.say(format_preemption([outcome.preemption]))
     return RoundEnd(exit_code, cause)
 
 

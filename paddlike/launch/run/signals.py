@@ -8,8 +8,11 @@ stacks.
                                          --signals_to_handle or not (a SIGQUIT unhandled
                                          would dump the launcher's core and leave its
                                          workers without a report)
+    SIGUSR1 under Slurm, by default      a preemption notice, as SIGTERM (`sbatch
+                                         --signal=USR1@90`: Slurm's warning): every rank
+                                         saves the job's stop step; exit 138
     others in --signals_to_handle        passed on to every running worker; the job goes on
-      (default under Slurm: SIGUSR1, SIGUSR2, for `sbatch --signal=USR1@90`)
+      (default under Slurm: SIGUSR2)
     STACKS_SIGNAL (SIGRTMIN+4)           writes the stacks of the workers (what
                                          `python -m paddlike.logs --stacks` sends)
     SIGUSR1, unless passed on            the same (the older trigger)
@@ -53,6 +56,8 @@ DUMP_SIGNAL = signal.SIGUSR1
 TORCHRUN_DEFAULT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 SLURM_DEFAULT = (*TORCHRUN_DEFAULT, signal.SIGUSR1, signal.SIGUSR2)
 _ENDING = frozenset({*LAUNCHER_SIGNALS, signal.SIGQUIT})
+# Slurm's warning signal (`--signal=USR1@N`): under Slurm by default a preemption notice
+SLURM_NOTICE = (signal.SIGUSR1,)
 
 
 class SignalPolicy(NamedTuple):
@@ -91,13 +96,20 @@ def signal_policy(
     cgroup_text: str | None = None,
 ) -> SignalPolicy:
     """The job's policy from --signals_to_handle (`handled`; None: the default, torchrun's,
-    plus SIGUSR1 and SIGUSR2 under Slurm) and the environment."""
+    plus SIGUSR1 and SIGUSR2 under Slurm, SIGUSR1 there a preemption notice that ends the
+    job as SIGTERM does) and the environment."""
     under_slurm = bool(environ.get("SLURM_JOB_ID"))
+    notice: tuple[int, ...] = ()
     if handled is None:
         handled = SLURM_DEFAULT if under_slurm else TORCHRUN_DEFAULT
-    ending = tuple(dict.fromkeys((*LAUNCHER_SIGNALS, *(s for s in handled if s in _ENDING))))
+        notice = SLURM_NOTICE if under_slurm else ()
+    ending = tuple(
+        dict.fromkeys((*LAUNCHER_SIGNALS, *(s for s in handled if s in _ENDING), *notice))
+    )
+    handled = tuple(s for s in handled if s not in notice)
     forward = tuple(dict.fromkeys(s for s in handled if s not in _ENDING))
-    stacks = (STACKS_SIGNAL,) if DUMP_SIGNAL in forward else (STACKS_SIGNAL, DUMP_SIGNAL)
+    taken = DUMP_SIGNAL in forward or DUMP_SIGNAL in ending
+    stacks = (STACKS_SIGNAL,) if taken else (STACKS_SIGNAL, DUMP_SIGNAL)
     delivers = False
     if under_slurm and forward:
         text = _own_cgroup() if cgroup_text is None else cgroup_text

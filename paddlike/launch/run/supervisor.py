@@ -56,9 +56,8 @@ from paddlike.launch.run.logdir import (
     LogDirError,
     WorkerLog,
     format_header,
-    read_tail_since,
 )
-from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
+from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome, process_cause
 from paddlike.launch.run.signals import (
     SignalPolicy,
     ending_again,
@@ -69,7 +68,6 @@ from paddlike.launch.run.signals import (
 )
 from paddlike.launch.run.teardown import Teardown
 from paddlike.launch.run.teewatch import start_tee
-from paddlike.logs.errors import first_error_in_file
 from paddlike.summary import ProcessRecord, ProcessStatus, RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -79,8 +77,6 @@ if TYPE_CHECKING:
     from paddlike.launch.context.options import TeeSelection
 
 __all__ = ["Phase", "RunOutcome", "Supervisor"]  # Phase, RunOutcome: run.roundstate's
-
-TAIL_LINES = 20
 
 
 class Supervisor:
@@ -99,7 +95,7 @@ class Supervisor:
         base_env: Mapping[str, str],
         console: Console,
         guardian: Guardian | None = None,
-        kill_timeout: float = 5.0,
+        kill_timeout: float = 30.0,
         tee: TeeSelection = frozenset({0}),
         tee_out: TextIO | None = None,
         signals: SignalPolicy | None = None,
@@ -129,6 +125,7 @@ class Supervisor:
         on_started: Callable[[Sequence[ProcessRecord]], None] | None = None,
         hangs: HangWatch | None = None,
         hold: float = CONSEQUENCE_GRACE,
+        on_notice: Callable[[RootCause], Callable[[], None]] | None = None,
     ) -> RunOutcome:
         """Start every process of the plan, supervise them to the end, return the outcome.
 
@@ -143,10 +140,11 @@ class Supervisor:
         `round_`: an elastic job's round, for the log headers.
         `hold`: how long a failure that only reports a peer's exit waits for the failure it
         reports (`run.consequence`).
+        `on_notice`: called at a preemption notice, before the ranks' SIGTERM (`run.preempt`).
         """
         start_mono = time.monotonic()
         rnd = RoundState(on_failure=on_failure, hangs=hangs)
-        rnd.hold = hold
+        rnd.hold, rnd.on_notice, rnd.notice_node = hold, on_notice, self.plan.node_index
         with contextlib.ExitStack() as stack:
             sel = stack.enter_context(selectors.DefaultSelector())
             wake_fd = stack.enter_context(signals_to_pipe(self.signals))
@@ -313,6 +311,7 @@ class Supervisor:
             tearing_down=rnd.phase is Phase.TEARDOWN,
         )
         rec.status = verdict.status
+        self._teardown.exited(rnd, proc)
         if verdict.failure is not None:
             cause = self._cause_for(proc, code, verdict.failure)
             held = peer_exited(proc.spec.env, rec.start_time) is not None
@@ -459,7 +458,8 @@ class Supervisor:
                 rnd.on_failure(cause)
             except Exception as exc:  # the local teardown must happen regardless
                 self.console.warn(f"could not publish the failure to the other nodes: {exc}")
-        self._teardown.start(rnd, cause.reason, first)
+        notice = cause if cause.preempted else None
+        self._teardown.start(rnd, cause.reason, first, notice)
 
     def _timeout(self, rnd: RoundState, tee: TeeEcho | None) -> float | None:
         timeout: float | None = None
@@ -478,29 +478,4 @@ class Supervisor:
 
     # ------------------------------------------------------------------ results
     def _cause_for(self, proc: Proc, code: int, reason: str) -> RootCause:
-        log_path, start = proc.log.path, proc.log.start
-        if proc.log.err_path is not None and _grew(proc.log.err_path, proc.log.err_start):
-            log_path, start = proc.log.err_path, proc.log.err_start
-        spec = proc.spec
-        return RootCause(
-            reason=reason,
-            host=self.plan.host,
-            node_index=self.plan.node_index,
-            role=spec.role.value,
-            rank=spec.rank,
-            local_index=spec.local_index,
-            exit_code=code if code >= 0 else None,
-            signal=signal_name(-code) if code < 0 else None,
-            log_file=log_path.name,
-            tail=read_tail_since(log_path, start, TAIL_LINES),
-            time=time.time(),
-            duration=time.monotonic() - proc.started if proc.started else None,
-            error=first_error_in_file(os.fspath(log_path), start=start),
-        )
-
-
-def _grew(path: os.PathLike[str], start: int) -> bool:
-    try:
-        return os.stat(path).st_size > start
-    except OSError:
-        return False
+        return process_cause(proc, self.plan.host, self.plan.node_index, code, reason)

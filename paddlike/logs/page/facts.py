@@ -29,7 +29,12 @@ from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.page.last_signs import last_signs, mark_first, newest_dump
 from paddlike.logs.reader import JobView, NodeView, ProcessView
-from paddlike.logs.report import format_duration, format_root_cause, format_success
+from paddlike.logs.report import (
+    format_duration,
+    format_preemption,
+    format_root_cause,
+    format_success,
+)
 from paddlike.logs.table import format_job, restart_lines
 from paddlike.summary import ProcessStatus, RunStatus
 
@@ -116,7 +121,11 @@ def report_text(job: JobView) -> str:
         ),
         [],
     )
-    return "\n".join([_report_text(job), *(line.strip() for line in [*restarted, *hung])])
+    preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
+    said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
+    return "\n".join(
+        [_report_text(job), *said, *(line.strip() for line in [*restarted, *hung])]
+    )
 
 
 def _report_text(job: JobView) -> str:

@@ -80,3 +80,11 @@ def test_a_full_disk_names_the_disk_and_the_file_and_ends_the_job_cleanly(mode, 
     summary = trial.summaries[trial.victim]
     assert summary is not None and summary["status"] != "running"
     assert "endpoints.log" in trial.cause(trial.victim)["reason"]
+
+
+@pytest.mark.parametrize(("mode", "seed"), [("fixed", 34), ("elastic", 35)])
+def test_a_preemption_notice_to_a_random_node_saves_one_step_on_every_rank(mode, seed, tmp_path):
+    # (problems() checks that every rank printed the same "PREEMPTED: stopped at step k",
+    # and that an elastic job that goes on resumed from it)
+    trial = _holds("preempt a node", mode, seed, tmp_path)
+    assert all("preemption notice: SIGTERM on node" in out for out in trial.outs)

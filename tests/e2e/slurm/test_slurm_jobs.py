@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[3]
 WORKER = REPO / "tests" / "support" / "signal_workers" / "catch.py"
 NODES = 3
 DEADLINE = 60.0
+FORWARD_USR1 = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # passed on to the workers
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,9 @@ def test_scancel_ends_every_worker_on_every_node(slurm, job_dir):
 @pytest.mark.timeout(120)
 def test_scancel_signal_usr1_reaches_every_worker_s_script_and_the_job_goes_on(slurm, job_dir):
     out = job_dir / "out"
-    srun = _start_long_job(slurm, job_dir)  # no option: SIGUSR1 is the workers' under Slurm
+    # SIGUSR1 listed: the workers' (by default under Slurm it is a preemption notice:
+    # tests/e2e/slurm/test_slurm_preempt.py)
+    srun = _start_long_job(slurm, job_dir, "--signals_to_handle", FORWARD_USR1)
     wait_for("4 workers on 2 nodes", ready(out, 4), srun, slurm, out)
     job_id = facts(out)[0]["SLURM_JOB_ID"]
     done = slurm.command(["scancel", "--signal=USR1", job_id], timeout=15)
@@ -226,7 +229,8 @@ def test_sbatch_signal_usr1_before_the_time_limit_reaches_the_workers(slurm, job
     script = job_dir / "job.sh"
     script.write_text(
         "#!/bin/sh\n#SBATCH --time=1\n#SBATCH --signal=USR1@60\n"
-        f"srun -N2 --ntasks-per-node=1 sh -c '{launch_line(job_dir)}'\n"
+        f"srun -N2 --ntasks-per-node=1 sh -c "
+        f"'{launch_line(job_dir, '--signals_to_handle', FORWARD_USR1)}'\n"
     )
     sbatch = slurm.popen(
         ["sbatch", "-N2", "--wait", f"--chdir={job_dir}", f"--output={job_dir}/batch.out",

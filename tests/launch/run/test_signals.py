@@ -30,8 +30,9 @@ CGROUP_STEP = "4:freezer:/slurm/uid_0/job_7/step_0/task_0\n"
     [
         # torchrun's default: SIGQUIT ends the job too; SIGUSR1 still takes stacks
         (None, {}, (INT, TERM, HUP, QUIT), (), (STACKS_SIGNAL, USR1)),
-        # under Slurm, SIGUSR1 and SIGUSR2 are the workers' (`--signal=USR1@90`)
-        (None, SLURM, (INT, TERM, HUP, QUIT), (USR1, USR2), (STACKS_SIGNAL,)),
+        # under Slurm, SIGUSR1 (`--signal=USR1@90`) is a preemption notice, as SIGTERM;
+        # SIGUSR2 is the workers'
+        (None, SLURM, (INT, TERM, HUP, QUIT, USR1), (USR2,), (STACKS_SIGNAL,)),
         # a list without the ending ones does not turn them off (SIGQUIT included: its
         # default action would dump the launcher's core with no report)
         ((USR1,), {}, (INT, TERM, HUP, QUIT), (USR1,), (STACKS_SIGNAL,)),

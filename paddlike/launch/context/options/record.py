@@ -87,7 +87,7 @@ class LaunchOptions(NamedTuple):
     # (--console, --local_ranks_filter, torchrun's -t/-r: see console.py)
     console: str = "0"
     dry_run: bool = False
-    kill_timeout: float = 5.0
+    kill_timeout: float = 30.0
     # hangs
     hang_timeout: float | None = None  # seconds without a sign of life from any worker
     on_hang: str = "dump"  # "dump" | "abort"

@@ -266,8 +266,8 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             ),
             (
                 ("--kill_timeout", "--shutdown_timeout", "--shutdown-timeout"),
-                "seconds between SIGTERM and SIGKILL, and after Ctrl-C's SIGINT between SIGINT "
-                "and SIGTERM (default 5)",
+                "seconds from SIGTERM (or a preemption notice) to SIGKILL; after Ctrl-C's "
+                "SIGINT, SIGTERM follows within 5 s (default 30)",
             ),
         ),
     ),

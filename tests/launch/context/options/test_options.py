@@ -18,7 +18,7 @@ def test_defaults_match_paddles_launcher():
     assert o.start_port == 6070
     assert o.run_mode == "collective"
     assert o.gpus is None and o.nproc_per_node is None
-    assert o.kill_timeout == 5.0 and o.console == "0"
+    assert o.kill_timeout == 30.0 and o.console == "0"
     assert (o.rdzv_timeout, o.heartbeat_timeout, o.max_restarts) == (300.0, 10.0, 0)
     assert o.master_port == 6170
 

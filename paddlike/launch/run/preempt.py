@@ -1,0 +1,126 @@
+"""This node's part in a preemption notice, for one round: its ranks told to wait for the
+job's stop step, the step agreed with the other nodes, and the outcome said.
+
+    a notice (this launcher's SIGTERM, or another node's through the store)
+      -> `start`: this node's ranks' progress files marked PENDING, their positions read
+         (then the teardown sends each rank SIGTERM); a thread publishes this node's
+         furthest position and writes the job's stop step into the files (`peers.stopstep`,
+         `distributed.preempt`)
+      -> the round ends (`run.teardown` gave the ranks until --kill_timeout after the notice)
+      -> `outcome`: summary.json's "preemption" and the console's last line
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from paddlike.launch.console.output import Console
+from paddlike.launch.peers.stopstep import StopStep
+from paddlike.summary import ProcessRecord, ProcessStatus, RootCause
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.peers.api import RoundWatch
+    from paddlike.launch.plan.plan import LaunchPlan
+
+# The agreement's own deadline, within the grace: the ranks wait for it at PENDING.
+AGREE_TIMEOUT = 5.0
+
+
+class Preemption:
+    """A round's notice on this node. `agree(position, timeout)`: the job's stop step from
+    this node's position (the round's watch)."""
+
+    def __init__(
+        self,
+        log_dir: str,
+        ranks: Sequence[int],
+        agree: Callable[[int, float], StopStep],
+        console: Console,
+    ) -> None:
+        self.log_dir = log_dir
+        self.ranks = list(ranks)
+        self.agree = agree
+        self.console = console
+        self.notice: RootCause | None = None
+        self.stop: StopStep | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(cls, plan: LaunchPlan, log_dir: str, watch: RoundWatch, console: Console) -> Preemption:
+        """The round's: this node's ranks, the round's watch to agree through."""
+        ranks = [s.rank for s in plan.processes if s.rank is not None]
+        return cls(log_dir, ranks, watch.agree_stop_step, console)
+
+    def start(self, notice: RootCause) -> Callable[[], None]:
+        """Mark the ranks PENDING now (before their SIGTERM); return what starts the
+        agreement in a thread (after it)."""
+        from paddlike.distributed import preempt
+
+        self.notice = notice
+        positions = preempt.mark_pending(self.log_dir, self.ranks)
+        position = max(positions.values(), default=0)
+        self._thread = threading.Thread(
+            target=self._agree, args=(position,), name="preemption", daemon=True
+        )
+        return self._thread.start
+
+    def _agree(self, position: int) -> None:
+        from paddlike.distributed import preempt
+
+        try:
+            stop = self.agree(position, AGREE_TIMEOUT)
+        except Exception as exc:  # the store is gone: this node's ranks stop on their own
+            self.console.warn(f"could not agree on a stop step with the other nodes: {exc}")
+            stop = StopStep(position, (-1,))
+        preempt.decide(self.log_dir, self.ranks, stop.step)
+        self.stop = stop
+        after = _since(self.notice)
+        missing = (
+            f" (without node{'s' if len(stop.missing) > 1 else ''} "
+            f"{', '.join(map(str, stop.missing))}: no answer)"
+            if stop.missing
+            else ""
+        )
+        self.console.say(
+            f"stop step {stop.step}: should_stop() is True there on every rank{missing}, "
+            f"agreed {after:.2f} s after the notice"
+        )
+
+    def wait(self, timeout: float = AGREE_TIMEOUT + 1.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def outcome(self, records: Sequence[ProcessRecord]) -> dict[str, object] | None:
+        """summary.json's "preemption": who sent the notice, the stop step, this node's
+        ranks that did not exit 0 after it, seconds from the notice to the last exit."""
+        notice = self.notice
+        if notice is None:
+            return None
+        self.wait()
+        from paddlike.distributed import preempt
+
+        preempt.clear_node_notice(self.log_dir)  # an elastic job's next round starts afresh
+        ends = [r.end_time for r in records if r.end_time is not None]
+        last = max(ends) - notice.time if ends and notice.time is not None else None
+        return {
+            "signal": notice.signal,
+            "node_index": notice.node_index,
+            "host": notice.host,
+            "time": notice.time,
+            "stop_step": self.stop.step if self.stop is not None else None,
+            "not_stopped": [
+                {"rank": r.rank, "status": r.status, "exit_code": r.exit_code, "signal": r.signal}
+                for r in records
+                if r.status != ProcessStatus.OK
+            ],
+            "seconds_to_last_exit": round(last, 3) if last is not None else None,
+        }
+
+
+def _since(notice: RootCause | None) -> float:
+    if notice is None or notice.time is None:
+        return 0.0
+    return max(0.0, time.time() - notice.time)
