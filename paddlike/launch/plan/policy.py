@@ -23,24 +23,11 @@ from collections.abc import Callable, Sequence
 
 from paddlike import netaddr
 from paddlike.launch import NamedTuple
+from paddlike.launch.plan.signames import signal_name
 from paddlike.launch.plan.world import node_label, store_node
 from paddlike.summary import ProcessStatus, RootCause
 
 # --- a process's exit --------------------------------------------------------------------
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"SIG{number}"
-
-
-def signal_number(name: str) -> int:
-    try:
-        return int(signal.Signals[name])
-    except KeyError:
-        return 0
 
 
 def how_ended(code: int) -> str:

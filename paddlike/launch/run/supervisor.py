@@ -48,6 +48,7 @@ from paddlike.launch.plan.policy import (
     signal_name,
 )
 from paddlike.launch.run import linux, spawn
+from paddlike.launch.run.cause import process_cause
 from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, peer_exited
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
@@ -57,7 +58,7 @@ from paddlike.launch.run.logdir import (
     WorkerLog,
     format_header,
 )
-from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome, process_cause
+from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
 from paddlike.launch.run.signals import (
     SignalPolicy,
     ending_again,
