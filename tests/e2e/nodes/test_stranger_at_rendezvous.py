@@ -1,7 +1,8 @@
 """A stranger at node 0's store during the rendezvous (issue 31): another local user of a
 shared machine, or the same user, connects to the launchers' store of a job with a token
 and sends junk. Its connection is refused on its own: node 0 notes it once and both
-nodes go on to finish the job."""
+nodes go on to finish the job. A launcher of the job with another token stops, naming
+itself rather than node 0."""
 
 from __future__ import annotations
 
@@ -35,12 +36,20 @@ print("closed by the store")
 WORKER = "print('ran')\n"
 
 
-def _launcher(tmp_path: Path, port: int, token: Path, node: int) -> subprocess.Popen[str]:
+def _launcher(
+    tmp_path: Path, port: int, token: Path, node: int, rdzv_timeout: int = 60
+) -> subprocess.Popen[str]:
     """One of the two launchers typed in two terminals (its rank comes from the rendezvous)."""
     argv = [*LAUNCH, "--master", f"127.0.0.1:{port}", "--nnodes", "2"]
-    argv += ["--job_token_file", str(token), "--rdzv_timeout", "60"]
+    argv += ["--job_token_file", str(token), "--rdzv_timeout", str(rdzv_timeout)]
     argv += ["--log_dir", str(tmp_path / f"log{node}"), str(tmp_path / "worker.py")]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _token_file(path: Path, token: str) -> Path:
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
 
 
 def _read_until(proc: subprocess.Popen[str], text: str) -> str:
@@ -61,9 +70,7 @@ def test_junk_from_another_user_at_the_rendezvous_neither_stops_nor_floods_the_j
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"no {SYSTEM_PYTHON} for the second user")
     port = fixed_ports()
-    token = tmp_path / "tok600"
-    token.write_text("s3cret\n")
-    token.chmod(0o600)
+    token = _token_file(tmp_path / "tok600", "s3cret")
     (tmp_path / "worker.py").write_text(WORKER)
     procs = [_launcher(tmp_path, port, token, 0)]
     try:
@@ -94,3 +101,27 @@ def test_junk_from_another_user_at_the_rendezvous_neither_stops_nor_floods_the_j
         "(logged once per address)"
     ], outs[0]
     assert "refused" not in outs[1], outs[1]
+
+
+def test_the_second_launcher_on_one_machine_with_another_token_names_itself(
+    tmp_path: Path,
+) -> None:
+    port = fixed_ports()
+    (tmp_path / "worker.py").write_text(WORKER)
+    right = _token_file(tmp_path / "right", "s3cret")
+    wrong = _token_file(tmp_path / "wrong", "other")
+    procs = [_launcher(tmp_path, port, right, 0, rdzv_timeout=5)]
+    try:
+        _read_until(procs[0], "waiting for 1 of 2 nodes")
+        procs.append(_launcher(tmp_path, port, wrong, 1, rdzv_timeout=5))
+        out = procs[1].communicate(timeout=60)[0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    assert procs[1].returncode == 2, out
+    assert (
+        "rejected this client's job token; this launcher needs the same --job_token (or "
+        "PADDLIKE_JOB_TOKEN, --job_token_file) as the one on node 0, which hosts that store"
+    ) in out, out

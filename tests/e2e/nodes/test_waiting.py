@@ -157,7 +157,10 @@ def test_a_wrong_job_token_stops_that_node_at_once_and_node_0_notes_it_once(tmp_
         )
         outs = [p.communicate(timeout=60)[0].decode() for p in (pa, pb)]
     assert (pa.returncode, pb.returncode) == (1, 2), outs
-    assert "rejected this client's job token" in outs[1], outs[1]
+    assert "rejected this client's job token; the launcher on node 1 (198.18.0.2) " in (
+        outs[1]
+    ), outs[1]
+    assert "as the one on node 0, which hosts that store" in outs[1], outs[1]
     refused = [line for line in outs[0].splitlines() if "refused peer" in line]
     assert refused == [
         "paddlike store: 198.18.0.1:6170 refused peer 198.18.0.2: wrong or missing job token "
