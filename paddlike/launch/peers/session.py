@@ -24,9 +24,9 @@ import contextlib
 import enum
 from collections.abc import Sequence
 
-from paddlike.distributed.store import StoreError
+from paddlike.distributed.store import WRONG_TOKEN, StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError
+from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rendezvous import Rendezvous, linger
 from paddlike.launch.peers.watch import DONE_GRACE, JobWatch, WatchSpec
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing
@@ -134,10 +134,12 @@ class StorePeers:
             raise RendezvousError(
                 f"rendezvous: lost the launchers' store at {self.kv.address}: {exc}"
             ) from exc
-        except Exception:
+        except Exception as exc:
             self._rdzv = None
             if self.keeps_keys and self.rounds.stop_aborts_rendezvous:
                 rdzv.linger(round_, DONE_GRACE)  # type: ignore[union-attr]  (read the verdict)
+            if isinstance(exc, RendezvousTimeout) and (note := self._refusals()):
+                raise RendezvousTimeout(f"{exc}; {note}") from exc
             raise
         except BaseException:
             # a LauncherSignal: `publish_stop` aborts the rendezvous for every node, or
@@ -152,6 +154,20 @@ class StorePeers:
         self.node_index = result.own_index(self.node_index)
         self.state = PeersState.RUNNING
         return result
+
+    def _refusals(self) -> str:
+        """For node 0's timeout: the addresses its store refused for their token, if any
+        (a node's launcher given another token; or a stranger, so only a hint)."""
+        if self.server is None:
+            return ""
+        refused = [a for a, why in self.server.refused.items() if why.startswith(WRONG_TOKEN)]
+        if not refused:
+            return ""
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        return (
+            f"this node's store refused {', '.join(refused[:3])}{more} for a {WRONG_TOKEN}: "
+            "a launcher there may have another --job_token than this node's"
+        )
 
     def watch(self, round_: int, log_dir: str, *, services: bool) -> JobWatch:
         """This round's watch, whole and started (`services`: PS on several nodes, whose

@@ -166,7 +166,11 @@ def test_a_wrong_job_token_stops_that_node_at_once_and_node_0_notes_it_once(tmp_
         "paddlike store: 198.18.0.1:6170 refused peer 198.18.0.2: wrong or missing job token "
         "(logged once per address)"
     ], outs[0]
-    assert "never joined" in outs[0], outs[0]
+    assert "node 1 (198.18.0.2) never joined" in outs[0], outs[0]
+    assert (
+        "this node's store refused 198.18.0.2 for a wrong or missing job token: a launcher "
+        "there may have another --job_token than this node's"
+    ) in outs[0], outs[0]
 
 
 @pytest.mark.netns
