@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import heapq
 import itertools
 import os
@@ -29,10 +30,12 @@ from .wire import FRAME_TIMEOUT, HANDSHAKE_TIMEOUT, NONCE_SIZE, U32, ProtocolErr
 WRONG_TOKEN = "wrong or missing job token"  # the reason given to `Gate.turned_away`
 SWEEP = 1.0  # seconds between looks for stalled handshakes and frames
 RECV = 1 << 18
-# Handshakes in progress at once. Beyond it the oldest is dropped: a stranger holding many
-# connections open costs a bounded number of descriptors, and a launcher, which answers
-# the challenge at once, gets in (or retries, as on any lost connection).
+# Handshakes in progress at once. Beyond it the oldest is dropped once it is older than
+# HANDSHAKE_GRACE: a stranger holding connections open costs a bounded number of
+# descriptors, while thousands of launchers connecting at once (each answers the challenge
+# within a round trip) are not cut off; one that is retries, as on any lost connection.
 MAX_HANDSHAKES = 256
+HANDSHAKE_GRACE = 2.0
 
 
 class Gate(Protocol):
@@ -164,8 +167,11 @@ class ServeLoop:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # out of descriptors or closed: the next pass tries again
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._shaking:
+                    self._drop(next(iter(self._shaking.values())))  # a descriptor for a launcher
+                    continue
+                return  # closed, or out of descriptors: the next pass tries again
             addr = str(peer[0])
             sock.setblocking(False)
             with contextlib.suppress(OSError):
@@ -184,9 +190,12 @@ class ServeLoop:
                 self._send(conn, wire.hello(conn.nonce, token_required=self._gate.token_required))
 
     def _bound_handshakes(self) -> None:
-        """Make room for one more handshake: drop the oldest beyond MAX_HANDSHAKES."""
+        """Make room for one more handshake: beyond MAX_HANDSHAKES, drop the oldest if it
+        had its grace (unauthenticated connections keep their accept time in `since`)."""
         if len(self._shaking) >= MAX_HANDSHAKES:
-            self._drop(next(iter(self._shaking.values())))
+            oldest = next(iter(self._shaking.values()))
+            if time.monotonic() - oldest.since > HANDSHAKE_GRACE:
+                self._drop(oldest)
 
     def _read(self, conn: _Conn) -> None:
         try:
