@@ -148,7 +148,7 @@ def test_the_store_serves_over_ipv6_loopback_to_bracketed_and_bare_hosts() -> No
             assert b.get("k") == b"v6"
             assert a.address == f"[::1]:{port}"
             assert b.add("n", 2) == 2
-        assert srv.refused == []
+        assert srv.refused == {}
 
 
 @pytest.mark.timeout(30)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import heapq
 import itertools
 import os
@@ -29,6 +30,12 @@ from .wire import FRAME_TIMEOUT, HANDSHAKE_TIMEOUT, NONCE_SIZE, U32, ProtocolErr
 WRONG_TOKEN = "wrong or missing job token"  # the reason given to `Gate.turned_away`
 SWEEP = 1.0  # seconds between looks for stalled handshakes and frames
 RECV = 1 << 18
+# Handshakes in progress at once. Beyond it the oldest is dropped once it is older than
+# HANDSHAKE_GRACE: a stranger holding connections open costs a bounded number of
+# descriptors, while thousands of launchers connecting at once (each answers the challenge
+# within a round trip) are not cut off; one that is retries, as on any lost connection.
+MAX_HANDSHAKES = 256
+HANDSHAKE_GRACE = 2.0
 
 
 class Gate(Protocol):
@@ -44,7 +51,7 @@ class Gate(Protocol):
     def authentic(self, nonce: bytes, mac: bytes) -> bool: ...
 
     def turned_away(self, addr: str, reason: str) -> None:
-        """Log and react to a refused peer (may close the server, from the loop's thread)."""
+        """Log a refused peer (its connection closes; nobody else is affected)."""
         ...
 
 
@@ -99,6 +106,7 @@ class ServeLoop:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._conns: dict[socket.socket, _Conn] = {}
+        self._shaking: dict[socket.socket, _Conn] = {}  # not authenticated yet, oldest first
         self._ready: collections.deque[_Parked] = collections.deque()  # woken by writes
         self._timers: list[tuple[float, int, _Parked]] = []
         self._seq = itertools.count()
@@ -114,7 +122,7 @@ class ServeLoop:
     def stop(self, grace: float) -> None:
         """Stop accepting and reading; replies already due go out for up to `grace` s
         (parked requests answer at once, as at their deadline). Returns when done, unless
-        called from the loop itself (a refused peer's reaction): then it ends after this pass."""
+        called from the loop's own thread: then it ends after this pass."""
         self._stop_grace = grace
         self._kick()
         if threading.current_thread() is not self._thread:
@@ -159,14 +167,18 @@ class ServeLoop:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # out of descriptors or closed: the next pass tries again
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._shaking:
+                    self._drop(next(iter(self._shaking.values())))  # a descriptor for a launcher
+                    continue
+                return  # closed, or out of descriptors: the next pass tries again
             addr = str(peer[0])
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._bound_handshakes()
             conn = _Conn(sock, addr, os.urandom(NONCE_SIZE))
-            self._conns[sock] = conn
+            self._conns[sock] = self._shaking[sock] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
             why = self._gate.refusal(addr)
             if why is None and len(self._conns) > self._gate.max_connections:
@@ -176,6 +188,14 @@ class ServeLoop:
                 self._gate.turned_away(addr, why)
             else:
                 self._send(conn, wire.hello(conn.nonce, token_required=self._gate.token_required))
+
+    def _bound_handshakes(self) -> None:
+        """Make room for one more handshake: beyond MAX_HANDSHAKES, drop the oldest if it
+        had its grace (unauthenticated connections keep their accept time in `since`)."""
+        if len(self._shaking) >= MAX_HANDSHAKES:
+            oldest = next(iter(self._shaking.values()))
+            if time.monotonic() - oldest.since > HANDSHAKE_GRACE:
+                self._drop(oldest)
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -187,7 +207,9 @@ class ServeLoop:
         if not data:  # the peer went: its parked request with it
             self._drop(conn)
             return
-        if not conn.inbuf:
+        if conn.closing:
+            return  # refused or failed: what else it sends is never read
+        if conn.authed and not conn.inbuf:  # (a handshake's deadline counts from accept)
             conn.since = time.monotonic()
         conn.inbuf += data
         self._frames(conn)
@@ -198,6 +220,10 @@ class ServeLoop:
         buf = conn.inbuf
         while conn.parked is None and not conn.closing and len(buf) >= 4:
             (length,) = U32.unpack_from(buf, 0)
+            if not conn.authed and length > wire.MAX_AUTH:
+                # a stranger's bytes, not a launcher's answer: no buffering before auth
+                self._refuse(conn, f"{WRONG_TOKEN} (a frame of {length} bytes)")
+                return
             if length > wire.MAX_FRAME:
                 self._fail(conn, f"frame of {length} bytes is larger than {wire.MAX_FRAME}")
                 return
@@ -205,8 +231,8 @@ class ServeLoop:
                 return
             payload = bytes(buf[4 : 4 + length])
             del buf[: 4 + length]
-            conn.since = time.monotonic()
             if conn.authed:
+                conn.since = time.monotonic()
                 self._request(conn, payload)
             else:
                 self._auth(conn, payload)
@@ -215,13 +241,18 @@ class ServeLoop:
 
     def _auth(self, conn: _Conn, mac: bytes) -> None:
         if self._gate.token_required and not self._gate.authentic(conn.nonce, mac):
-            # Answer first: reacting to the refusal may end the host's job and close this
-            # store, and the client must learn why rather than see a closed socket.
-            self._send(conn, wire.verdict(accepted=False), closing=True)
-            self._gate.turned_away(conn.addr, WRONG_TOKEN)
+            self._refuse(conn, WRONG_TOKEN)
             return
         conn.authed = True
+        conn.since = time.monotonic()
+        del self._shaking[conn.sock]
         self._send(conn, wire.verdict(accepted=True))
+
+    def _refuse(self, conn: _Conn, reason: str) -> None:
+        """A failed handshake: logged, answered (a launcher with the wrong token must learn
+        why rather than see a closed socket), closed; nobody else is affected."""
+        self._gate.turned_away(conn.addr, reason)
+        self._send(conn, wire.verdict(accepted=False), closing=True)
 
     def _request(self, conn: _Conn, payload: bytes) -> None:
         try:
@@ -330,6 +361,7 @@ class ServeLoop:
         self._send(conn, wire.frame(wire.error_reply(message)), closing=True)
 
     def _drop(self, conn: _Conn) -> None:
+        self._shaking.pop(conn.sock, None)
         if self._conns.pop(conn.sock, None) is None:
             return
         parked, conn.parked = conn.parked, None

@@ -6,6 +6,10 @@ Security, checked before a peer is served:
   anyone else is refused and logged to stderr;
 - `token`: with a job token the server sends a random challenge and serves only
   clients that answer with HMAC-SHA256(token, challenge).
+
+A refused peer is closed and affects nobody else: anyone who can reach the port can
+fail a handshake on purpose, so a refusal never ends the host's job (issue 31). Each
+refused address is logged once.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import hmac
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from types import TracebackType
 
 from paddlike import netaddr
@@ -29,6 +33,7 @@ from .loop import WRONG_TOKEN, ServeLoop
 MAX_CONNECTIONS = 65536
 BACKLOG = 4096  # connections the kernel queues before accepting (capped by net.core.somaxconn)
 CLOSE_GRACE = 1.0  # seconds `StoreServer.close` lets replies to requests in flight go out
+MAX_LOGGED = 4096  # distinct refused addresses logged; after that, one line says so
 __all__ = ["CLOSE_GRACE", "MAX_CONNECTIONS", "WRONG_TOKEN", "StoreServer", "listen"]
 
 
@@ -114,10 +119,8 @@ class StoreServer:
         self._loop: ServeLoop | None = None
         self._closed = False
         self.max_connections = MAX_CONNECTIONS
-        self.refused: list[str] = []  # peers refused so far (address: reason), for diagnostics
-        # Called (from the serving thread) with (address, reason) for each refused peer, so
-        # the host can act on it, e.g. node 0 ending a rendezvous that peer would never join.
-        self.on_refused: Callable[[str, str], None] | None = None
+        self.refused: dict[str, str] = {}  # address -> first reason (bounded by MAX_LOGGED)
+        self._overflowed = False
 
     @property
     def address_str(self) -> str:
@@ -177,10 +180,14 @@ class StoreServer:
         return hmac.compare_digest(mac, hmac.new(self._token, nonce, hashlib.sha256).digest())
 
     def turned_away(self, addr: str, reason: str) -> None:
-        self.refused.append(f"{addr}: {reason}")
-        _log(f"{self.address_str} refused peer {addr}: {reason}")
-        if self.on_refused is not None:
-            try:
-                self.on_refused(addr, reason)
-            except Exception as exc:  # the host's reaction must not take the server down
-                _log(f"reacting to the refusal of {addr} failed: {exc}")
+        """Log `addr` the first time it is refused (many connections: one line). Nothing
+        more: whoever can reach the port can be refused at will."""
+        if addr in self.refused:
+            return
+        if len(self.refused) >= MAX_LOGGED:
+            if not self._overflowed:
+                self._overflowed = True
+                _log(f"{self.address_str}: over {MAX_LOGGED} addresses refused; no more logged")
+            return
+        self.refused[addr] = reason
+        _log(f"{self.address_str} refused peer {addr}: {reason} (logged once per address)")

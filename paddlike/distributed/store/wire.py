@@ -6,7 +6,8 @@ All integers are big-endian:
     field     = u32 length, then bytes                       ("bytes" below)
     handshake: server -> HELLO frame: b"PLKS" u8 version u8 flags [32-byte nonce | reason]
                    flags: 1 = token required, 2 = refused (reason follows, then close)
-               client -> AUTH frame: mac bytes (32 bytes, or empty without token)
+               client -> AUTH frame: mac bytes (32 bytes, or empty without token);
+                   a longer one is refused unread (MAX_AUTH: nothing big before auth)
                server -> u8 status frame: 0 ok, 1 bad token (then close)
     request  = u8 opcode, then the command's fields
     response = u8 status (OK, TIMEOUT, MISSING, ERROR), then the command's fields
@@ -21,6 +22,7 @@ import socket
 import struct
 
 MAX_FRAME = 64 << 20  # 64 MiB: far above any key/value the runtime or launcher sends
+MAX_AUTH = 32  # the largest frame read before the handshake: an AUTH's HMAC-SHA256
 MAX_KEY = 4096
 PROTOCOL_VERSION = 1
 MAGIC = b"PLKS"

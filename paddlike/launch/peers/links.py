@@ -151,7 +151,9 @@ def open_store_link(
     except StoreAuthError as exc:
         if server is not None:
             server.close()
-        raise token_refused(exc, node_label(node_index, hosts)) from exc
+        # without a rank yet, `node_index` is a placeholder: name this launcher instead
+        who = f"the launcher on {node_label(node_index, hosts)}" if rank_known else None
+        raise token_refused(exc, who or "this launcher") from exc
     except BaseException:
         if server is not None:
             server.close()
@@ -323,10 +325,11 @@ def _stacks(connect: Callable[[], KV], kv: KV, spec: WatchSpec) -> StackChannel:
 
 
 def token_refused(exc: StoreAuthError, who: str) -> StoreRefused:
-    """The refused side of a token mismatch: a configuration error (exit 2)."""
+    """The refused side of a token mismatch (`who`: the refused launcher, as its user
+    knows it): a configuration error (exit 2)."""
     return StoreRefused(
         f"rendezvous: {exc}; {who} needs the same --job_token (or PADDLIKE_JOB_TOKEN, "
-        "--job_token_file) as node 0"
+        "--job_token_file) as the one on node 0, which hosts that store"
     )
 
 

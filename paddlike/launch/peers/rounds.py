@@ -40,7 +40,6 @@ class FixedRounds:
 
     elastic: ElasticSpec | None = None
     survivors: set[tuple[str, int]] | None = None  # (only elastic rounds have survivors)
-    all_nodes_named = True  # every node is known (--ips): a refused one is named at once
     stop_aborts_rendezvous = True  # a signal during a rendezvous aborts it for every node
     nodes_may_wait = False  # no node waits to join (nobody to tell that the job ended)
 
@@ -106,7 +105,6 @@ class FixedRounds:
 class ElasticRounds:
     """An elastic job (--nnodes MIN:MAX): each round's members are whoever came."""
 
-    all_nodes_named = False  # whoever comes: a refused address may be anyone's
     stop_aborts_rendezvous = False  # a signal during a rendezvous: this node leaves alone
     nodes_may_wait = True  # nodes waiting to join are told when the job ends
 

@@ -13,9 +13,9 @@ interrupt can say so, and how to tell the other nodes that this launcher stops
 | in round r's rendezvous              | ``rdzv/<r>/complete`` = aborted + cause        |
 | past round r's rendezvous            | ``job/<r>/abort`` = cause, its end and done    |
 
-Node 0 refuses clients with a wrong or missing job token; when the refused address is
-one of the job's nodes, that node would never join, so node 0 ends the rendezvous at
-once with a verdict naming it (exit 2 everywhere, like a fingerprint mismatch).
+Node 0's store refuses clients with a wrong or missing job token and logs each address
+once; the refused launcher exits 2 saying so. Node 0 does not end the rendezvous for it:
+anyone who can reach the port can fail a handshake on purpose (issue 31).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 
 from paddlike.distributed.store import WRONG_TOKEN, StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError
+from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rendezvous import Rendezvous, linger
 from paddlike.launch.peers.watch import DONE_GRACE, JobWatch, WatchSpec
-from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing, node_label
+from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing
 from paddlike.summary import RootCause
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -94,8 +94,6 @@ class StorePeers:
         self._rdzv: Rendezvous | ElasticRendezvous | None = None  # the one in progress
         self._round: int | None = None  # the round of the rendezvous or of the watch
         self.state = PeersState.CONNECTED
-        if link.server is not None:
-            link.server.on_refused = self._refused
 
     @property
     def waiting_for(self) -> str:
@@ -129,9 +127,6 @@ class StorePeers:
         rdzv, entry = self.rounds.rendezvous(round_, entry, self.hosts, self.node_index)
         self._rdzv, self._round = rdzv, round_
         self.state = PeersState.RENDEZVOUS
-        if self.rounds.all_nodes_named:  # refused before the first rendezvous began
-            for addr in self._token_refusals if round_ == 0 else ():
-                self._refused(addr, WRONG_TOKEN)
         try:
             result = rdzv.join(entry, round_)
         except StoreError as exc:  # the store went while waiting (node 0 lost)
@@ -139,10 +134,12 @@ class StorePeers:
             raise RendezvousError(
                 f"rendezvous: lost the launchers' store at {self.kv.address}: {exc}"
             ) from exc
-        except Exception:
+        except Exception as exc:
             self._rdzv = None
             if self.keeps_keys and self.rounds.stop_aborts_rendezvous:
                 rdzv.linger(round_, DONE_GRACE)  # type: ignore[union-attr]  (read the verdict)
+            if isinstance(exc, RendezvousTimeout) and (note := self._refusals()):
+                raise RendezvousTimeout(f"{exc}; {note}") from exc
             raise
         except BaseException:
             # a LauncherSignal: `publish_stop` aborts the rendezvous for every node, or
@@ -158,31 +155,19 @@ class StorePeers:
         self.state = PeersState.RUNNING
         return result
 
-    @property
-    def _token_refusals(self) -> list[str]:
+    def _refusals(self) -> str:
+        """For node 0's timeout: the addresses its store refused for their token, if any
+        (a node's launcher given another token; or a stranger, so only a hint)."""
         if self.server is None:
-            return []
-        return [r.rpartition(":")[0] for r in self.server.refused if r.endswith(WRONG_TOKEN)]
-
-    def _refused(self, addr: str, reason: str) -> None:
-        """The store refused `addr` (a server thread): a job node refused for its token will
-        never join, so end the rendezvous now with a verdict naming it."""
-        rdzv, round_ = self._rdzv, self._round
-        if reason != WRONG_TOKEN or rdzv is None or round_ is None:
-            return
-        if addr in self.hosts:
-            who = node_label(self.hosts.index(addr), self.hosts)
-        elif all(self.hosts):
-            return  # not one of the job's nodes: refused and logged, nothing more
-        else:
-            who = addr  # torchrun style: any address may be one of the nodes still unknown
-        message = (
-            f"rendezvous: the launcher on {who} was refused by the "
-            f"launchers' store at {self.kv.address}: {reason}; give every node the same "
-            "--job_token (or PADDLIKE_JOB_TOKEN, --job_token_file)"
+            return ""
+        refused = [a for a, why in self.server.refused.items() if why.startswith(WRONG_TOKEN)]
+        if not refused:
+            return ""
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        return (
+            f"this node's store refused {', '.join(refused[:3])}{more} for a {WRONG_TOKEN}: "
+            "a launcher there may have another --job_token than this node's"
         )
-        assert self.server is not None
-        self.server.compare_set(p.complete_key(round_), None, p.MISMATCH_PREFIX + message.encode())
 
     def watch(self, round_: int, log_dir: str, *, services: bool) -> JobWatch:
         """This round's watch, whole and started (`services`: PS on several nodes, whose
