@@ -50,7 +50,8 @@ def _launch(log: Path, prefix: list[str] = ()) -> subprocess.CompletedProcess[st
 
 @pytest.fixture
 def shared_log(tmp_path: Path) -> Path:
-    """A world-writable log/ whose .paddlike.lock another user left behind (0644)."""
+    """A world-writable log/ whose .paddlike.lock belongs to nobody (0644): root's own
+    lock as an NFS export with root_squash shows it."""
     uid, gid = _nobody()
     log = tmp_path / "log"
     log.mkdir()
