@@ -269,6 +269,12 @@ def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644) ->
     return fd
 
 
+def read_regular_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
+    """A regular file's text (UTF-8), never a FIFO's or a device's (`open_regular`)."""
+    with open(open_regular(path, os.O_RDONLY), encoding="utf-8", errors=errors) as f:
+        return f.read()
+
+
 def _read_regular_file(path: str | os.PathLike[str]) -> Any:
     """A regular file opened for binary reading (`open_regular`): never a FIFO's reader."""
     return open(open_regular(path, os.O_RDONLY), "rb")
