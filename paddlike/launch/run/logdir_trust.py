@@ -56,7 +56,8 @@ def check_log_dir_path(root: Path) -> None:
     world-writable directory, is another user's link, or is another user's directory in
     a world-writable directory. A user's own link (log -> /scratch/me/log) is followed."""
     here = Path(root.anchor)
-    for part in root.parts[1:]:
+    parts = root.parts[1:]
+    for index, part in enumerate(parts):
         path = here / part
         try:
             found = os.lstat(path)
@@ -65,7 +66,7 @@ def check_log_dir_path(root: Path) -> None:
         except OSError:
             return  # mkdir says why, naming the path
         if stat.S_ISLNK(found.st_mode):
-            _check_link(path, found, here, last=path == root)
+            _check_link(path, found, here, last=index == len(parts) - 1)
             here = Path(os.path.realpath(path))
         else:
             here = path if part != ".." else Path(os.path.realpath(path))
