@@ -15,8 +15,9 @@ Standard library only: the launcher imports it at start-up.
 
 Every file that is replaced whole (endpoints.log, summary.json, the job page) goes
 through `write_atomically`: a reader sees the old file or the new one, never half.
-A log directory may be shared with other users, who can plant links in it: every file
-is opened with O_NOFOLLOW, and a temporary one is new (O_EXCL, a random name).
+A log directory may be shared with other users, who can plant links, FIFOs or device
+nodes in it: every file is opened with O_NOFOLLOW and O_NONBLOCK and used only when it
+is a regular file (`open_regular`), and a temporary one is new (O_EXCL, a random name).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def last_run_start(path: str | os.PathLike[str]) -> int:
     output is history; reads backwards from the end in blocks."""
     needle = b"\n" + HEADER_PREFIX.encode()
     try:
-        with open(path, "rb") as f:
+        with _read_regular_file(path) as f:
             pos = f.seek(0, os.SEEK_END)
             block = 65536
             carry = b""
@@ -126,7 +127,7 @@ def last_run_start(path: str | os.PathLike[str]) -> int:
 def last_run_header(path: str | os.PathLike[str]) -> re.Match[str] | None:
     """The facts of the last run header in a log, if paddlike wrote one."""
     try:
-        with open(path, "rb") as f:
+        with _read_regular_file(path) as f:
             f.seek(last_run_start(path))
             line = f.readline(65536).decode("utf-8", errors="replace")
     except OSError:
@@ -144,7 +145,7 @@ def read_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES, start: int 
     if lines <= 0:
         return []
     try:
-        with open(path, "rb") as f:
+        with _read_regular_file(path) as f:
             pos = f.seek(0, os.SEEK_END)
             block = 8192
             data = b""
@@ -165,7 +166,7 @@ def read_run_tail(path: str | os.PathLike[str], lines: int = TAIL_LINES) -> list
     its own (or an earlier run's) header."""
     start = last_run_start(path)
     try:
-        with open(path, "rb") as f:
+        with _read_regular_file(path) as f:
             f.seek(start)
             first = f.readline(65536)
     except OSError:
@@ -210,13 +211,73 @@ def read_owner(root: str | os.PathLike[str]) -> dict[str, Any] | None:
 def read_regular(path: str | os.PathLike[str], limit: int = 1 << 20) -> bytes:
     """A regular file's first `limit` bytes; OSError for a link, a FIFO (another user's, in
     a shared directory: opening a FIFO blocks the reader until someone writes) or a device."""
-    fd = os.open(path, os.O_RDONLY | NO_FOLLOW | os.O_NONBLOCK)
+    fd = open_regular(path, os.O_RDONLY)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
         return os.read(fd, limit)
     finally:
         os.close(fd)
+
+
+class NotRegularFile(OSError):
+    """A FIFO, a device node, a socket or a directory where the launcher wants a regular
+    file: another user of a shared directory may plant one (a FIFO would block an open
+    without end, and hand that user what is written). Its strerror says what is there."""
+
+
+def what_is(mode: int) -> str:
+    """A file type in words, for messages ("a FIFO")."""
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
+
+
+def _not_regular(path: str | os.PathLike[str], mode: int | None) -> NotRegularFile:
+    what = "a FIFO" if mode is None else what_is(mode)  # None: ENXIO, a FIFO with no reader
+    return NotRegularFile(errno.EINVAL, f"it is {what}, not a regular file", str(path))
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """`path` opened with `flags`, never through a link and never blocking: a FIFO or a
+    device node found there (before the open, or after it: a race) raises NotRegularFile
+    instead of blocking or being written; a link raises OSError (ELOOP). The fd returned
+    is blocking again, as a log's writer (a child's stdout) expects."""
+    with contextlib.suppress(FileNotFoundError):
+        # Looked at first, so that a device node is never even opened (a tape rewinds).
+        found = os.lstat(path).st_mode
+        if not (stat.S_ISREG(found) or stat.S_ISLNK(found) or stat.S_ISDIR(found)):
+            raise _not_regular(path, found)  # (a directory: the open's EISDIR says it)
+    try:
+        fd = os.open(path, flags | NO_FOLLOW | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # write-only on a FIFO that nobody reads
+            raise _not_regular(path, None) from exc
+        raise
+    try:
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
+            raise _not_regular(path, found)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
+    """A regular file's text (UTF-8), never a FIFO's or a device's (`open_regular`)."""
+    with open(open_regular(path, os.O_RDONLY), encoding="utf-8", errors=errors) as f:
+        return f.read()
+
+
+def _read_regular_file(path: str | os.PathLike[str]) -> Any:
+    """A regular file opened for binary reading (`open_regular`): never a FIFO's reader."""
+    return open(open_regular(path, os.O_RDONLY), "rb")
 
 
 # --- endpoints.log ------------------------------------------------------------------------
@@ -269,14 +330,14 @@ def parse_endpoints(text: str) -> dict[str, list[str]]:
 
 def new_file(path: Path, mode: int = 0o644) -> int:
     """A file created at `path` for writing, its fd; FileExistsError when anything is
-    there already, a link included (O_EXCL never follows one)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW, mode)
+    there already, a link or a FIFO included (O_EXCL never follows or opens one)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW | os.O_NONBLOCK, mode)
 
 
 def append_fd(path: Path, mode: int = 0o644) -> int:
     """`path` opened for append (created when missing), never through a link: OSError
-    (ELOOP) when `path` is a symbolic link."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | NO_FOLLOW, mode)
+    (ELOOP) when `path` is a symbolic link, NotRegularFile when it is a FIFO or a device."""
+    return open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
 
 
 def write_atomically(
@@ -313,7 +374,7 @@ def _overwrite_in_place(path: Path, data: bytes) -> bool:
     """Write `data` over `path` when the blocks the file holds already fit it (a full disk
     gives no new ones); False, the file untouched, when they do not."""
     try:
-        fd = os.open(path, os.O_WRONLY | NO_FOLLOW | os.O_NONBLOCK)
+        fd = open_regular(path, os.O_WRONLY)
     except OSError:
         return False
     try:

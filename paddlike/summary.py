@@ -62,7 +62,7 @@ import os
 from enum import Enum
 from pathlib import Path
 
-from paddlike.logformat import write_atomically
+from paddlike.logformat import open_regular, write_atomically
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -412,8 +412,9 @@ def write_summary(log_dir: str | os.PathLike[str], summary: RunSummary) -> Path:
 def read_summary(log_dir: str | os.PathLike[str]) -> RunSummary | None:
     """The summary in `log_dir`, or None where there is none (e.g. Paddle's own logs)."""
     path = Path(log_dir) / SUMMARY_FILE
-    try:
-        text = path.read_text()
+    try:  # a regular file only: another user's FIFO in a shared directory would block
+        with open(open_regular(path, os.O_RDONLY), encoding="utf-8") as f:
+            text = f.read()
     except FileNotFoundError:
         return None
     return RunSummary.from_json(json.loads(text))

@@ -42,6 +42,7 @@ from typing import Any
 
 from paddlike import contract as C
 from paddlike.distributed.envint import env_int
+from paddlike.logformat import open_regular
 
 __all__ = [
     "CAPACITY",
@@ -379,7 +380,7 @@ def read_progress(path: str | os.PathLike[str], flight: bool | int = True) -> Ra
     is not one). `flight=False` skips decoding the ring's entries (cheaper polling), an
     int K decodes only the newest K (a page of 512 ranks); the operation count and last
     activity still include the collectives."""
-    with open(path, "rb") as f:
+    with open(open_regular(path, os.O_RDONLY), "rb") as f:  # never a FIFO: it blocks
         first = f.read(FILE_BYTES)
         f.seek(0)
         second = f.read(FILE_BYTES)
@@ -398,7 +399,7 @@ def read_progress(path: str | os.PathLike[str], flight: bool | int = True) -> Ra
         )
     live = LIVE.unpack_from(second, LIVE_OFFSET)
     if live != LIVE.unpack_from(first, LIVE_OFFSET):  # written between the copies: again
-        with open(path, "rb") as f:
+        with open(open_regular(path, os.O_RDONLY), "rb") as f:
             live = LIVE.unpack_from(f.read(FILE_BYTES), LIVE_OFFSET)
     beats, step, lb_mono, coll, step_ema, busy_ema = live
     ops, act = 0, lb_mono

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from paddlike.commands import command_name, stdout_closed
+from paddlike.logformat import read_regular_text
 from paddlike.logs import outcome
 from paddlike.logs.follow import Follower
 from paddlike.logs.reader import JobView, LogDirError, ProcessView, load, node_dirs
@@ -269,7 +270,7 @@ def _ask_launcher(log_dir: str, as_json: bool, out: TextIO) -> int | None:
     if isinstance(path, str):
         print(f"paddlike.logs: --stacks: {path}", file=sys.stderr)
         return None
-    data = json.loads((path / "stacks.json").read_text())
+    data = json.loads(read_regular_text(path / "stacks.json"))
     if as_json:
         out.write(json.dumps({"paths": [str(path)], **data}, indent=2) + "\n")
         return 0

@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from paddlike.logformat import OWNER_FILE
+from paddlike.logformat import OWNER_FILE, read_regular_text
 from paddlike.summary import RunStatus, read_summary
 
 STACKS_DIR = "stacks"
@@ -35,7 +35,7 @@ def launcher_pid(log_dir: str | os.PathLike[str]) -> int | None:
     """The pid of the live paddlike launcher on this machine that holds `log_dir` and
     runs its workers now; None when there is none."""
     try:
-        owner = json.loads((Path(log_dir) / OWNER_FILE).read_text())
+        owner = json.loads(read_regular_text(Path(log_dir) / OWNER_FILE))
         pid = int(owner["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

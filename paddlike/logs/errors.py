@@ -28,8 +28,11 @@ error line too (a tail that starts mid-traceback).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
+
+from paddlike.logformat import open_regular
 
 TYPE_CHECKING = False  # typing's, without importing typing (the launcher reads this)
 if TYPE_CHECKING:
@@ -150,8 +153,8 @@ def first_error_in_file(path: str, *, start: int = 0, limit: int = 256 << 20) ->
     A missing or unreadable file has no error line (the reader reports the file
     itself). Undecodable bytes are replaced, never fatal.
     """
-    try:
-        with open(path, "rb") as f:
+    try:  # a regular file only: a FIFO another user put there would block the reader
+        with open(open_regular(path, os.O_RDONLY), "rb") as f:
             f.seek(start)
             return first_error_line(_decoded_lines(f, limit))
     except OSError:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from paddlike.logformat import LOG_PREFIXES, match_log_name
+from paddlike.logformat import LOG_PREFIXES, match_log_name, open_regular
 from paddlike.logs.alive import launcher_alive, pid_alive
 from paddlike.logs.report import paint, read_tail
 from paddlike.summary import RunStatus, read_summary
@@ -157,7 +157,7 @@ class Follower:
                 if size == f.offset:
                     data = b""
                 else:
-                    with open(f.path, "rb") as fh:
+                    with open(open_regular(f.path, os.O_RDONLY), "rb") as fh:
                         fh.seek(f.offset)
                         data = fh.read(size - f.offset)
             except OSError:

@@ -30,6 +30,7 @@ from paddlike.logformat import (
     last_run_start,
     match_log_name,
     parse_endpoints,
+    read_regular_text,
     read_run_tail,
 )
 from paddlike.logs.alive import launcher_alive, launcher_pid, pid_alive
@@ -234,7 +235,7 @@ def _with_shared(path: Path, names: list[str]) -> list[Path]:
 def _peek_summary(path: Path) -> tuple[str | None, int | None, float] | None:
     """(job id, node index, start time) from a directory's summary.json; None without one."""
     try:
-        data = json.loads((path / SUMMARY_FILE).read_text())
+        data = json.loads(read_regular_text(path / SUMMARY_FILE))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
@@ -260,7 +261,7 @@ def _listdir_quiet(path: Path) -> list[str]:
 
 def _read_endpoints(log_dir: Path) -> dict[str, list[str]]:
     try:
-        return parse_endpoints((log_dir / ENDPOINTS_FILE).read_text(errors="replace"))
+        return parse_endpoints(read_regular_text(log_dir / ENDPOINTS_FILE, errors="replace"))
     except OSError:
         return {}
 
@@ -310,7 +311,7 @@ def _stage_of(log_path: Path) -> int | None:
 def _load_summary(log_dir: Path, notes: list[str]) -> RunSummary | None:
     path = log_dir / SUMMARY_FILE
     try:
-        text = path.read_text()
+        text = read_regular_text(path)
     except FileNotFoundError:
         return None
     except OSError as e:

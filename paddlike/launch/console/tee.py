@@ -10,6 +10,7 @@ launcher's teardown or its signals.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from paddlike.launch.console.output import PREFIX
 from paddlike.launch.plan.plan import ProcessSpec, Role
+from paddlike.logformat import open_regular
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -194,12 +196,18 @@ class TeeEcho:
 
 
 def _read_from(path: Path, offset: int, limit: int = 1 << 20) -> bytes:
+    """Up to `limit` bytes of the log from `offset`; nothing where it is not a regular file
+    (another user's FIFO put in its place would block the console's reader)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
+        fd = open_regular(path, os.O_RDONLY)
     except OSError:
         return b""
+    try:
+        return os.pread(fd, limit, offset)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _prefixed(data: bytes, prefix: bytes) -> bytes:

@@ -10,10 +10,12 @@
     <host>/         a node of the same job that found the directory held (a shared
                     home over NFS): the same files, its own lock (docs/logdir.md)
 
-Another user may share the directory and plant links in it: no file here is opened
-through a link. A link where a log file should be is refused before anything starts
-(`LogDir.checked`: one line naming it, exit 2); endpoints.log, summary.json and the
-owner file are replaced by a rename, which replaces a link rather than writing through.
+Another user may share the directory and plant links, FIFOs or files of their own in it:
+no file here is opened through a link, none but a regular file is written, none of
+another user's is appended to (`run.logdir_trust`). What is refused is refused before
+anything starts (`LogDir.checked`: one line naming it, exit 2); endpoints.log,
+summary.json and the owner file are replaced by a rename, which replaces a link rather
+than writing through.
 
 The lock is what keeps a second launcher from interleaving its workers' output
 with ours; its message names the holder so the user can find and stop it. Nodes of
@@ -24,7 +26,6 @@ its own inside it, named by its address, found by `python -m paddlike.logs`.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -38,6 +39,16 @@ from paddlike import logformat
 from paddlike.contract import STAGE_ID
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.plan import LaunchPlan, ProcessSpec, Role
+from paddlike.launch.run.logdir_trust import (
+    LogDirError,
+    cannot_open,
+    check_log_dir_path,
+    check_replaceable,
+    check_writable,
+    foreign,
+    open_log_file,
+    user_name,
+)
 from paddlike.logformat import (  # the formats, shared with paddlike.logs
     ENDPOINTS_FILE,
     HEADER_PREFIX,
@@ -51,7 +62,14 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ENDPOINTS_FILE", "HEADER_PREFIX", "LOCK_FILE", "OWNER_FILE", "endpoints_text"]
+__all__ = [
+    "ENDPOINTS_FILE",
+    "HEADER_PREFIX",
+    "LOCK_FILE",
+    "OWNER_FILE",
+    "LogDirError",
+    "endpoints_text",
+]
 # How many nodes of one job on one host may share a directory (loopback test clusters):
 # the second takes <host>.2, and so on.
 MAX_SAME_HOST = 64
@@ -86,10 +104,6 @@ class JobClaim(NamedTuple):
 
 class LogDirBusy(Exception):
     """Another launcher holds the directory's lock; the message names its pid and host."""
-
-
-class LogDirError(Exception):
-    """The directory cannot be created or written (message names the path and why)."""
 
 
 class WorkerLog:
@@ -215,9 +229,9 @@ class LogDir:
         only the directory's write permission (checked when the lock was taken)."""
         try:
             for name in (ENDPOINTS_FILE, SUMMARY_FILE):
-                _check_replaceable(self.path / name)
+                check_replaceable(self.path / name)
             for name in logs:
-                _check_writable(self.path / name)
+                check_writable(self.path / name)
         except BaseException:
             self.close()
             raise
@@ -279,16 +293,15 @@ class LogDir:
         return WorkerLog(out_path, out_fd, err_fd, out_start, err_path, err_start)
 
     def _open_one(self, path: Path, header: str) -> tuple[int, int]:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | logformat.NO_FOLLOW
-        first = path.name not in self._opened
-        if first and self._overwrite:
-            flags |= os.O_TRUNC
-        try:
-            fd = os.open(path, flags, 0o644)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LogDirError(_symlink_message(path)) from exc
-            raise LogDirError(f"cannot open log file {path}: {exc.strerror}") from exc
+        fd = open_log_file(path, os.O_CREAT)
+        if path.name not in self._opened and self._overwrite:
+            # Truncated once the open file is known to be a regular file of ours: O_TRUNC
+            # in the open would empty another user's file before its owner is seen.
+            try:
+                os.ftruncate(fd, 0)
+            except OSError as exc:
+                os.close(fd)
+                raise LogDirError(f"cannot truncate log file {path}: {exc.strerror}") from exc
         self._opened.add(path.name)
         try:
             size = os.fstat(fd).st_size
@@ -316,6 +329,7 @@ def read_tail_since(path: str | os.PathLike[str], start: int, lines: int = 20) -
 def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, Any] | None:
     """Create `root` and take its lock: the lock's fd; else the holder's owner record
     (None when it cannot be read)."""
+    check_log_dir_path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -333,12 +347,12 @@ def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, An
         return _read_owner(root)
     except OSError as exc:  # NFS: an exclusive lock needs a writable descriptor
         os.close(lock)
-        raise _cannot_open(root / LOCK_FILE, exc) from exc
+        raise cannot_open(root / LOCK_FILE, exc) from exc
     try:
         _write_owner(root, host, job)
     except OSError as exc:
         os.close(lock)
-        raise _cannot_open(root / OWNER_FILE, exc) from exc
+        raise cannot_open(root / OWNER_FILE, exc) from exc
     except BaseException:
         os.close(lock)
         raise
@@ -346,85 +360,41 @@ def _try_lock(root: Path, host: str, job: JobClaim | None) -> int | dict[str, An
 
 
 def _open_lock(path: Path) -> int:
-    """The lock's fd. Left behind by every launcher, it may be another user's: flock needs
-    no write permission, so one we may only read is locked read-only; one we create in a
-    shared directory is made writable for those who share it (0666, or 0664 for a group).
-    LogDirError names the file when it cannot be opened."""
-    flags = logformat.NO_FOLLOW
+    """The lock's fd. One we create is this user's alone (0600: another user who could
+    flock it would hold the directory against us); one left behind by an earlier launcher
+    of ours is reused, read-only where we may only read it (flock needs no write). One
+    of another user's is refused naming them: the directory is theirs to hold.
+    LogDirError names the file when it cannot be used."""
     try:
-        fd = os.open(path, flags | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = logformat.open_regular(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         pass
     except OSError as exc:
-        raise _cannot_open(path, exc) from exc
+        raise cannot_open(path, exc) from exc
     else:
-        with contextlib.suppress(OSError):
-            shared = os.stat(path.parent).st_mode & 0o022
-            if shared:
-                os.fchmod(fd, 0o644 | (shared & 0o020) | (shared & 0o002))
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+        except OSError:
+            os.close(fd)
+            raise
         return fd
     for mode in (os.O_RDWR, os.O_RDONLY):
         try:
-            return os.open(path, flags | mode)
+            fd = logformat.open_regular(path, mode)
         except PermissionError as exc:
             denied = exc
+            continue
         except OSError as exc:
-            raise _cannot_open(path, exc) from exc
-    raise _cannot_open(path, denied) from denied
-
-
-def _cannot_open(path: Path, exc: OSError) -> LogDirError:
-    """The one line for a file of the log directory the launcher cannot use."""
-    why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-    return LogDirError(
-        f"cannot open {path}: {why} (make it writable, remove it, or pass another --log_dir)"
-    )
-
-
-def _check_replaceable(path: Path) -> None:
-    """LogDirError when `path`, replaced by a rename later, is a directory (too late then)."""
-    try:
-        is_dir = path.is_dir() and not path.is_symlink()
-    except OSError:
-        return
-    if is_dir:
-        raise LogDirError(
-            f"cannot write {path}: it is a directory (remove it, or pass another --log_dir)"
-        )
-
-
-def _check_writable(path: Path) -> None:
-    """LogDirError unless `path` is missing or a file this process may append to. As
-    root, permission bits do not stop a write, but a directory or an immutable file
-    does: opening is the one test that asks the kernel what the launch will ask."""
-    flags = os.O_WRONLY | os.O_APPEND | logformat.NO_FOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return  # created at the launch
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            return  # a FIFO that nobody reads yet
-        if exc.errno == errno.ELOOP:
-            raise LogDirError(_symlink_message(path)) from exc
-        raise LogDirError(
-            f"cannot open log file {path} for writing: {exc.strerror} (make it writable, "
-            "remove it, or pass another --log_dir)"
-        ) from exc
-    os.close(fd)
-
-
-def _symlink_message(path: Path) -> str:
-    """A link where a log file goes: in a shared directory, another user may have planted
-    it to make the launcher write into a file of its choice. Refused, never followed."""
-    try:
-        target = f" (to {os.readlink(path)})"
-    except OSError:
-        target = ""
-    return (
-        f"log file {path} is a symbolic link{target}: the launcher does not write through "
-        "links; remove it, or pass another --log_dir"
-    )
+            raise cannot_open(path, exc) from exc
+        owner = os.fstat(fd).st_uid
+        if foreign(owner):
+            os.close(fd)
+            raise LogDirError(
+                f"log directory {path.parent} is held by {user_name(owner)}: its lock file "
+                f"{path} is theirs, not this user's; pass another --log_dir"
+            )
+        return fd
+    raise cannot_open(path, denied) from denied
 
 
 def _dir_name(host: str) -> str:
@@ -437,11 +407,13 @@ def _dir_name(host: str) -> str:
 
 def _ends_with_newline(path: Path, size: int) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | logformat.NO_FOLLOW | os.O_NONBLOCK)
+        fd = logformat.open_regular(path, os.O_RDONLY)
     except OSError:
         return False  # unreadable: a blank line more before the header
     try:
         return os.pread(fd, 1, size - 1) == b"\n"
+    except OSError:
+        return False
     finally:
         os.close(fd)
 

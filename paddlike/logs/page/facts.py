@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from paddlike.distributed import progress as P
-from paddlike.logformat import HEADER_PREFIX, last_run_header, parse_header, read_run_tail
+from paddlike.logformat import (
+    HEADER_PREFIX,
+    last_run_header,
+    open_regular,
+    parse_header,
+    read_run_tail,
+)
 from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.page.last_signs import last_signs, mark_first, newest_dump
@@ -62,7 +68,7 @@ def run_starts(
     """Every run header in the first `limit` bytes of a log: (Unix time, restart, round),
     oldest first. Header times are local time to the second."""
     try:
-        with open(path, "rb") as f:
+        with open(open_regular(path, os.O_RDONLY), "rb") as f:  # never a FIFO's reader
             data = f.read(limit)
     except OSError:
         return []

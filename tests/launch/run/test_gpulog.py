@@ -111,6 +111,20 @@ def test_a_link_at_the_gpu_log_is_not_written_through(tmp_path, smi_path):
     assert len(warnings) == 1 and warnings[0].startswith(f"--gpu_log_interval: cannot write {path}")
 
 
+def test_a_fifo_at_the_gpu_log_is_not_written_into_and_does_not_block(tmp_path, smi_path):
+    """Issue 31: another user's FIFO where <job id>.gpu.log goes blocked the writer."""
+    path = tmp_path / "job.gpu.log"
+    os.mkfifo(path)
+    warnings: list[str] = []
+    log = GpuLog(str(path), 0.05, (), smi_path, warn=warnings.append).start()
+    log.thread.join(10)
+    assert not log.thread.is_alive()
+    assert warnings == [
+        f"--gpu_log_interval: cannot write {path} ([Errno 22] it is a FIFO, not a regular "
+        f"file: '{path}'); GPU log stopped"
+    ]
+
+
 def test_the_warning_names_the_option_the_user_gave(tmp_path):
     path = tmp_path / "job.gpu.log"
     warnings: list[str] = []

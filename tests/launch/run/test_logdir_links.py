@@ -156,7 +156,9 @@ def test_a_fifo_planted_as_the_owner_file_of_a_held_directory_does_not_hang_the_
     shared_log,
 ):
     """uid 4242 holds the shared directory's lock and puts a FIFO where the holder's
-    record is read: the launcher says the directory is busy instead of blocking on it."""
+    record is read: the launcher says the directory is busy instead of blocking on it.
+    The lock is root's (left by an earlier launch), which uid 4242 may flock read-only."""
+    (shared_log / ".paddlike.lock").touch(0o644)
     run_as_second_user(["mkfifo", str(shared_log / ".paddlike.owner")])
     holder = subprocess.Popen(
         [*as_second_user(), "flock", "--shared", str(shared_log / ".paddlike.lock"),

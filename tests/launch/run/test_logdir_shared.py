@@ -50,7 +50,8 @@ def _launch(log: Path, prefix: list[str] = ()) -> subprocess.CompletedProcess[st
 
 @pytest.fixture
 def shared_log(tmp_path: Path) -> Path:
-    """A world-writable log/ whose .paddlike.lock another user left behind (0644)."""
+    """A world-writable log/ whose .paddlike.lock belongs to nobody (0644): root's own
+    lock as an NFS export with root_squash shows it."""
     uid, gid = _nobody()
     log = tmp_path / "log"
     log.mkdir()
@@ -63,7 +64,8 @@ def shared_log(tmp_path: Path) -> Path:
     return log
 
 
-def test_a_lock_file_left_by_another_user_does_not_stop_the_next_users_job(shared_log):
+def test_a_lock_file_of_nobody_does_not_stop_root_as_on_a_root_squash_export(shared_log):
+    """Root's own files on an NFS export with root_squash belong to nobody (65534)."""
     done = _launch(shared_log, _as_a_user())
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
@@ -82,16 +84,18 @@ def test_a_lock_file_the_user_cannot_open_is_one_line_and_exit_2(shared_log):
     assert not (shared_log.parent / "STARTED").exists()
 
 
-def test_the_lock_made_in_a_shared_directory_is_writable_by_those_who_share_it(tmp_path):
-    old = os.umask(0o022)
+def test_the_lock_made_in_a_shared_directory_is_this_users_alone_whatever_the_umask(tmp_path):
+    """Issue 31: a lock made 0666 in a world-writable directory let another user flock it
+    and hold the directory against the launcher ("its pid is unknown")."""
+    old = os.umask(0)
     try:
-        for mode, expected in ((0o777, 0o666), (0o775, 0o664), (0o755, 0o644)):
+        for mode in (0o1777, 0o777, 0o775, 0o755):
             log = tmp_path / f"log{mode:o}"
             log.mkdir()
             log.chmod(mode)
             with LogDir.open(log, overwrite=False, host="h"):
                 pass
-            assert (log / ".paddlike.lock").stat().st_mode & 0o777 == expected, oct(mode)
+            assert (log / ".paddlike.lock").stat().st_mode & 0o777 == 0o600, oct(mode)
     finally:
         os.umask(old)
 
