@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import operator
 import os
 import signal
 import struct
@@ -114,6 +115,7 @@ def should_stop(step: int) -> bool:
 def _first_call(step: int) -> bool:
     global _armed
     if not _armed:
+        _check_step(step)
         _armed = True
         _note_sigterm()
     w = _progress.writer()
@@ -123,6 +125,19 @@ def _first_call(step: int) -> bool:
     w.beat(step)
     _fence()
     return w.ints[STATE_INDEX] != NONE and _at_notice(w, step)
+
+
+def _check_step(step: object) -> None:
+    """Once, at the first call: a step that is no whole number >= 0 would fail (or never
+    match) only when a notice comes, the worst moment to find out."""
+    try:
+        index = operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"should_stop(step): step must be an int (the training step), got {step!r}"
+        ) from None
+    if index < 0:
+        raise ValueError(f"should_stop(step): step must be 0 or more, got {index}")
 
 
 def _note_sigterm() -> None:
@@ -243,6 +258,19 @@ def mark_pending(log_dir: str | os.PathLike[str], ranks: Iterable[int]) -> dict[
             _fence()  # the mark stored before the rank's step is read
             positions[rank] = _position(mm)
     return positions
+
+
+def reported(log_dir: str | os.PathLike[str], ranks: Iterable[int]) -> set[int]:
+    """The ranks that have reported a step (should_stop or heartbeat called at least once)."""
+    done: set[int] = set()
+    for rank in ranks:
+        mm = _open(_progress.progress_path(log_dir, rank))
+        if mm is None:
+            continue
+        with mm:
+            if struct.unpack_from("<q", mm, _progress.LIVE_OFFSET)[0]:
+                done.add(rank)
+    return done
 
 
 def _position_of(path: Path) -> int | None:

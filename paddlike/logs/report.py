@@ -309,7 +309,8 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
     preempted by SIGTERM on node 1 (10.0.0.2) at 12:03:04; every rank stopped after
     step 17; the last exited 0.84 s after the notice
 
-    (or "...; stop step 17: rank 3 did not stop at it (killed), the others did; ...")."""
+    (or "...; stop step 17: rank 3 (killed) did not stop at it; ...", or "...; no rank
+    called should_stop(), so none saved at a common step; ...")."""
     first = parts[0]
     at = time.strftime("%H:%M:%S", time.localtime(float(first.get("time") or 0.0)))  # type: ignore[arg-type]
     text = (
@@ -323,11 +324,13 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
         for p in parts
         for r in p.get("not_stopped") or ()  # type: ignore[attr-defined]
     )
-    if not missed:
+    if not steps:
+        text += "; no rank called should_stop(), so none saved at a common step"
+    elif not missed:
         text += f"; every rank stopped after {step}"
     else:
         who = ", ".join(f"rank {rank} ({status})" for rank, status in missed)
-        text += f"; stop {step}: {who} did not stop at it, the others did"
+        text += f"; stop {step}: {who} did not stop at it"
     lasts = [p["seconds_to_last_exit"] for p in parts if p.get("seconds_to_last_exit") is not None]
     if lasts:
         text += f"; the last exited {max(lasts):.2f} s after the notice"  # type: ignore[type-var]

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 # The agreement's own deadline, within the grace: the ranks wait for it at PENDING.
 AGREE_TIMEOUT = 5.0
+# a rank that exited 0 but never reported a step: whatever it saved, it chose its own step
+NEVER_ASKED = "never called should_stop"
 
 
 class Preemption:
@@ -84,6 +86,13 @@ class Preemption:
             if stop.missing
             else ""
         )
+        if not preempt.reported(self.log_dir, self.ranks):  # not one step heard of here
+            self.console.say(
+                f"stop step {stop.step}{missing}, agreed {after:.2f} s after the notice: no "
+                "rank on this node has called should_stop() (or heartbeat()), so none saves "
+                "at it; they end on their SIGTERM"
+            )
+            return
         self.console.say(
             f"stop step {stop.step}: should_stop() is True there on every rank{missing}, "
             f"agreed {after:.2f} s after the notice"
@@ -105,16 +114,24 @@ class Preemption:
         preempt.clear_node_notice(self.log_dir)  # an elastic job's next round starts afresh
         ends = [r.end_time for r in records if r.end_time is not None]
         last = max(ends) - notice.time if ends and notice.time is not None else None
+        ranks = [r.rank for r in records if r.rank is not None]
+        heard = preempt.reported(self.log_dir, ranks)
         return {
             "signal": notice.signal,
             "node_index": notice.node_index,
             "host": notice.host,
             "time": notice.time,
-            "stop_step": self.stop.step if self.stop is not None else None,
+            # no step from any rank here: the agreed number would name a save nobody made
+            "stop_step": self.stop.step if self.stop is not None and heard else None,
             "not_stopped": [
-                {"rank": r.rank, "status": r.status, "exit_code": r.exit_code, "signal": r.signal}
+                {
+                    "rank": r.rank,
+                    "status": r.status if r.status != ProcessStatus.OK else NEVER_ASKED,
+                    "exit_code": r.exit_code,
+                    "signal": r.signal,
+                }
                 for r in records
-                if r.status != ProcessStatus.OK
+                if r.status != ProcessStatus.OK or (r.rank is not None and r.rank not in heard)
             ],
             "seconds_to_last_exit": round(last, 3) if last is not None else None,
         }
