@@ -50,7 +50,7 @@ def test_slurm_s_warning_or_scancel_makes_every_rank_save_the_same_step(how, cod
         ["srun", "-N2", "--ntasks-per-node=1", f"--chdir={job_dir}", "sh", "-c", line],
         env=launcher_env(), text=True, stdout=-1, stderr=-2,
     )  # fmt: skip
-    wait_for("4 ranks on 2 nodes", ready(out, 4), srun, slurm)
+    wait_for("4 ranks on 2 nodes", ready(out, 4), srun, slurm, out)
     squeue = slurm.command(["squeue", "-h", "-o", "%i"], timeout=15).stdout.split()
     assert len(squeue) == 1, squeue
     done = slurm.command(["scancel", *how, squeue[0]], timeout=15)
@@ -87,7 +87,7 @@ def test_sbatch_signal_usr1_before_the_time_limit_saves_one_step_and_the_script_
          str(script)],
         env=launcher_env(), text=True, stdout=-1, stderr=-2,
     )  # fmt: skip
-    wait_for("4 ranks on 2 nodes", ready(out, 4), sbatch, slurm)
+    wait_for("4 ranks on 2 nodes", ready(out, 4), sbatch, slurm, out)
     output = sbatch.communicate(timeout=90)[0]
     batch = (job_dir / "batch.out").read_text() if (job_dir / "batch.out").exists() else ""
     saved = {int(p.suffix[1:]): int(p.read_text()) for p in out.glob("saved.*")}
