@@ -92,12 +92,14 @@ def site(tmp_path: Path, hosts: int = 3, sshd_on: Sequence[int] | None = None) -
 
 
 def worker_ranks(log_dir: Path) -> list[int]:
-    """Every rank that the test worker printed, in any node's directory of the job."""
+    """Every rank that the test worker printed, in any node's directory of the job: whole
+    lines only (a worker may be writing the last one while it is read)."""
     ranks = []
     for log in log_dir.rglob("workerlog.*"):
-        for line in log.read_text().splitlines():
-            if line.startswith("RANK "):
-                ranks.append(int(line.split()[1]))
+        for line in log.read_text().split("\n")[:-1]:  # the part after the last newline
+            words = line.split()
+            if len(words) >= 2 and words[0] == "RANK" and words[1].isdigit():
+                ranks.append(int(words[1]))
     return sorted(ranks)
 
 
