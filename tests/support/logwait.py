@@ -160,3 +160,15 @@ def wait_exited(pids: list[int], *, timeout: float) -> list[int]:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def read_until(proc: subprocess.Popen[str], text: str) -> str:
+    """`proc`'s output up to the first line containing `text` (within the test's own
+    timeout: a launcher that prints it does so within seconds)."""
+    assert proc.stdout is not None
+    seen = ""
+    for line in proc.stdout:
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never printed; output: {seen}")

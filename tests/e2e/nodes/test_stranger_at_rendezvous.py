@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fixed_ports import fixed_ports
+from tests.support.logwait import read_until
 from tests.support.multinode_common import LAUNCH
 from tests.support.second_user import SYSTEM_PYTHON, as_second_user
 
@@ -52,17 +53,6 @@ def _token_file(path: Path, token: str) -> Path:
     return path
 
 
-def _read_until(proc: subprocess.Popen[str], text: str) -> str:
-    """Its output up to the first line containing `text` (within the test's timeout)."""
-    assert proc.stdout is not None
-    seen = ""
-    for line in proc.stdout:
-        seen += line
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never printed; output: {seen}")
-
-
 def test_junk_from_another_user_at_the_rendezvous_neither_stops_nor_floods_the_job(
     tmp_path: Path,
 ) -> None:
@@ -74,7 +64,7 @@ def test_junk_from_another_user_at_the_rendezvous_neither_stops_nor_floods_the_j
     (tmp_path / "worker.py").write_text(WORKER)
     procs = [_launcher(tmp_path, port, token, 0)]
     try:
-        early = _read_until(procs[0], "waiting for 1 of 2 nodes")  # node 0 at the rendezvous
+        early = read_until(procs[0], "waiting for 1 of 2 nodes")  # node 0 at the rendezvous
         other = subprocess.run(
             [*stranger, SYSTEM_PYTHON, "-c", STRANGER, "127.0.0.1", str(port)],
             capture_output=True,
@@ -112,7 +102,7 @@ def test_the_second_launcher_on_one_machine_with_another_token_names_itself(
     wrong = _token_file(tmp_path / "wrong", "other")
     procs = [_launcher(tmp_path, port, right, 0, rdzv_timeout=5)]
     try:
-        _read_until(procs[0], "waiting for 1 of 2 nodes")
+        read_until(procs[0], "waiting for 1 of 2 nodes")
         procs.append(_launcher(tmp_path, port, wrong, 1, rdzv_timeout=5))
         out = procs[1].communicate(timeout=60)[0]
     finally:

@@ -14,6 +14,7 @@ import pytest
 from paddlike.distributed.store import StoreClient
 from paddlike.launch.peers.protocol import end_key
 from tests.support.fixed_ports import fixed_ports
+from tests.support.logwait import read_until
 from tests.support.multinode_common import LAUNCH, start_launcher, write_worker
 from tests.support.netns import netns_cluster
 
@@ -41,17 +42,6 @@ def _loopback_launcher(
     )
 
 
-def _await_line(proc: subprocess.Popen[str], text: str) -> str:
-    """Lines up to the first containing `text` (the launcher prints it within seconds)."""
-    assert proc.stdout is not None
-    seen = ""
-    for line in proc.stdout:
-        seen += line
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never printed; output: {seen}")
-
-
 def _kill(procs: list[subprocess.Popen[str]]) -> None:
     """Cleanup, even when a test failed: no launcher outlives its test."""
     for p in procs:
@@ -64,7 +54,7 @@ def test_a_node_waiting_for_node_0s_store_says_so_and_ends_130_on_ctrl_c(tmp_pat
     port = fixed_ports()
     proc = _loopback_launcher(tmp_path, "127.0.0.1,127.0.0.2", 1, port)
     try:
-        seen = _await_line(proc, f"waiting for node 0 (127.0.0.1:{port}) to host the launchers'")
+        seen = read_until(proc, f"waiting for node 0 (127.0.0.1:{port}) to host the launchers'")
         assert "(1 s of 30 s)" in seen, seen
         proc.send_signal(signal.SIGINT)
         out = seen + proc.communicate(timeout=20)[0]
@@ -86,9 +76,9 @@ def test_a_signal_during_the_rendezvous_ends_every_node_that_arrived(tmp_path, s
     node0 = _loopback_launcher(tmp_path, ips, 0, port)
     node1 = None
     try:
-        _await_line(node0, "waiting for node 1 (127.0.0.2), node 2 (127.0.0.3)")
+        read_until(node0, "waiting for node 1 (127.0.0.2), node 2 (127.0.0.3)")
         node1 = _loopback_launcher(tmp_path, ips, 1, port)
-        _await_line(node0, "waiting for node 2 (127.0.0.3)")
+        read_until(node0, "waiting for node 2 (127.0.0.3)")
         started = time.monotonic()
         node1.send_signal(sig)
         outs = [p.communicate(timeout=20)[0] for p in (node0, node1)]

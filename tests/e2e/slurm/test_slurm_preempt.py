@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.slurm.test_slurm_jobs import DEADLINE, launcher_env, ready, wait_for
+from tests.e2e.slurm import test_slurm_jobs
+from tests.e2e.slurm.test_slurm_jobs import launcher_env, ready, wait_for
 from tests.support.slurm import SlurmCluster, slurm_cluster
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
@@ -28,15 +28,7 @@ def slurm() -> Iterator[SlurmCluster]:
         yield cluster
 
 
-@pytest.fixture
-def job_dir(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Path]:
-    slurm.wait_idle(time.monotonic() + DEADLINE)
-    tmp_path.chmod(0o755)
-    (tmp_path / "out").mkdir()
-    yield tmp_path
-    slurm.command(["scancel", "--partition", slurm.partition], timeout=15)
-    slurm.wait_idle(time.monotonic() + DEADLINE)
-    assert slurm.job_processes() == {}
+job_dir = test_slurm_jobs.job_dir  # the same fixture: idle nodes before, no job left after
 
 
 @pytest.mark.parametrize(("how", "code"), [(["--signal=USR1"], 138), ([], 143)])
