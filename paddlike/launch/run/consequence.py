@@ -20,8 +20,10 @@ left the job (exit barrier)", a PeerExitedError, so a consequence as well.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from paddlike.contract import ERROR_FILE
 
@@ -57,3 +59,16 @@ def peer_exited(env: Mapping[str, str], started: float | None) -> int | None:
 
     error = read_error_file(path)
     return None if error is None else error.peer_exited
+
+
+def drop_stray_temps(env: Mapping[str, str]) -> None:
+    """Remove what a worker killed while writing its error file left: the error file is
+    written to `.<name>.<pid>.<random>.tmp` and renamed (never through a link in a shared
+    directory), and a SIGKILL between the two leaves the temporary file behind."""
+    path = env.get(ERROR_FILE)
+    if not path:
+        return
+    error_file = Path(path)
+    for stray in error_file.parent.glob(f".{error_file.name}.*.tmp"):
+        with contextlib.suppress(OSError):  # another user's, in a sticky directory: theirs
+            stray.unlink()

@@ -49,7 +49,7 @@ from paddlike.launch.plan.policy import (
 )
 from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.cause import process_cause
-from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, peer_exited
+from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, drop_stray_temps, peer_exited
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
 from paddlike.launch.run.logdir import (
@@ -312,6 +312,7 @@ class Supervisor:
             tearing_down=rnd.phase is Phase.TEARDOWN,
         )
         rec.status = verdict.status
+        drop_stray_temps(proc.spec.env)  # it writes no more: a half-written error file goes
         self._teardown.exited(rnd, proc)
         if verdict.failure is not None:
             cause = self._cause_for(proc, code, verdict.failure)
