@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster.common import LAUNCH, REPO, Site, site
+from tests.support.logwait import wait_exited
 from tests.support.second_user import PROC_SPY
 
 pytestmark = pytest.mark.timeout(180)
@@ -292,14 +293,16 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
-def _processes_naming(text: str) -> list[str]:
-    found = []
+def _processes_naming(text: str, timeout: float = 10) -> list[str]:
+    """The command lines naming `text` still running `timeout` s after the check began: a
+    group just sent SIGKILL takes a moment to go (seen on a loaded CI machine)."""
+    found: dict[int, str] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             if text in cmdline and int(pid) != os.getpid():
-                found.append(cmdline)
-    return found
+                found[int(pid)] = cmdline
+    return [found[pid] for pid in wait_exited(list(found), timeout=timeout)]
 
 
 if __name__ == "__main__":  # pragma: no cover
