@@ -1,4 +1,5 @@
-"""The environment-variable names shared by the launcher and the runtime.
+"""The environment-variable names shared by the launcher and the runtime, and by the
+cluster starter and each host's launcher.
 
 The launcher writes these into every worker's environment; `paddlike.distributed`
 reads them. Paddle, torchrun and OneFlow scripts read the same names, which is why
@@ -95,6 +96,15 @@ TIMEOUT = "PADDLIKE_TIMEOUT"  # seconds; default deadline for the runtime's bloc
 # PADDLE_LOG_DIR, the mode as TRAINING_ROLE. PADDLIKE_JOB_ID and PADDLIKE_JOB_TOKEN are
 # the exceptions, on purpose: a nested job keeps the job's name and secret.
 OPTION_ENV_PREFIX = "PADDLIKE_"
+
+# --- the cluster starter and each host's launcher (set in each host's script) ------------
+# "1": this launcher was started by the one-command cluster start (`cluster.remote`); it
+# ends its job when its stdin closes and takes "signal N" lines there (`cluster.eofwatch`)
+STDIN_EOF_ENDS = "PADDLIKE_STDIN_EOF_ENDS"
+# "1": describe the job (the check), say READY, wait for GO on stdin (`cluster.hold`)
+HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"
+# --job_token_file's variable: unset on each host (the job's token travels instead)
+JOB_TOKEN_FILE = OPTION_ENV_PREFIX + "JOB_TOKEN_FILE"
 
 # torchelastic's error file (torchrun sets it; the launcher too, next to each worker's log).
 # paddlike's runtime writes it for an uncaught exception, adding {"paddlike": {PEER_EXITED:

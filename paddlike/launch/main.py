@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from paddlike import contract
 from paddlike.commands import stdout_closed
 from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import PROG, LaunchOptions, UsageError, parse_options
@@ -22,9 +23,6 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.names import NameWait
 
-
-# Set in each host's command by the cluster starter: describe, say READY, wait for GO.
-HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"
 
 
 def _cluster_only(options: LaunchOptions) -> bool:
@@ -65,16 +63,23 @@ def describe(
 
 
 def describe_options(
-    options: LaunchOptions, environ: Mapping[str, str], *, python: str = sys.executable
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    *,
+    python: str = sys.executable,
+    started_by_cluster: bool = False,
 ) -> Described:
     """`describe` from parsed options (so that a failure here can still be told to the
-    other nodes: `_fail_before_the_rendezvous`)."""
+    other nodes: `_fail_before_the_rendezvous`); `started_by_cluster`: this host's launcher
+    was started by the one-command cluster start (`NodeJob.started_by_cluster`)."""
     from paddlike.launch.plan.nodejob import new_job_id
     from paddlike.launch.plan.plan import JobFacts
 
     _check_command_exists(options, environ)
     log_dir = os.path.abspath(options.log_dir)
     job = _placed(options, _node_job(options, environ))
+    if started_by_cluster:
+        job = job._replace(started_by_cluster=True)
     job_id = options.job_id or new_job_id()
     facts = JobFacts(job_id, python, log_dir, environ, job.interface)
     preview = job.plan(job.preview_world(_preview_ports(options, job), job_id), facts)
@@ -148,7 +153,7 @@ def _name_wait(options: LaunchOptions, environ: Mapping[str, str]) -> NameWait |
     up); a dry run does not wait, nor does the check of a host held at the cluster
     starter's gate (the starter reached it by name: a name that does not resolve there now
     is refused before any host starts)."""
-    if options.dry_run or environ.get(HELD_AT_GATE) == "1":
+    if options.dry_run or environ.get(contract.HELD_AT_GATE) == "1":
         return None
     from paddlike.launch.console.progress import ProgressLine
     from paddlike.launch.context.names import NameWait
@@ -257,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     if options.hostfile or options.launcher or _cluster_only(options):
         from paddlike.launch.cluster.here import run_here
-        from paddlike.launch.cluster.local import without_hostfile
+        from paddlike.launch.cluster.without_hostfile import without_hostfile
 
         try:  # DeepSpeed's one-machine spellings, or a refusal naming the option
             options = without_hostfile(options, argv, environ)
@@ -271,13 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from paddlike.launch.cluster.start import start_cluster
 
             return start_cluster(options, argv, environ)
-    held = environ.get(HELD_AT_GATE) == "1"  # started by the cluster starter's ssh
-    if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1" and not held:
+    held = environ.get(contract.HELD_AT_GATE) == "1"  # by the cluster starter: the check
+    from_cluster = environ.get(contract.STDIN_EOF_ENDS) == "1"  # started by the one command
+    if from_cluster and not held:
         from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
 
         end_on_stdin_eof(options.signals_to_handle or ())
     try:
-        described = describe_options(options, environ)
+        described = describe_options(options, environ, started_by_cluster=from_cluster)
     except UsageError as exc:
         if held:  # no host has started: nobody to tell
             return _fail(str(exc), exc.exit_code)
@@ -289,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not wait_for_go():  # another host failed its check, or the starter ended
             return 0
-        if environ.get("PADDLIKE_STDIN_EOF_ENDS") == "1":
+        if from_cluster:
             from paddlike.launch.cluster.eofwatch import end_on_stdin_eof
 
             end_on_stdin_eof(options.signals_to_handle or ())

@@ -3,7 +3,7 @@ starter's signals carried over the same stdin.
 
 A command started by ssh without a terminal gets no SIGHUP when the connection drops or
 the starting machine's ssh is killed: the only sign is that its stdin reaches end of file
-(sshd closes the pipe). `start` sets `STDIN_EOF_ENDS` in each host's command; the
+(sshd closes the pipe). `start` sets `contract.STDIN_EOF_ENDS` in each host's command; the
 launcher there (`launch.main`) then watches its stdin and, at end of file, sends itself
 SIGHUP, which ends the job as a hang-up of its terminal would: workers stopped, the other
 nodes told, exit 129. Workers never read this stdin (they get /dev/null).
@@ -29,10 +29,9 @@ import sys
 import threading
 from collections.abc import Collection
 
-STDIN_EOF_ENDS = "PADDLIKE_STDIN_EOF_ENDS"  # "1": end the job when stdin closes
+from paddlike.contract import STDIN_EOF_ENDS
+
 SIGNAL_WORD = b"signal"
-# True in a launcher started by the cluster stage (`console.tee` keeps rank prefixes)
-watching = False
 # the signals a line may carry: what the starter sends (`start`): the ending ones, the
 # stacks' (SIGUSR1, SIGRTMIN+4), SIGUSR2 (Slurm's), and the launcher's --signals_to_handle
 # ones (given to `end_on_stdin_eof`); never SIGKILL, SIGSTOP or another one
@@ -67,9 +66,7 @@ def end_on_stdin_eof(passed_on: Collection[int] = ()) -> threading.Thread:
     """Start the watch (`passed_on`: this launcher's --signals_to_handle, which a line may
     carry too); the variable is taken out of this process's environment so that the
     workers (and a launcher they might start) do not inherit it."""
-    global watching
     os.environ.pop(STDIN_EOF_ENDS, None)
-    watching = True
     allowed = SENT_SIGNALS | frozenset(passed_on)
     watch = threading.Thread(
         target=_hang_up_at_eof, args=(0, allowed), name="stdin-eof", daemon=True

@@ -1,6 +1,6 @@
 """A host's launcher held at the cluster starter's gate: described, READY, then GO.
 
-The starter (`gate`) sets `launch.main.HELD_AT_GATE` in each host's command. That host's
+The starter (`gate`) sets `contract.HELD_AT_GATE` in each host's command. That host's
 launcher parses and describes its own job (exactly what it would refuse, it refuses now,
 before any host starts: a device it lacks, a name that does not resolve there, a bad
 option), prints READY and waits for one line on its stdin: ``go`` runs the job; end of
@@ -15,6 +15,7 @@ import select
 import sys
 import time
 
+from paddlike.contract import HELD_AT_GATE
 from paddlike.launch.cluster.remote import GO, READY
 
 GO_TIMEOUT = 120.0  # seconds: the starter sends GO once every host is READY (30 s at most)
@@ -24,7 +25,7 @@ def wait_for_go(fd: int = 0, timeout: float = GO_TIMEOUT) -> bool:
     """READY on stdout, then True on GO; False on end of file, another word or the deadline.
     Reads one byte at a time, so that nothing past GO is taken from stdin (`eofwatch`
     watches it next)."""
-    os.environ.pop("PADDLIKE_HELD_AT_GATE", None)  # not the workers' to inherit
+    os.environ.pop(HELD_AT_GATE, None)  # not the workers' to inherit
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     line = b""

@@ -19,9 +19,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from paddlike.contract import OPTION_ENV_PREFIX
+from paddlike.contract import HELD_AT_GATE, JOB_TOKEN_FILE, STDIN_EOF_ENDS
 from paddlike.launch import NamedTuple
-from paddlike.launch.cluster.eofwatch import STDIN_EOF_ENDS
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -31,9 +30,7 @@ if TYPE_CHECKING:
 # which reads the host's script from the session's stdin (what follows the script on that
 # stdin is the launcher's: GO, then `eofwatch`'s signal lines)
 REMOTE_SHELL = "exec /bin/sh -s"
-TOKEN_FILE_VARIABLE = OPTION_ENV_PREFIX + "JOB_TOKEN_FILE"  # --job_token_file's
 HIDDEN = "<hidden>"  # a carried value or the token, as --dry_run shows it
-HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"  # `launch.main`'s: describe, READY, wait for GO
 # A gated session's word that its host passed the check and waits for GO on its stdin.
 READY, GO = b"paddlike-cluster-ready\n", b"go\n"
 # The check before anything starts, and what each of its exit codes means.
@@ -100,7 +97,7 @@ def host_script(
         env[HELD_AT_GATE] = "1"
     lines = [f"cd {shlex.quote(job.cwd)} 2>/dev/null || exit {NO_DIRECTORY}"]
     lines += checks.splitlines()
-    lines.append(f"unset {TOKEN_FILE_VARIABLE}")  # the host's own: not the job's token
+    lines.append(f"unset {JOB_TOKEN_FILE}")  # the host's own: not the job's token
     for name, value in env.items():
         hidden = hide and name not in (STDIN_EOF_ENDS, HELD_AT_GATE)
         shown = f"{name}={HIDDEN}" if hidden else shlex.quote(f"{name}={value}")

@@ -75,8 +75,8 @@ def srun_argv(job: RemoteJob, num_nodes: int | None, environ: Mapping[str, str])
 def srun_environment(environ: Mapping[str, str], job: RemoteJob) -> dict[str, str]:
     """srun's environment: this shell's, the carried variables and the token (a token
     file's name is not passed on: the token itself is)."""
-    from paddlike.launch.cluster.remote import TOKEN_FILE_VARIABLE
+    from paddlike.contract import JOB_TOKEN_FILE
 
-    env = {k: v for k, v in environ.items() if k != TOKEN_FILE_VARIABLE}
+    env = {k: v for k, v in environ.items() if k != JOB_TOKEN_FILE}
     env.update(job.environment)
     return env

@@ -56,7 +56,7 @@ def plan_remote_job(
     fresh random one; it travels with the carried variables, never in an argv."""
     import secrets
 
-    from paddlike.contract import JOB_TOKEN
+    from paddlike.contract import JOB_TOKEN, JOB_TOKEN_FILE
     from paddlike.launch.cluster.envfile import carried_environment
     from paddlike.launch.plan.nodejob import new_job_id
 
@@ -80,7 +80,7 @@ def plan_remote_job(
         prefixes=options.export_prefixes,
     )
     environment[JOB_TOKEN] = options.job_token or secrets.token_hex(16)
-    environment.pop(remote.TOKEN_FILE_VARIABLE, None)  # the token itself travels
+    environment.pop(JOB_TOKEN_FILE, None)  # the token itself travels
     return RemoteJob(
         picks=picks,
         launcher_args=launcher_args,

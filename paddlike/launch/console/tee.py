@@ -126,15 +126,15 @@ class TeeEcho:
     def follow(self, spec: ProcessSpec, path: Path, offset: int) -> None:
         self._files.append(_Followed(path, offset, f"[rank {spec.rank}] ".encode()))
 
-    def finish_setup(self, selection: TeeSelection | None = None) -> None:
+    def finish_setup(
+        self, selection: TeeSelection | None = None, *, among_hosts: bool = False
+    ) -> None:
         """Drop the prefixes when only one worker's output is shown (like Paddle's console),
-        unless this host was started by the one-command cluster start and the selection
-        is for many (--console all): its lines meet every other host's on the login node's
-        console, and read alike whatever each host's worker count."""
-        from paddlike.launch.cluster import eofwatch
-
+        unless this host was started by the one-command cluster start (`among_hosts`) and
+        the selection is for many (--console all): its lines meet every other host's on the
+        login node's console, and read alike whatever each host's worker count."""
         many = selection is not None and (selection == "all" or len(selection) > 1)
-        if eofwatch.watching and many:
+        if among_hosts and many:
             return
         ranks = {f.prefix for f in self._files}
         if len(ranks) <= 1:

@@ -87,6 +87,9 @@ class NodeJob(NamedTuple):
     devices: str = ""
     # no --node_rank, and this node is not at --master's address (`NodeMatch.node0_host`)
     node0_host: str = ""
+    # started by the one-command cluster start (`cluster.start`): this host's console lines
+    # meet every other host's on the starter's console (`console.tee` keeps rank prefixes)
+    started_by_cluster: bool = False
 
     @property
     def nnodes(self) -> int:

@@ -447,6 +447,7 @@ class JobRun:
             guardian=self.guardian,
             kill_timeout=self.options.kill_timeout,
             tee=self.options.tee_indices,
+            tee_among_hosts=self.job.started_by_cluster,
             signals=signal_policy(self.options.signals_to_handle, self.environ),
         )
         self.hangs.channel = watch.stacks

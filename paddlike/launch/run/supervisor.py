@@ -100,6 +100,7 @@ class Supervisor:
         tee: TeeSelection = frozenset({0}),
         tee_out: TextIO | None = None,
         signals: SignalPolicy | None = None,
+        tee_among_hosts: bool = False,
     ) -> None:
         self.plan = plan
         # which signals end the round, go on to the workers, or take stacks (run.signals)
@@ -111,6 +112,8 @@ class Supervisor:
         self.kill_timeout = kill_timeout
         self.tee = tee
         self.tee_out = tee_out if tee_out is not None else sys.stdout
+        # started by the one-command cluster start: rank prefixes kept (`console.tee`)
+        self.tee_among_hosts = tee_among_hosts
         self._tee_poll: float | None = None  # set when inotify is unavailable
         self._teardown = Teardown(console, guardian, kill_timeout)
 
@@ -159,7 +162,8 @@ class Supervisor:
 
             self._spawn_all(rnd, sel, restart_count, round_)
             tee, self._tee_poll = start_tee(
-                rnd.procs, self.tee, self.plan.processes, self.tee_out, sel, stack
+                rnd.procs, self.tee, self.plan.processes, self.tee_out, sel, stack,
+                among_hosts=self.tee_among_hosts,
             )
             if on_started is not None:
                 on_started([p.record for p in rnd.procs])

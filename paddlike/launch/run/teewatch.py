@@ -34,9 +34,12 @@ def start_tee(
     out: TextIO,
     sel: selectors.BaseSelector,
     stack: contextlib.ExitStack,
+    *,
+    among_hosts: bool = False,
 ) -> tuple[TeeEcho | None, float | None]:
     """The echo of the started processes that `selection` names, or None; and the poll
-    interval, None when inotify watches the files (registered on `sel` as "tee")."""
+    interval, None when inotify watches the files (registered on `sel` as "tee").
+    `among_hosts`: started by the one-command cluster start (`TeeEcho.finish_setup`)."""
     targets = {id(s) for s in tee_targets(selection, specs)}
     echo = TeeEcho(out)
     for proc in procs:
@@ -48,7 +51,7 @@ def start_tee(
                 echo.follow(proc.spec, proc.log.err_path, proc.log.err_start)
     if not echo:
         return None, None
-    echo.finish_setup(selection)
+    echo.finish_setup(selection, among_hosts=among_hosts)
     try:
         inotify = _shared_inotify()
     except OSError:

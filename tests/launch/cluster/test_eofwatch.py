@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from paddlike.launch.cluster.eofwatch import STDIN_EOF_ENDS
+from paddlike.contract import STDIN_EOF_ENDS
 
 WORKER = f"""
 import os, sys, time

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from paddlike.contract import HELD_AT_GATE, JOB_TOKEN_FILE, STDIN_EOF_ENDS
 from paddlike.launch.cluster.remote import (
     RemoteJob,
     check_command,
@@ -42,7 +43,7 @@ def test_each_host_runs_the_launcher_with_its_rank_and_its_own_workers() -> None
     scripts = [host_script(JOB, i) for i in range(3)]
     for i, text in enumerate(scripts):
         assert text.startswith("cd /home/u/proj 2>/dev/null || exit 201\n")
-        assert _exports(text) == ["NCCL_DEBUG=INFO", "ODD=a b'c", "PADDLIKE_STDIN_EOF_ENDS=1"]
+        assert _exports(text) == ["NCCL_DEBUG=INFO", "ODD=a b'c", f"{STDIN_EOF_ENDS}=1"]
         launcher = _launcher_words(text)
         assert launcher[:9] == [
             "/opt/py/bin/python3", "-m", "paddlike.launch", "--ips", "h0,h1,h2",
@@ -59,7 +60,7 @@ def test_the_environment_is_exported_by_the_script_never_on_the_launchers_comman
     text = host_script(secret, 0)
     assert "secret123" not in " ".join(_launcher_words(text))
     assert _exports(text)[:2] == ["WANDB_API_KEY=secret123", "PADDLIKE_JOB_TOKEN=T0P"]
-    assert "unset PADDLIKE_JOB_TOKEN_FILE\n" in text  # the host's own would contradict it
+    assert f"unset {JOB_TOKEN_FILE}\n" in text  # the host's own would contradict it
     hidden = host_script(secret, 0, hide=True)
     assert "secret123" not in hidden and "T0P" not in hidden
     assert "export WANDB_API_KEY=<hidden>\n" in hidden
@@ -101,7 +102,7 @@ def test_every_argument_reaches_the_launcher_as_written_through_sh(tmp_path, hos
 
 
 def test_without_the_eof_watch_the_script_carries_only_the_users_environment() -> None:
-    assert "PADDLIKE_STDIN_EOF_ENDS" not in host_script(JOB, 0, end_on_eof=False)
+    assert STDIN_EOF_ENDS not in host_script(JOB, 0, end_on_eof=False)
 
 
 def test_the_preflight_checks_directory_python_and_paddlike_by_exit_code() -> None:
@@ -124,8 +125,8 @@ def test_a_gated_script_checks_then_holds_the_launcher_itself_at_the_gate() -> N
         "[ -f train.py ] || exit 204",
     ]
     assert "import paddlike" not in text  # one Python start-up per host: the launcher's
-    assert "PADDLIKE_HELD_AT_GATE=1" in _exports(text)
-    assert "PADDLIKE_STDIN_EOF_ENDS=1" in _exports(text)
+    assert f"{HELD_AT_GATE}=1" in _exports(text)
+    assert f"{STDIN_EOF_ENDS}=1" in _exports(text)
     words = _launcher_words(text)
     assert words[words.index("--node_rank") + 1] == "1"
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from paddlike.contract import JOB_TOKEN_FILE
 from paddlike.launch.cluster.start import forwarded_args, plan_remote_job
 from paddlike.launch.context.options import UsageError, parse_options
 
@@ -55,7 +56,7 @@ def test_every_job_gets_a_token_the_given_one_or_a_fresh_random_one(tmp_path) ->
     token = tmp_path / "token"
     token.write_text("from-file\n")
     token.chmod(0o600)
-    from_file = _plan(tmp_path, "h0\nh1\n", environ={"PADDLIKE_JOB_TOKEN_FILE": str(token)})
+    from_file = _plan(tmp_path, "h0\nh1\n", environ={JOB_TOKEN_FILE: str(token)})
     assert from_file.environment["PADDLIKE_JOB_TOKEN"] == "from-file"
     typed = _plan(tmp_path, "h0\nh1\n", "--job_token", "typed")
     assert typed.environment["PADDLIKE_JOB_TOKEN"] == "typed"

@@ -117,8 +117,8 @@ class LaunchOptions(NamedTuple):
     ssh_args: str | None = None  # more ssh options, split as a shell would
     ssh_port: int | None = None  # DeepSpeed's --ssh_port: ssh -p N for every host
     force_multi: bool = False  # DeepSpeed's: a one-host hostfile of this machine over ssh too
-    no_ssh_check: bool = False  # DeepSpeed's: refused with the reason (cluster/local.py)
-    no_ssh: bool = False  # DeepSpeed's: refused with the reason (cluster/local.py)
+    no_ssh_check: bool = False  # DeepSpeed's: refused with the reason (cluster/without_hostfile.py)
+    no_ssh: bool = False  # DeepSpeed's: refused with the reason (cluster/without_hostfile.py)
     # --numa_binding (torchrun's --numa-binding; DeepSpeed's --bind_cores_to_rank is
     # "exclusive"): None (off) | "node" | "socket" | "exclusive" | "core-complex"; each
     # worker's CPUs and preferred memory node from its GPU's NUMA node (plan/binding.py)
