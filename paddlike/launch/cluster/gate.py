@@ -12,13 +12,13 @@ second session.
 from __future__ import annotations
 
 import os
-import selectors
 import time
 from collections.abc import Sequence
 
 from paddlike.launch.cluster.remote import GO, READY, check_failure, launcher_refusal
 from paddlike.launch.cluster.ssh import SSH_FAILED, ssh_failure
 from paddlike.launch.cluster.stream import Session
+from paddlike.launch.run.childloop import EXIT, WAKE, ChildLoop
 
 
 class Verdict:
@@ -45,30 +45,28 @@ def wait_ready(
     failed: dict[str, str] = {}
     pending = {s.host for s in sessions}
     deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(wake_fd, selectors.EVENT_READ, None)
+    with ChildLoop(wake_fd) as loop:
         for s in sessions:
             for pipe, store in ((s.proc.stdout, out), (s.proc.stderr, err)):
                 assert pipe is not None
                 os.set_blocking(pipe.fileno(), False)
-                selector.register(pipe.fileno(), selectors.EVENT_READ, (s, store))
-            selector.register(s.pidfd, selectors.EVENT_READ, (s, None))
+                loop.add(pipe.fileno(), "out", (s, store))
+            loop.add_child(s.pidfd, s)
         while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if time.monotonic() >= deadline:
                 for host in pending:
                     failed[host] = f"host {host}: no answer from ssh within {timeout:g} s"
                 break
-            for key, _ in selector.select(left):
-                if key.data is None:
+            for kind, what, fd in loop.wait(deadline):
+                if kind == WAKE:
                     signals = os.read(wake_fd, 64)
                     if signals:
                         verdict.signal = signals[0]
                         return verdict
                     continue
-                session, store = key.data
-                if store is None:  # the session ended before GO: its check failed
-                    selector.unregister(key.fd)
+                if kind == EXIT:  # the session ended before GO: its check failed
+                    session = what
+                    loop.remove(fd)
                     code = session.proc.wait()
                     _read_rest(session, out, err)
                     if session.host in pending:
@@ -77,12 +75,13 @@ def wait_ready(
                             session.host, code, err[session.host], cwd, python, script
                         )
                     continue
+                session, store = what
                 try:
-                    data = os.read(key.fd, 65536)
+                    data = os.read(fd, 65536)
                 except BlockingIOError:
                     continue
                 if not data:
-                    selector.unregister(key.fd)
+                    loop.remove(fd)
                     continue
                 store[session.host] += data
                 if store is out and READY in out[session.host]:

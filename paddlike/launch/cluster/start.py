@@ -202,49 +202,47 @@ def _run_sessions(
     relayed: tuple[int, ...] = (),
     tag: str = "",
 ) -> int:
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    handled = (*ENDING, *relayed)
-    previous = {s: signal.signal(s, lambda *_: None) for s in handled}
-    old_wake = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    from paddlike.launch.run.signals import SignalPolicy, signals_to_pipe
+
+    # the signals this command takes: a byte each on the wake-up pipe its loops watch
     sessions: list[Session] = []
-    try:
-        sessions = _start_sessions(job, launcher, base, environ, script, tag)
-        if launcher == "ssh":
-            verdict = gate.wait_ready(
-                sessions, wake_r, PREFLIGHT_TIMEOUT, job.cwd, job.python, script
-            )
-            if verdict.problems or verdict.signal is not None:
-                _end_unstarted(sessions)
-                if verdict.signal is not None:
-                    name = signal.Signals(verdict.signal).name
-                    _say(f"{name}: stopped before the job started on any host")
-                    return 128 + verdict.signal
-                return _refuse(verdict.problems)
-            for host, text in verdict.stderr.items():  # ssh's warnings, as they came
-                sys.stderr.write(
-                    "".join(
-                        f"[{host}] {line}\n" for line in text.decode(errors="replace").splitlines()
-                    )
-                )
-            gate.start(sessions)
-        consoles = Consoles(sessions, wake_r)
+    with signals_to_pipe(SignalPolicy(ending=ENDING, forward=relayed, stacks=())) as wake_r:
+        assert wake_r is not None  # the main thread's (python -m paddlike.launch)
         try:
-            return _watch(consoles, kill_timeout, relayed)
+            sessions = _start_sessions(job, launcher, base, environ, script, tag)
+            if launcher == "ssh":
+                verdict = gate.wait_ready(
+                    sessions, wake_r, PREFLIGHT_TIMEOUT, job.cwd, job.python, script
+                )
+                if verdict.problems or verdict.signal is not None:
+                    _end_unstarted(sessions)
+                    if verdict.signal is not None:
+                        name = signal.Signals(verdict.signal).name
+                        _say(f"{name}: stopped before the job started on any host")
+                        return 128 + verdict.signal
+                    return _refuse(verdict.problems)
+                _show_warnings(verdict.stderr)
+                gate.start(sessions)
+            consoles = Consoles(sessions, wake_r)
+            try:
+                return _watch(consoles, kill_timeout, relayed)
+            finally:
+                consoles.close()
         finally:
-            consoles.close()
-    finally:
-        for s in sessions:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
-            for pipe in (s.proc.stdin, s.proc.stdout, s.proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-        signal.set_wakeup_fd(old_wake)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        os.close(wake_r)
-        os.close(wake_w)
+            for s in sessions:
+                if s.proc.poll() is None:
+                    s.proc.kill()
+                    s.proc.wait()
+                for pipe in (s.proc.stdin, s.proc.stdout, s.proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
+
+
+def _show_warnings(stderr: Mapping[str, bytes]) -> None:
+    """ssh's warnings of the hosts that passed the check, as they came."""
+    for host, text in stderr.items():
+        lines = text.decode(errors="replace").splitlines()
+        sys.stderr.write("".join(f"[{host}] {line}\n" for line in lines))
 
 
 def _end_unstarted(sessions: Sequence[Session], timeout: float = 10) -> None:
@@ -333,8 +331,7 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
         if kill_at is not None and now >= kill_at:
             _kill(consoles.running)
             kill_at = None
-        wake = [t for t in (None if closed else close_at, kill_at) if t is not None]
-        events = consoles.wait(max(min(wake) - now, 0) if wake else None)
+        events = consoles.wait(None if closed else close_at, kill_at)
         for signum in events.signals:
             if signum in relayed:
                 targets = consoles.running[:1] if signum in stacks else consoles.running

@@ -1,20 +1,21 @@
 """Every host's console on this one, a line at a time, each line prefixed ``[host] ``.
 
 `Consoles` owns the started sessions' pipes and process fds and is the starter's one
-event loop: `wait` returns when a session exits, a signal arrives (the wakeup fd) or the
-timeout passes; lines are copied out as they come (stdout to stdout, stderr to stderr),
-and a partial line waits for its end (or for its session's end).
+event loop (`run.childloop`, the supervisor's too): `wait` returns when a session exits,
+a signal arrives (the wakeup fd) or the nearest deadline passes; lines are copied out as
+they come (stdout to stdout, stderr to stderr), and a partial line waits for its end (or
+for its session's end).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import subprocess
 from collections.abc import Callable, Sequence
 
 from paddlike.launch import NamedTuple
+from paddlike.launch.run.childloop import EXIT, WAKE, ChildLoop
 
 # pdsh's output carries the host in each line: a session may name the host per line
 LineHost = Callable[[bytes], "tuple[str, bytes] | None"]
@@ -88,40 +89,39 @@ class Consoles:
     def __init__(self, sessions: Sequence[Session], wake_fd: int, out: int = 1, err: int = 2):
         self.sessions = list(sessions)
         self.out, self.err = out, err
-        self.selector = selectors.DefaultSelector()
+        self.loop = ChildLoop(wake_fd)
         # the first root-cause report any host printed (every host prints the same one):
         # the starter's last line repeats it once (`root_cause`)
         self.report: list[str] = []
         self._reporting: Session | None = None
-        self.selector.register(wake_fd, selectors.EVENT_READ, ("wake", None))
         for s in self.sessions:
-            self.selector.register(s.pidfd, selectors.EVENT_READ, ("exit", s))
+            self.loop.add_child(s.pidfd, s)
             for pipe, dest in ((s.proc.stdout, out), (s.proc.stderr, err)):
                 if pipe is not None:
                     os.set_blocking(pipe.fileno(), False)
-                    self.selector.register(pipe.fileno(), selectors.EVENT_READ, ("out", (s, dest)))
+                    self.loop.add(pipe.fileno(), "out", (s, dest))
 
     @property
     def running(self) -> list[Session]:
         return [s for s in self.sessions if s.returncode is None]
 
-    def wait(self, timeout: float | None) -> Events:
+    def wait(self, *deadlines: float | None) -> Events:
+        """What happened by the nearest of `deadlines` (`time.monotonic()` times, None for
+        none): the sessions that exited (their output drained), the signals caught."""
         events = Events([], [])
-        for key, _ in self.selector.select(timeout):
-            if key.fd not in self.selector.get_map():
+        for kind, what, fd in self.loop.wait(*deadlines):
+            if fd not in self.loop:
                 continue  # closed by an earlier event of this batch (a session's exit)
-            kind, what = key.data
-            if kind == "wake":
+            if kind == WAKE:
                 with contextlib.suppress(BlockingIOError):
-                    events.signals.extend(os.read(key.fd, 64))
+                    events.signals.extend(os.read(fd, 64))
             elif kind == "out":
-                self._copy(key.fd, *what)
-            else:
-                session = what
-                self.selector.unregister(session.pidfd)
-                session.returncode = session.proc.wait()
-                self._drain(session)
-                events.exited.append(session)
+                self._copy(fd, *what)
+            elif kind == EXIT:
+                self.loop.remove(fd)
+                what.returncode = what.proc.wait()
+                self._drain(what)
+                events.exited.append(what)
         return events
 
     def _copy(self, fd: int, session: Session, dest: int) -> None:
@@ -142,7 +142,7 @@ class Consoles:
             if pipe is None:
                 continue
             fd = pipe.fileno()
-            while fd in self.selector.get_map():
+            while fd in self.loop:
                 try:
                     data = os.read(fd, 65536)
                 except BlockingIOError:
@@ -185,9 +185,9 @@ class Consoles:
     def _copy_eof(self, fd: int, session: Session, dest: int) -> None:
         """Once per fd: a session's exit drains its pipes, and the same select() batch may
         still hold their end-of-file events (then already done)."""
-        if fd not in self.selector.get_map():
+        if fd not in self.loop:
             return
-        self.selector.unregister(fd)
+        self.loop.remove(fd)
         rest = session.partial.pop(fd, b"")
         if rest:
             _write_all(dest, session.prefixed(rest + b"\n"))
@@ -196,12 +196,12 @@ class Consoles:
         """Flush partial lines, close every fd this loop owns."""
         for s in self.sessions:
             for pipe, dest in ((s.proc.stdout, self.out), (s.proc.stderr, self.err)):
-                if pipe is not None and pipe.fileno() in self.selector.get_map():
+                if pipe is not None and pipe.fileno() in self.loop:
                     self._copy_eof(pipe.fileno(), s, dest)
-            if s.pidfd in self.selector.get_map():
-                self.selector.unregister(s.pidfd)
+            if s.pidfd in self.loop:
+                self.loop.remove(s.pidfd)
             os.close(s.pidfd)
-        self.selector.close()
+        self.loop.close()
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,9 +1,9 @@
 """The supervisor: start this node's processes for one round, watch them, tear down.
 
-One event loop (selectors over pidfds, a signal wake-up pipe, inotify for `--tee`,
-and the caller's extra fds) — no sleep loop, so a failure is noticed the moment the
-kernel reports it. The first failure (or SIGINT/SIGTERM/SIGHUP, or a remote cause
-from an extra fd) starts the teardown (`_fail`); what the teardown does (SIGTERM,
+One event loop (`run.childloop`: the children's pidfds, a signal wake-up pipe, inotify
+for `--tee`, the caller's extra fds, deadlines) — no sleep loop, so a failure is noticed
+the moment the kernel reports it. The first failure (or SIGINT/SIGTERM/SIGHUP, or a
+remote cause from an extra fd) starts the teardown (`_fail`); what the teardown does (SIGTERM,
 kill_timeout, SIGKILL, reap every child) is `run.teardown`'s policy, which the loop
 wakes at its deadline. The round's state and outcome are `run.roundstate`'s; `--tee`'s
 files are watched as `run.teewatch` sets them up.
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import signal
 import sys
 import time
@@ -49,6 +48,7 @@ from paddlike.launch.plan.policy import (
 )
 from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.cause import process_cause
+from paddlike.launch.run.childloop import EXIT, WAKE, ChildLoop
 from paddlike.launch.run.consequence import CONSEQUENCE_GRACE, drop_stray_temps, peer_exited
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch, Watched
@@ -150,19 +150,17 @@ class Supervisor:
         rnd = RoundState(on_failure=on_failure, hangs=hangs)
         rnd.hold, rnd.on_notice, rnd.notice_node = hold, on_notice, self.plan.node_index
         with contextlib.ExitStack() as stack:
-            sel = stack.enter_context(selectors.DefaultSelector())
             wake_fd = stack.enter_context(signals_to_pipe(self.signals))
-            if wake_fd is not None:
-                sel.register(wake_fd, selectors.EVENT_READ, ("signal", None))
+            loop = stack.enter_context(ChildLoop(wake_fd))
             for fd, callback in (extra_fds or {}).items():
-                sel.register(fd, selectors.EVENT_READ, ("extra", callback))
+                loop.add(fd, "extra", callback)
             if services_stop is not None:
-                sel.register(services_stop.fd, selectors.EVENT_READ, ("services", services_stop))
+                loop.add(services_stop.fd, "services", services_stop)
             stack.callback(self._teardown.close_all, rnd)
 
-            self._spawn_all(rnd, sel, restart_count, round_)
+            self._spawn_all(rnd, loop, restart_count, round_)
             tee, self._tee_poll = start_tee(
-                rnd.procs, self.tee, self.plan.processes, self.tee_out, sel, stack,
+                rnd.procs, self.tee, self.plan.processes, self.tee_out, loop.selector, stack,
                 among_hosts=self.tee_among_hosts,
             )
             if on_started is not None:
@@ -170,23 +168,20 @@ class Supervisor:
             if hangs is not None:
                 hangs.start_round(self.plan.job_id, lambda: self._watched(rnd))
                 if hangs.fd is not None:
-                    sel.register(hangs.fd, selectors.EVENT_READ, ("stacks", hangs))
+                    loop.add(hangs.fd, "stacks", hangs)
             self._maybe_stop_services(rnd, services_stop)  # a node without trainers: now
 
             while any(p.alive for p in rnd.procs) or rnd.held is not None:
-                events = sel.select(self._timeout(rnd, tee))
-                for key, _ in events:
-                    if key.data[0] == "proc":
-                        sel.unregister(key.fd)
-                        self._exited(rnd, key.data[1])
-                for key, _ in events:
-                    kind, payload = key.data
-                    if kind == "signal":
-                        self._launcher_signals(rnd, key.fd)
+                for kind, payload, fd in loop.wait(*self._deadlines(rnd, tee)):
+                    if kind == EXIT:  # (every exit of the batch first)
+                        loop.remove(fd)
+                        self._exited(rnd, payload)
+                    elif kind == WAKE:
+                        self._launcher_signals(rnd, fd)
                     elif kind == "extra":
                         self._remote_cause(rnd, payload())
                     elif kind == "services" and payload.stop_now():
-                        sel.unregister(key.fd)
+                        loop.remove(fd)
                         if rnd.phase is Phase.RUNNING:
                             self._teardown.stop_services(rnd, "every trainer of the job finished")
                     elif kind == "stacks":
@@ -219,7 +214,7 @@ class Supervisor:
     def _spawn_all(
         self,
         rnd: RoundState,
-        sel: selectors.BaseSelector,
+        loop: ChildLoop,
         restart_count: int,
         round_: int | None = None,
     ) -> None:
@@ -262,13 +257,13 @@ class Supervisor:
             env = {**self.base_env, **proc.spec.env}
             env[contract.RESTART_COUNT] = restart
             env[contract.TORCHELASTIC_RESTART_COUNT] = restart
-            self._spawn(rnd, proc, sel, env, preexec)
+            self._spawn(rnd, proc, loop, env, preexec)
 
     def _spawn(
         self,
         rnd: RoundState,
         proc: Proc,
-        sel: selectors.BaseSelector,
+        loop: ChildLoop,
         env: Mapping[str, str],
         preexec: Callable[[], None],
     ) -> None:
@@ -292,7 +287,7 @@ class Supervisor:
             proc.log.close()  # the child has its own copies
         proc.record.pid = proc.popen.pid
         proc.pidfd = os.pidfd_open(proc.popen.pid)
-        sel.register(proc.pidfd, selectors.EVENT_READ, ("proc", proc))
+        loop.add_child(proc.pidfd, proc)
 
     # ------------------------------------------------------------------ events
     def _exited(self, rnd: RoundState, proc: Proc) -> None:
@@ -467,20 +462,17 @@ class Supervisor:
         notice = cause if cause.preempted else None
         self._teardown.start(rnd, cause.reason, first, notice)
 
-    def _timeout(self, rnd: RoundState, tee: TeeEcho | None) -> float | None:
-        timeout: float | None = None
-        if rnd.kill_deadline is not None:
-            timeout = max(0.0, rnd.kill_deadline - time.monotonic())
-        if tee is not None and self._tee_poll is not None:
-            timeout = self._tee_poll if timeout is None else min(timeout, self._tee_poll)
-        if rnd.held is not None:
-            left = max(0.0, rnd.held_until - time.monotonic())
-            timeout = left if timeout is None else min(timeout, left)
+    def _deadlines(self, rnd: RoundState, tee: TeeEcho | None) -> tuple[float | None, ...]:
+        """When the loop wakes though nothing happened: the teardown's next step, --tee's
+        next poll, a held-back consequence's end, the hang rule's next look."""
+        poll = self._tee_poll if tee is not None else None
         due = rnd.hangs.next_check() if rnd.hangs is not None else None
-        if due is not None and rnd.phase is Phase.RUNNING:
-            left = max(0.0, due - time.monotonic())
-            timeout = left if timeout is None else min(timeout, left)
-        return timeout
+        return (
+            rnd.kill_deadline,
+            time.monotonic() + poll if poll is not None else None,
+            rnd.held_until if rnd.held is not None else None,
+            due if rnd.phase is Phase.RUNNING else None,
+        )
 
     # ------------------------------------------------------------------ results
     def _cause_for(self, proc: Proc, code: int, reason: str) -> RootCause:

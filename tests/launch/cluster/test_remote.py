@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from paddlike.contract import HELD_AT_GATE, JOB_TOKEN_FILE, STDIN_EOF_ENDS
+from paddlike.contract import HELD_AT_GATE, JOB_TOKEN, JOB_TOKEN_FILE, STDIN_EOF_ENDS
 from paddlike.launch.cluster.remote import (
     RemoteJob,
     check_command,
@@ -56,7 +56,7 @@ def test_each_host_runs_the_launcher_with_its_rank_and_its_own_workers() -> None
 
 
 def test_the_environment_is_exported_by_the_script_never_on_the_launchers_command_line() -> None:
-    secret = JOB._replace(environment={"WANDB_API_KEY": "secret123", "PADDLIKE_JOB_TOKEN": "T0P"})
+    secret = JOB._replace(environment={"WANDB_API_KEY": "secret123", JOB_TOKEN: "T0P"})
     text = host_script(secret, 0)
     assert "secret123" not in " ".join(_launcher_words(text))
     assert _exports(text)[:2] == ["WANDB_API_KEY=secret123", "PADDLIKE_JOB_TOKEN=T0P"]

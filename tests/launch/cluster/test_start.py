@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from paddlike.contract import JOB_TOKEN_FILE
+from paddlike.contract import JOB_TOKEN, JOB_TOKEN_FILE
 from paddlike.launch.cluster.start import forwarded_args, plan_remote_job
 from paddlike.launch.context.options import UsageError, parse_options
 
@@ -48,18 +48,18 @@ def test_a_plan_gives_every_host_the_same_job_id_and_python(tmp_path) -> None:
 
 
 def test_every_job_gets_a_token_the_given_one_or_a_fresh_random_one(tmp_path) -> None:
-    first = _plan(tmp_path, "h0\nh1\n").environment["PADDLIKE_JOB_TOKEN"]
-    second = _plan(tmp_path, "h0\nh1\n").environment["PADDLIKE_JOB_TOKEN"]
+    first = _plan(tmp_path, "h0\nh1\n").environment[JOB_TOKEN]
+    second = _plan(tmp_path, "h0\nh1\n").environment[JOB_TOKEN]
     assert len(first) == 32 and first != second
-    given = _plan(tmp_path, "h0\nh1\n", environ={"PADDLIKE_JOB_TOKEN": "from-shell"})
-    assert given.environment["PADDLIKE_JOB_TOKEN"] == "from-shell"  # not dropped
+    given = _plan(tmp_path, "h0\nh1\n", environ={JOB_TOKEN: "from-shell"})
+    assert given.environment[JOB_TOKEN] == "from-shell"  # not dropped
     token = tmp_path / "token"
     token.write_text("from-file\n")
     token.chmod(0o600)
     from_file = _plan(tmp_path, "h0\nh1\n", environ={JOB_TOKEN_FILE: str(token)})
-    assert from_file.environment["PADDLIKE_JOB_TOKEN"] == "from-file"
+    assert from_file.environment[JOB_TOKEN] == "from-file"
     typed = _plan(tmp_path, "h0\nh1\n", "--job_token", "typed")
-    assert typed.environment["PADDLIKE_JOB_TOKEN"] == "typed"
+    assert typed.environment[JOB_TOKEN] == "typed"
     assert "typed" not in typed.launcher_args
 
 
@@ -102,7 +102,7 @@ def test_deepspeeds_prefixes_are_carried_unless_turned_off(tmp_path) -> None:
 
     def carried(*args: str) -> dict[str, str]:  # the job's fresh token travels beside them
         environment = dict(_plan(tmp_path, "h0\nh1\n", *args, environ=shell).environment)
-        assert len(environment.pop("PADDLIKE_JOB_TOKEN")) == 32
+        assert len(environment.pop(JOB_TOKEN)) == 32
         return environment
 
     assert carried() == {"NCCL_SOCKET_IFNAME": "ib0", "PYTHONPATH": "/src", "UCX_TLS": "rc"}
@@ -127,7 +127,7 @@ def _dry_run(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess[str]
 def test_dry_run_prints_each_hosts_ssh_command_and_script_with_secrets_hidden(tmp_path) -> None:
     (tmp_path / ".paddlike_env").write_text("FROM_FILE=file-secret\n")
     (tmp_path / ".paddlike_env").chmod(0o600)
-    env = {"MINE": "export-secret", "PADDLIKE_JOB_TOKEN": "TOPSECRET"}
+    env = {"MINE": "export-secret", JOB_TOKEN: "TOPSECRET"}
     done = _dry_run(tmp_path, "--export", "MINE", "--export_prefixes", "none", env=env)
     assert done.returncode == 0, done.stderr
     for secret in ("file-secret", "export-secret", "TOPSECRET"):
@@ -141,7 +141,7 @@ def test_dry_run_prints_each_hosts_ssh_command_and_script_with_secrets_hidden(tm
         assert words[-3:] == ["--", host, "exec /bin/sh -s"]
         script = [line.strip() for line in mine[1:-1]]
         assert script[0] == f"cd {tmp_path} 2>/dev/null || exit 201"
-        for name in ("FROM_FILE", "MINE", "PADDLIKE_JOB_TOKEN"):
+        for name in ("FROM_FILE", "MINE", JOB_TOKEN):
             assert f"export {name}=<hidden>" in script
         launcher = shlex.split(script[-1].removeprefix("exec "))
         assert launcher[launcher.index("--node_rank") + 1] == str(rank)
@@ -151,7 +151,7 @@ def test_dry_run_prints_each_hosts_ssh_command_and_script_with_secrets_hidden(tm
 
 
 def test_dry_run_with_pdsh_prints_its_one_command_and_each_hosts_run_file(tmp_path) -> None:
-    done = _dry_run(tmp_path, "--launcher", "pdsh", env={"PADDLIKE_JOB_TOKEN": "TOPSECRET"})
+    done = _dry_run(tmp_path, "--launcher", "pdsh", env={JOB_TOKEN: "TOPSECRET"})
     assert done.returncode == 0, done.stderr
     first, *rest = done.stdout.splitlines()
     assert first.startswith("PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS=")
@@ -165,7 +165,7 @@ def test_dry_run_with_pdsh_prints_its_one_command_and_each_hosts_run_file(tmp_pa
 def test_dry_run_with_slurm_gives_the_secrets_in_sruns_environment(tmp_path) -> None:
     done = _dry_run(
         tmp_path, "--launcher", "slurm", "--export_prefixes", "none",
-        env={"PADDLIKE_JOB_TOKEN": "TOPSECRET"},
+        env={JOB_TOKEN: "TOPSECRET"},
     )
     assert done.returncode == 0, done.stderr
     assert "TOPSECRET" not in done.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from paddlike.launch.cluster.stream import Consoles, Session
 
@@ -28,7 +29,7 @@ def test_lines_are_prefixed_split_writes_joined_and_a_last_partial_line_ended() 
     consoles = Consoles(sessions, wake_r, out=out_w, err=err_w)
     exited = []
     while consoles.running:
-        exited += consoles.wait(10).exited
+        exited += consoles.wait(time.monotonic() + 10).exited
     consoles.close()
     for fd in (out_w, err_w, wake_w):
         os.close(fd)
@@ -50,7 +51,7 @@ def test_a_session_that_exited_with_its_pipes_closed_in_one_batch_is_ended_once(
     session = _session("a", "import sys; sys.stdout.write('last'); sys.stderr.write('words')")
     os.waitid(os.P_PID, session.proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
     consoles = Consoles([session], wake_r, out=out_w, err=err_w)
-    events = consoles.wait(10)  # the exit first (registered first), then both EOFs
+    events = consoles.wait(time.monotonic() + 10)  # the exit first (`ChildLoop`), then EOFs
     assert [s.host for s in events.exited] == ["a"]
     assert consoles.running == []
     consoles.close()
@@ -73,7 +74,7 @@ def test_the_first_root_cause_report_of_any_host_is_kept_in_one_line() -> None:
     )
     consoles = Consoles([_session("a", report)], wake_r, out=out_w, err=err_w)
     while consoles.running:
-        consoles.wait(10)
+        consoles.wait(time.monotonic() + 10)
     consoles.close()
     for fd in (out_r, out_w, err_r, err_w, wake_r, wake_w):
         os.close(fd)
