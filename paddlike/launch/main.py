@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from paddlike.launch.context.names import NameWait
 
 
-
 def _cluster_only(options: LaunchOptions) -> bool:
     """An option that only the cluster starter reads was given (without --hostfile)."""
     return bool(
