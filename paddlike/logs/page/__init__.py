@@ -2,7 +2,8 @@
 
 facts.py reads what the page shows from the log directories (through the text
 reader's public functions, so both say the same); render.py puts style, facts and the
-drawing script (script.py) into one file; follow.py rewrites it while the job runs.
+drawing script (package data files in assets/) into one file; follow.py rewrites it while
+the job runs.
 Imported only when --html is given: `python -m paddlike.logs` stays quick to start.
 """
 
