@@ -20,7 +20,7 @@ import pytest
 
 from paddlike.logs import outcome
 from paddlike.logs.__main__ import main
-from paddlike.logs.page import follow as page_follow
+from paddlike.logs.page import follow_page as page_follow
 from paddlike.logs.page.facts import job_facts, run_starts
 from paddlike.logs.reader import load
 from paddlike.summary import read_summary, write_summary
