@@ -25,6 +25,10 @@ from .collective.device import AUTO_REFUSAL
 from .collective.errors import CollectiveError
 from .collective.group import DEVICE, HOST, Group, Lane, runtime
 from .collective.task import OpQueue
+
+# Paddle's path (paddle.distributed.parallel.DataParallel) and this module's before the
+# split: both keep working
+from .data_parallel import DataParallel, all_reduce_gradients  # noqa: F401
 from .env import ParallelEnv, master_address
 
 __all__ = [

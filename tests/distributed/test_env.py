@@ -112,6 +112,7 @@ def test_the_lazy_top_level_names_are_exactly_the_collective_and_parallel_api():
         assert lazy == set(owner.__all__) - {"BUCKET_BYTES"}, module
     for name, module in dist._LAZY.items():
         assert getattr(dist, name) is getattr(owners[module], name), name
+    assert parallel.DataParallel is dist.DataParallel  # Paddle's path keeps working
 
 
 TORCHRUN = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
