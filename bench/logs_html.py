@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from paddlike.logs.page import build_page, write_atomically  # noqa: E402
+from paddlike.logs.process_table import format_job  # noqa: E402
 from paddlike.logs.reader import load  # noqa: E402
-from paddlike.logs.table import format_job  # noqa: E402
 from tests.support import headless  # noqa: E402
 from tests.support.synthetic_job import write_hung_job  # noqa: E402
 

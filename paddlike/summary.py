@@ -47,7 +47,7 @@ log_file (name relative to the log directory), endpoint.
 
 RootCause: host, node_index, role, rank, local_index, exit_code, signal,
 log_file, tail (the last lines of that log, list of str), error (the first line of
-that log's run that says why, `paddlike.logs.errors`: "RuntimeError: boom", also
+that log's run that says why, `paddlike.logs.first_error`: "RuntimeError: boom", also
 behind torch's "[rank1]: "; null when none), time, duration (how
 long the failed process ran), membership (elastic jobs: "lost", "left" or "joined"
 when the round ended because its nodes changed; else null), reason (one sentence:
@@ -261,7 +261,7 @@ class RootCause(_Record):
         # --on_hang abort: the hang's summary.txt in its stack dump (as log_file is given);
         # role and rank then name the rank that holds the others up, if one does
         stacks: str | None = None,
-        # the first line of the failed process's log that says why (paddlike.logs.errors)
+        # the first line of the failed process's log that says why (paddlike.logs.first_error)
         error: str | None = None,
     ) -> None:
         self.reason = reason

@@ -46,7 +46,7 @@ LAUNCH_MAY_IMPORT = (
     "paddlike.netaddr",  # host:port texts, IPv6 bracketed (stdlib only)
     "paddlike.distributed.store",
     "paddlike.logs.report",
-    "paddlike.logs.errors",  # the first error line of a failure (stdlib only, like report)
+    "paddlike.logs.first_error",  # the first error line of a failure (stdlib only, like report)
     "paddlike.logs.worker_probe",  # the hang probe's directory and environment (stdlib only)
 )
 # ... and only inside a function, when a hang is looked for (they are heavier).

@@ -70,11 +70,10 @@ _LAZY = {
             "new_group",
             "get_group",
             "get_backend",
-            "DataParallel",
-            "all_reduce_gradients",
         ],
         ".parallel",
     ),
+    **dict.fromkeys(["DataParallel", "all_reduce_gradients"], ".data_parallel"),
 }
 # The global view (placement, SBP, global arrays); kept apart from _LAZY, which lists
 # exactly the collective and parallel API.

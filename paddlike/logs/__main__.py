@@ -25,10 +25,10 @@ from typing import Any, TextIO
 from paddlike.commands import command_name, stdout_closed
 from paddlike.logformat import read_regular_text
 from paddlike.logs import outcome
-from paddlike.logs.follow import Follower
+from paddlike.logs.follow_logs import Follower
+from paddlike.logs.process_table import format_job, format_process_tail
 from paddlike.logs.reader import JobView, LogDirError, ProcessView, load, node_dirs
 from paddlike.logs.report import TAIL_LINES, read_tail, use_color
-from paddlike.logs.table import format_job, format_process_tail
 
 ROLES = ("trainer", "server", "heter")
 

@@ -34,7 +34,7 @@ from paddlike.logformat import (
     read_run_tail,
 )
 from paddlike.logs.alive import launcher_alive, launcher_pid, pid_alive
-from paddlike.logs.errors import first_error_in_file
+from paddlike.logs.first_error import first_error_in_file
 from paddlike.summary import (
     SUMMARY_FILE,
     ProcessRecord,

@@ -267,7 +267,7 @@ def format_failure_line(cause: RootCause, *, log_dir: str | os.PathLike[str] | N
 
     trainer rank 1 exited with code 3: ValueError: bad batch (log log/workerlog.1)
     """
-    from paddlike.logs.errors import first_error_line
+    from paddlike.logs.first_error import first_error_line
 
     text = cause.reason
     error = cause.error or first_error_line(cause.tail)

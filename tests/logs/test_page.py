@@ -20,7 +20,7 @@ import pytest
 
 from paddlike.logs import outcome
 from paddlike.logs.__main__ import main
-from paddlike.logs.page import follow as page_follow
+from paddlike.logs.page import follow_page as page_follow
 from paddlike.logs.page.facts import job_facts, run_starts
 from paddlike.logs.reader import load
 from paddlike.summary import read_summary, write_summary
@@ -91,6 +91,23 @@ def test_page_loads_nothing_from_anywhere():
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page, re.I)
     assert "@import" not in page and "url(" not in page
     assert len(re.findall(r"<script\b", page)) == len(re.findall(r"</script>", page)) == 3
+
+
+def test_the_pages_script_and_style_are_package_data_that_every_install_carries():
+    # render.py reads them from paddlike/logs/page/assets/ with importlib.resources: a file
+    # there that setup.cfg does not ship would be missing from a wheel (a page without
+    # its script), or one the page never reads would ship for nothing
+    from paddlike.logs.page import render
+
+    folder = Path(render.__file__).parent / "assets"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(render.ASSETS)
+    setup = (SAMPLES.parent / "setup.cfg").read_text()
+    assert re.search(r"^paddlike\.logs\.page = assets/\*$", setup, flags=re.MULTILINE)
+    code, page = run([SAMPLES / "failed", "--html", "-"])
+    assert code == 0
+    for name in render.ASSETS:
+        if name != "page.html":  # a template: its {fields} are filled in
+            assert f">{render.asset(name)}</" in page, name
 
 
 def test_a_log_line_that_closes_a_script_element_stays_data(tmp_path):

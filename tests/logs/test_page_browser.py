@@ -303,7 +303,7 @@ def test_a_followed_running_job_says_so_and_draws_up_to_now(tmp_path):
 
     log = write_running_job(tmp_path / "log")
     page = tmp_path / "running.html"
-    # What `--html page --follow` writes while the job runs (its loop: follow.py).
+    # What `--html page --follow` writes while the job runs (its loop: page/follow_page.py).
     write_atomically(page, build_page(load([str(log)]), [str(log)], follow=600.0))
     tree = open_page(page)
     [row] = rows(tree).values()

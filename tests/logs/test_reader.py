@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from paddlike.logs.__main__ import main
-from paddlike.logs.follow import Follower
+from paddlike.logs.follow_logs import Follower
 from paddlike.summary import ProcessRecord, RootCause, RunSummary, write_summary
 from tests.support.logwait import wait_until
 from tests.support.synthetic_job import write_paddle_job

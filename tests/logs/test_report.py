@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paddlike.logformat import last_run_start
-from paddlike.logs.errors import first_error_in_file, first_error_line
+from paddlike.logs.first_error import first_error_in_file, first_error_line
 from paddlike.logs.report import (
     format_duration,
     format_failure_line,

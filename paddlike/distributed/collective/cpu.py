@@ -30,10 +30,10 @@ from ..store import StoreClient, StoreError
 from . import keys as K
 from .backend import Communicator
 from .errors import EXIT_BARRIER, CollectiveError, CollectiveTimeoutError, size_mismatch
-from .layout import byte_view, copy_rows, fingerprint, flat_bytes, ranges, shm_buffer_bytes
 from .reduce_op import ReduceOp, reduce_into
 from .shm import ShmArena, shm_available
 from .shm_reduce import shm_reduce, small_bytes
+from .slicing import byte_view, copy_rows, fingerprint, flat_bytes, ranges, shm_buffer_bytes
 from .tcp import OPCODE, OPCODES, Mesh, Recv, Send
 from .tcp_reduce import allreduce_direct, allreduce_ring, reduce_to_root
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .layout import bounds, ranges
 from .reduce_op import ReduceOp, reduce_into
 from .shm import ShmArena
+from .slicing import bounds, ranges
 from .tcp import OPCODE, OPCODES
 
 __all__ = ["SMALL_BYTES", "shm_reduce"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import bounds, byte_view
 from .reduce_op import ReduceOp, reduce_into, ufunc_of
+from .slicing import bounds, byte_view
 from .tcp import Mesh, Recv, Send
 
 __all__ = ["allreduce_direct", "allreduce_ring", "reduce_to_root"]

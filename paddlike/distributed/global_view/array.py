@@ -17,8 +17,8 @@ from . import signatures as sig
 from .boxing import convert, move
 from .errors import GlobalViewError
 from .groups import array_module, my_rank, require_backend
-from .layout import local_shape
 from .placement import Placement
+from .regions import local_shape
 from .sbp import Sbp, Split, broadcast, fmt, normalize
 
 __all__ = ["GlobalArray"]

@@ -24,8 +24,8 @@ from typing import Any
 from ..collective import ops
 from . import buffers
 from .groups import group_of
-from .layout import local_region, region_shape, split_bounds, split_sizes
 from .placement import Placement
+from .regions import local_region, region_shape, split_bounds, split_sizes
 from .sbp import Sbp, Split, broadcast, partial_sum
 from .transfer import run as transfer
 

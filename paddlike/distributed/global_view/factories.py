@@ -21,8 +21,8 @@ from ..collective import ops
 from .array import GlobalArray
 from .errors import GlobalViewError
 from .groups import array_module, group_of, my_rank, require_backend
-from .layout import even_global_shape, infer_global_shape, local_region
 from .placement import Placement
+from .regions import even_global_shape, infer_global_shape, local_region
 from .sbp import Sbp, broadcast, fmt, normalize, partial_sum
 
 __all__ = ["arange", "full", "global_array", "ones", "randn", "to_global", "zeros"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import Region, intersect, local_region, region_shape
 from .placement import Placement
+from .regions import Region, intersect, local_region, region_shape
 from .sbp import Sbp, broadcast, partial_sum
 
 __all__ = ["Move", "needed_region", "plan", "run"]

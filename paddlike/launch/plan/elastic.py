@@ -180,11 +180,6 @@ def run_elastic(
         round_ = end.round + 1
 
 
-def survivors_of(ends: Sequence[bytes | None], gone: Sequence[bytes]) -> int:
-    """Members whose end mark says they may come back (not lost, not left)."""
-    return sum(1 for e in ends if e is not None and e not in gone)
-
-
 def elastic_order(arrivals: Sequence[tuple[int, NodeEntry]]) -> list[int]:
     """The members' tickets in rank order. An entry's index is the rank it held in the
     previous round (the store's host asks for 0), -1 for a newcomer: previous members

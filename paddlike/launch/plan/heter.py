@@ -134,12 +134,3 @@ def heter_trainer_env(
     if devices[k] == "gpu":
         env[contract.SELECTED_GPUS] = str(gpu)
     return env
-
-
-def stage_of(stages: Sequence[Sequence[str]], rank: int) -> int:
-    """The stage (2..N+1) of the heter trainer at `rank` in the list of every heter trainer."""
-    for k, members in enumerate(stages):
-        if rank < len(members):
-            return k + 2
-        rank -= len(members)
-    raise ValueError(f"heter rank {rank} is beyond the {sum(map(len, stages))} heter trainers")

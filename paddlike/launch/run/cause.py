@@ -10,7 +10,7 @@ import time
 from paddlike.launch.plan.signames import signal_name
 from paddlike.launch.run.logdir import read_tail_since
 from paddlike.launch.run.roundstate import Proc
-from paddlike.logs.errors import first_error_in_file
+from paddlike.logs.first_error import first_error_in_file
 from paddlike.summary import RootCause
 
 # The lines of a failed process's log quoted in its cause (the report's tail).

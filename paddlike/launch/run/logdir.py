@@ -257,9 +257,6 @@ class LogDir:
         os.close(self._lock)  # closing the descriptor releases the flock
         self._lock = None
 
-    def file(self, name: str) -> Path:
-        return self.path / name
-
     def write_endpoints(
         self,
         trainer_endpoints: Sequence[str],

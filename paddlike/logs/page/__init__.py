@@ -2,7 +2,8 @@
 
 facts.py reads what the page shows from the log directories (through the text
 reader's public functions, so both say the same); render.py puts style, facts and the
-drawing script (script.py) into one file; follow.py rewrites it while the job runs.
+drawing script (package data files in assets/) into one file; follow_page.py rewrites it while
+the job runs.
 Imported only when --html is given: `python -m paddlike.logs` stays quick to start.
 """
 
@@ -32,7 +33,7 @@ def main(dirs: list[str], target: str, *, follow: bool, out: TextIO) -> int:
                 file=sys.stderr,
             )
             return 2
-        from paddlike.logs.page.follow import follow_page
+        from paddlike.logs.page.follow_page import follow_page
 
         return follow_page(dirs, Path(target), out=out)
     try:

@@ -1,5 +1,5 @@
 """The page of a loaded job, and writing it so that a reloading browser never sees half
-of it; apart from the command (page/__init__.py) so that follow.py can use both."""
+of it; apart from the command (page/__init__.py) so that follow_page.py can use both."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from paddlike.logformat import (
 from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.page.last_signs import last_signs, mark_first, newest_dump
+from paddlike.logs.process_table import format_job, restart_lines
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import (
     format_duration,
@@ -41,7 +42,6 @@ from paddlike.logs.report import (
     format_root_cause,
     format_success,
 )
-from paddlike.logs.table import format_job, restart_lines
 from paddlike.summary import ProcessStatus, RunStatus
 
 TAIL_LINES = 20  # log lines kept per process for its detail panel

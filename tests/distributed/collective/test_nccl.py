@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paddlike.distributed.collective import nccl
+from paddlike.distributed.collective import nccl, nccl_setup
 from paddlike.distributed.collective.reduce_op import ReduceOp
 from tests.support.collective_workers.launching import WORKERS, launch, logs, reports
 
@@ -45,7 +45,7 @@ def test_asking_for_nccl_without_cupy_says_what_to_install() -> None:
     ids=["bytes-cupy14", "tuple-older-cupy"],
 )
 def test_unique_id_survives_the_store_in_the_form_cupy_made_it(uid) -> None:
-    back = nccl.decode_unique_id(nccl.encode_unique_id(uid))
+    back = nccl_setup.decode_unique_id(nccl_setup.encode_unique_id(uid))
     assert back == uid and type(back) is type(uid)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlike.distributed.collective import nccl
+from paddlike.distributed.collective import nccl, nccl_setup
 from paddlike.distributed.collective.errors import CollectiveError
 from paddlike.distributed.store import StoreClient, StoreServer
 from tests.support.fixed_ports import fixed_ports
@@ -50,9 +50,9 @@ def _set_up(identities: list[bytes]) -> dict[int, BaseException | None]:
             with StoreClient(*srv.address, timeout=10) as store:
                 try:
                     prefix, deadline = "paddlike/r0/i0/g2", time.monotonic() + 20
-                    nccl.claim_gpu(store, prefix, k, ranks, identities[k])
-                    nccl.await_peers(store, prefix, k, ranks, deadline)
-                    nccl.refuse_shared_gpu(store, prefix, k, ranks, deadline)
+                    nccl_setup.claim_gpu(store, prefix, k, ranks, identities[k])
+                    nccl_setup.await_peers(store, prefix, k, ranks, deadline)
+                    nccl_setup.refuse_shared_gpu(store, prefix, k, ranks, deadline)
                     results[k] = None
                 except Exception as exc:
                     results[k] = exc
@@ -139,8 +139,8 @@ def test_init_exchanges_the_unique_id_and_builds_a_communicator_on_gpu_0(world):
     assert world.comm.device.id == 0
     prefix = f"{runtime.prefix}/g0"
     uid = runtime.store.get(f"{prefix}/nccl-uid", timeout=5)
-    assert len(nccl.decode_unique_id(uid)) == 128
-    key, _, description = nccl.gpu_identity(0).decode().partition("\t")
+    assert len(nccl_setup.decode_unique_id(uid)) == 128
+    key, _, description = nccl_setup.gpu_identity(0).decode().partition("\t")
     assert key.startswith(("uuid:", "pci:")) and description.startswith("GPU 0")
     assert runtime.store.get(f"{prefix}/nccl-gpu/{key}", timeout=5) == b"0"  # claimed by rank 0
     assert runtime.store.try_get(f"{prefix}/nccl-shared") is None

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from paddlike.distributed.collective import nccl
+from paddlike.distributed.collective import nccl_setup
 from paddlike.distributed.collective.errors import CollectiveError, CollectiveTimeoutError
 from paddlike.distributed.store import StoreClient, StoreServer
 
@@ -23,7 +23,9 @@ def _announce_all(srv: StoreServer, ranks: list[int], world: int, seconds: float
     def rank(k: int) -> None:
         with StoreClient(*srv.address, timeout=10) as store:
             try:
-                nccl.await_peers(store, "paddlike/r0/i0/g3", k, [10, 11, 12][:world], deadline)
+                nccl_setup.await_peers(
+                    store, "paddlike/r0/i0/g3", k, [10, 11, 12][:world], deadline
+                )
                 results[k] = None
             except Exception as exc:
                 results[k] = exc
@@ -63,7 +65,7 @@ def test_a_constructor_that_never_returns_times_out_and_its_late_result_is_disca
     start = time.monotonic()
     with pytest.raises(CollectiveTimeoutError, match="init: NCCL communicator of group g0: did "
                        "not finish before the deadline"):  # fmt: skip
-        nccl.build_with_deadline(build, start + 0.3, "init: NCCL communicator of group g0",
+        nccl_setup.build_with_deadline(build, start + 0.3, "init: NCCL communicator of group g0",
                                  discarded.put)  # fmt: skip
     assert time.monotonic() - start < 5
     release.set()
@@ -75,6 +77,7 @@ def test_a_constructor_that_fails_reports_why() -> None:
         raise RuntimeError("NCCL_ERROR_INVALID_USAGE")
 
     with pytest.raises(CollectiveError, match="init: NCCL communicator: NCCL_ERROR_INVALID"):
-        nccl.build_with_deadline(build, time.monotonic() + 10, "init: NCCL communicator",
+        nccl_setup.build_with_deadline(build, time.monotonic() + 10, "init: NCCL communicator",
                                  lambda _: None)  # fmt: skip
-    assert nccl.build_with_deadline(lambda: 7, time.monotonic() + 10, "x", lambda _: None) == 7
+    built = nccl_setup.build_with_deadline(lambda: 7, time.monotonic() + 10, "x", lambda _: None)
+    assert built == 7

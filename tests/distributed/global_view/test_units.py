@@ -12,14 +12,14 @@ import pytest
 from paddlike.distributed.global_view import signatures as sig
 from paddlike.distributed.global_view.boxing import axis_is_safe
 from paddlike.distributed.global_view.errors import GlobalViewError
-from paddlike.distributed.global_view.layout import (
+from paddlike.distributed.global_view.placement import placement
+from paddlike.distributed.global_view.regions import (
     even_global_shape,
     infer_global_shape,
     local_region,
     split_bounds,
     split_sizes,
 )
-from paddlike.distributed.global_view.placement import placement
 from paddlike.distributed.global_view.sbp import (
     Split,
     broadcast,

@@ -19,7 +19,7 @@ import zlib
 import numpy as np
 
 import paddlike.distributed as dist
-from paddlike.distributed.global_view.layout import local_region, split_bounds, split_sizes
+from paddlike.distributed.global_view.regions import local_region, split_bounds, split_sizes
 
 S, B, P = dist.sbp.split, dist.sbp.broadcast, dist.sbp.partial_sum
 failures: list[str] = []

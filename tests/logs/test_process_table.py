@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from paddlike.logs.table import killed_because
+from paddlike.logs.process_table import killed_because
 from paddlike.summary import HANG_EXIT_CODE, RootCause
 
 SIGNAL = RootCause(reason="launcher on nodeb received SIGTERM", node_index=1, signal="SIGTERM")
