@@ -70,7 +70,8 @@ SWITCH_WORDS = ["1", "true", "no", "", "maybe"]
 
 
 def corpus() -> list[dict]:
-    from paddlike.launch.context.options import others, table, values
+    from paddlike.launch.context.options import our_table
+    from paddlike.launch.context.options import their_table as others
 
     calls: list[dict] = []
 
@@ -80,10 +81,10 @@ def corpus() -> list[dict]:
     add(["t.py"])
     add([])
     add(["--dry_run"])
-    for spellings, _ in (row for _, rows in table.HELP_GROUPS for row in rows):
-        dest = table.dest_of(spellings)
-        for sp in spellings:
-            if dest in values.FLAGS:
+    for option in our_table.OPTIONS:
+        dest = option.dest
+        for sp in option.flags:
+            if option.switch:
                 add([sp, "t.py"])
                 add([sp + "=1", "t.py"])
                 continue
@@ -97,10 +98,10 @@ def corpus() -> list[dict]:
             if sp.startswith("--") and len(sp) > 6:
                 add([sp[:-1], (GOOD.get(dest) or ["x"])[0], "t.py"])
         var = "PADDLIKE_" + dest.upper()
-        words = SWITCH_WORDS if dest in values.FLAGS else GOOD.get(dest, []) + BAD.get(dest, [])
+        words = SWITCH_WORDS if option.switch else GOOD.get(dest, []) + BAD.get(dest, [])
         for v in words:
             add(["t.py"], {var: v})
-            for theirs in others.THEIR_VARIABLES.get(dest, ()):
+            for theirs in option.variables:
                 add(["t.py"], {theirs: v})
                 add(["t.py"], {theirs: v, "PADDLIKE_JOB_ID": "outer"})
                 add(["t.py"], {theirs: v, "PADDLE_TRAINERS": "10.0.0.1,10.0.0.2"})

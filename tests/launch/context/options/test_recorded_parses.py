@@ -25,10 +25,20 @@ def test_every_recorded_call_parses_as_recorded():
     for call in data["calls"]:
         expected = {k: v for k, v in call.items() if k not in ("argv", "env")}
         got = compact(outcome(call["argv"], call["env"]), data["base"])
-        if got != expected:
+        if _as_mapping(got) != _as_mapping(expected):
             wrong.append(f"{call['argv']} {call['env']}:\n  recorded {expected}\n  now      {got}")
     assert not wrong, f"{len(wrong)} calls differ, e.g.\n" + "\n".join(wrong[:5])
 
 
 def test_help_reads_as_recorded():
     assert help_text() == json.loads(Path(DATA).read_text())["help"]
+
+
+def _as_mapping(result: dict) -> dict:
+    """`labels` as the mapping it is (`LaunchOptions.label` reads it as a dict): its pairs
+    come in the order the options are read, which was values.CHECKS' and is the option
+    table's since the options are declared once; only 8 calls have two labels."""
+    record = result.get("record")
+    if record is None or "labels" not in record:
+        return result
+    return {"record": {**record, "labels": dict(map(tuple, record["labels"]))}}
