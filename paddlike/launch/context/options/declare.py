@@ -5,6 +5,7 @@ row:
 
     the fast parse, argparse, --help   flags, help, the group it is listed in   (parser)
     the value's check                  check, hint                              (parse)
+    the run mode it implies            implies                                  (rules)
     where a value comes from           flags, PADDLIKE_<DEST>, variables        (sources)
     the record's fields it fills       its own field, or `into`'s               (parse)
     what the cluster's starter keeps   scope, secret                 (cluster/picks.py)
@@ -49,6 +50,7 @@ class Option(NamedTuple):
     scope: str = NODE  # NODE or CLUSTER (kept by the one command, never passed to a host)
     secret: bool = False  # never in any argv: the one command passes it in the environment
     dash_value: bool = False  # a value may start with "-" (it is another tool's options)
+    implies: str = ""  # the --run_mode that giving it implies ("ps", "ps-heter"), if any
     # where the checked value goes: (value, its source) -> {field: value}; None: its field
     into: Callable[[object, Source], dict[str, object]] | None = None
 

@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     TeeSelection: TypeAlias = Literal["all"] | frozenset[int]
 
 PROG = "paddlike.launch"
-PS_OPTIONS = ("server_num", "worker_num", "servers", "workers")
-HETER_OPTIONS = ("heter_workers", "heter_worker_num", "heter_devices")
 DEFAULT_START_PORT = 6070
 DEFAULT_MASTER_PORT = 6170
 
