@@ -21,8 +21,6 @@ are `their_table.py`'s.
 
 from __future__ import annotations
 
-from paddlike.launch import NamedTuple
-
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,34 +31,51 @@ NODE = "node"  # every host's launcher reads it (the one command passes it on)
 CLUSTER = "cluster"  # the one command that starts the hosts' launchers keeps it
 
 
-class Option(NamedTuple):
+class Option:
     """One option of ours. Its dest (field, PADDLIKE_<DEST>) is its first long flag without
-    the dashes (argparse's rule)."""
+    the dashes (argparse's rule). A plain class: the table's rows are made at every
+    launch's start, and keyword arguments bound by the interpreter cost least there."""
 
-    flags: tuple[str, ...]  # ours, with torchrun's, OneFlow's, DeepSpeed's aliases
-    help: str  # --help's text (docs/cli.md's tables are checked against it)
-    # text -> value, or `values.BadValue` saying what was expected; None: a switch
-    # (store_true), whose variables hold the words of `values.SWITCH_WORDS`
-    check: Callable[[str], object] | None
-    # other launchers' variables for the same option, read in this order below our flag,
-    # another launcher's flag and PADDLIKE_<DEST> (`sources.PRECEDENCE`)
-    variables: tuple[str, ...] = ()
-    # what else a value may be, said after a bad value's message: text, or text -> text
-    hint: str | Callable[[str], str] = ""
-    scope: str = NODE  # NODE or CLUSTER (kept by the one command, never passed to a host)
-    secret: bool = False  # never in any argv: the one command passes it in the environment
-    dash_value: bool = False  # a value may start with "-" (it is another tool's options)
-    implies: str = ""  # the --run_mode that giving it implies ("ps", "ps-heter"), if any
-    # where the checked value goes: (value, its source) -> {field: value}; None: its field
-    into: Callable[[object, Source], dict[str, object]] | None = None
+    __slots__ = (
+        "check", "dash_value", "dest", "flags", "help", "hint", "implies", "into", "scope",
+        "secret", "switch", "variables",
+    )  # fmt: skip
 
-    @property
-    def dest(self) -> str:
-        return next(s for s in self.flags if s.startswith("--"))[2:]
+    def __init__(
+        self,
+        flags: tuple[str, ...],
+        help: str,
+        check: Callable[[str], object] | None,
+        *,
+        variables: tuple[str, ...] = (),
+        hint: str | Callable[[str], str] = "",
+        scope: str = NODE,
+        secret: bool = False,
+        dash_value: bool = False,
+        implies: str = "",
+        into: Callable[[object, Source], dict[str, object]] | None = None,
+    ) -> None:
+        self.flags = flags  # ours, with torchrun's, OneFlow's, DeepSpeed's aliases
+        self.help = help  # --help's text (docs/cli.md's tables are checked against it)
+        # text -> value, or `values.BadValue` saying what was expected; None: a switch
+        # (store_true), whose variables hold the words of `values.SWITCH_WORDS`
+        self.check = check
+        # other launchers' variables for the same option, read in this order below our
+        # flag, another launcher's flag and PADDLIKE_<DEST> (`sources.PRECEDENCE`)
+        self.variables = variables
+        # what else a value may be, said after a bad value's message: text, or text -> text
+        self.hint = hint
+        self.scope = scope  # NODE or CLUSTER (kept by the one command, never passed on)
+        self.secret = secret  # never in any argv: the one command passes it in the environment
+        self.dash_value = dash_value  # a value may start with "-" (another tool's options)
+        self.implies = implies  # the --run_mode giving it implies ("ps", "ps-heter"), if any
+        # where the checked value goes: (value, its source) -> {field: value}; None: its field
+        self.into = into
+        self.dest = next(s for s in flags if s.startswith("--"))[2:]
+        self.switch = check is None
 
-    @property
-    def switch(self) -> bool:
-        return self.check is None
+    def __repr__(self) -> str:
+        return f"Option({self.flags!r}, ...)"
 
     def hint_for(self, text: str) -> str:
         return self.hint(text) if callable(self.hint) else self.hint
