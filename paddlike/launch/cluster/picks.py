@@ -13,31 +13,14 @@ from collections.abc import Sequence
 
 from paddlike.launch.cluster.hostfile import read_hostfile
 from paddlike.launch.cluster.selection import Pick, select_hosts
+from paddlike.launch.context.options import our_table
 from paddlike.launch.context.options.parser import DEST, split_argv
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 
-# our options that say how to start the cluster: kept here, never passed to the hosts
-CLUSTER_DESTS = frozenset(
-    {
-        "hostfile",
-        "include",
-        "exclude",
-        "num_nodes",
-        "num_gpus",
-        "launcher",
-        "export",
-        "remote_python",
-        "ssh_args",
-        "ssh_port",
-        "force_multi",
-        "no_ssh_check",
-        "no_ssh",
-        "export_prefixes",
-        "dry_run",
-    }
-)
-# secrets: every host gets the token in its environment (`plan_remote_job`), never in argv
-SECRET_DESTS = frozenset({"job_token", "job_token_file"})
+# our options that say how to start the cluster (scope CLUSTER in the option table: kept
+# here, never passed to the hosts) and the secrets (every host gets the token in its
+# environment, `plan_remote_job`, never in argv)
+CLUSTER_DESTS, SECRET_DESTS = our_table.CLUSTER_DESTS, our_table.SECRET_DESTS
 # what each host's command says itself: the user may not say it for all of them
 SET_PER_HOST = ("ips", "node_rank", "nnodes", "host", "slots")
 
@@ -106,15 +89,13 @@ def forwarded_args(
     """The user's launcher options without the cluster ones (and without --job_id, which
     `plan_remote_job` gives every host, and the token, which travels in the hosts'
     environment; those of `keep` stay), and the script with its args."""
-    from paddlike.launch.context.options.values import FLAGS
-
     ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
     kept: list[str] = []
     i = 0
     while i < len(ours):
         name, eq, _ = ours[i].partition("=")
         dest = DEST.get(name)
-        width = 2 if dest is not None and dest not in FLAGS and not eq else 1
+        width = 2 if dest is not None and dest not in our_table.SWITCHES and not eq else 1
         dropped = dest in CLUSTER_DESTS or dest in SECRET_DESTS or dest == "job_id"
         if not dropped or dest in keep:
             kept.extend(ours[i : i + width])

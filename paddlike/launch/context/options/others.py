@@ -2,16 +2,18 @@
 the variables they read (torchrun's ``PET_<OPTION>``, Paddle's ``PADDLE_*``).
 
 `--help` lists paddlike's options and their aliases (argparse parses those). The
-options here are the rest of what the other launchers accept: each is translated to
-ours (``--rdzv_endpoint h:p`` -> ``--master h:p``), accepted where its value is what
-paddlike does anyway (``--start_method spawn``), or refused with one line saying why
-(exit 2) — never ignored. docs/migrating.md has the whole table.
+options here are the rest of what the other launchers accept, declared in
+`their_table.py`: each is translated to ours (``--rdzv_endpoint h:p`` -> ``--master
+h:p``), accepted where its value is what paddlike does anyway (``--start_method
+spawn``), or refused with one line saying why (exit 2) — never ignored.
+docs/migrating.md has the whole table.
 
-Spellings: torchrun writes ``--nproc-per-node``; every long option of ours and of this
+Spellings: torchrun writes ``--nproc-per-node``; every long option of ours and of that
 table is accepted with ``-`` or ``_`` (`normalize_spelling`). torchrun also reads each
 option from ``PET_<DEST>`` (its dest upper-cased: ``--nproc-per-node`` ->
-``PET_NPROC_PER_NODE``); `THEIR_VARIABLES` and `pet_values` do the same. Where these come in the
-order of sources is `sources.PRECEDENCE`'s business.
+``PET_NPROC_PER_NODE``); `pet_values` does the same for that table, and the variables of
+other launchers that feed an option of ours are in that option's row (`our_table.py`).
+Where these come in the order of sources is `sources.PRECEDENCE`'s business.
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ from paddlike.launch.context.options.record import (
     THEIR_OPTION_VARIABLE,
     Source,
     UsageError,
+)
+from paddlike.launch.context.options.their_table import (
+    BOOL_FALSE,
+    BOOL_TRUE,
+    COMPAT_OPTIONS,
+    COMPAT_SWITCHES,
+    ONLY_VALUES,
+    PADDLE_BOOL,
+    PADDLE_OPTION_VARIABLES,
+    REFUSED_OPTIONS,
+    SHORT_OPTIONS,
+    TORCHRUN_OPTIONS,
 )
 from paddlike.launch.context.options.values import (
     FLAG_FALSE,
@@ -38,127 +52,6 @@ from paddlike.launch.context.options.values import (
 
 PET_PREFIX = "PET_"
 
-_SCALE_BY_NODES = (
-    "an elastic job scales by starting or stopping nodes within --nnodes MIN:MAX "
-    "(docs/migrating.md#elastic-jobs)"
-)
-_AUTO_PARALLEL = "Paddle's auto-parallel rank mapping and tuner are not part of paddlike"
-_NO_STREAM_COPY = (
-    "no filtered copy of the console's lines is made: every worker's lines are already in "
-    "its log file (stdout in workerlog.N, stderr in workerlog.N.err with -r/-t choosing one "
-    "stream or --redirect_stdout_and_stderr); select them there, e.g. grep -h PATTERN "
-    "log/workerlog.*"
-)
-
-# Options refused whatever their value: name -> why (the user reads "--name: why").
-REFUSED_OPTIONS = {
-    # torchrun
-    "duplicate_stdout_filters": _NO_STREAM_COPY,
-    "duplicate_stderr_filters": _NO_STREAM_COPY,
-    # Paddle's paddle.distributed.launch
-    "auto_parallel_config": _AUTO_PARALLEL,
-    "auto_tuner_json": _AUTO_PARALLEL,
-    "npus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
-    "xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
-    "selected_xpus": "paddlike runs on NVIDIA GPUs or CPUs (--gpus, --devices cpu)",
-    "gloo_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
-    "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
-    # Paddle's fleet.launch
-    "http_port": "the launcher picks Paddle fleet's gloo HTTP port itself "
-    "(PADDLE_GLOO_HTTP_ENDPOINT, on server 0's host)",
-    "cluster_topo_path": _AUTO_PARALLEL,
-    "rank_mapping_path": _AUTO_PARALLEL,
-    "enable_auto_mapping": _AUTO_PARALLEL,
-    "ranks": _AUTO_PARALLEL,
-    "enable_rank_mapping": _AUTO_PARALLEL,
-    "coordinators": "parameter-server coordinators are not supported (servers and trainers only)",
-    "coordinator_num": "parameter-server coordinators are not supported (servers and trainers "
-    "only)",
-    "elastic_pre_hook": "no pre-launch hook: run it in the node's start script before "
-    "the launcher; " + _SCALE_BY_NODES,
-    "scale": "no scale command: " + _SCALE_BY_NODES,
-    "force": "no forced rescale: " + _SCALE_BY_NODES,
-    # DeepSpeed's launcher
-    "launcher_args": "give ssh's (and pdsh's ssh's) options with --ssh_args='...' "
-    "(docs/cli.md#one-command-for-the-whole-cluster)",
-}
-
-BOOL_TRUE = {"1", "true", "t", "yes", "y", "on"}
-BOOL_FALSE = {"0", "false", "f", "no", "n", "off"}
-
-# Options accepted only with the values that describe what paddlike does anyway:
-# name -> (accepted values, lower case; why others are refused).
-ONLY_VALUES = {
-    # A training script is always started as a fresh process (an exec), whatever the
-    # method, as torchrun starts a script: the method only matters to torchrun's function
-    # entry points, which a command line never names.
-    "start_method": (
-        {"spawn", "fork", "forkserver"},
-        "expected spawn, fork or forkserver",
-    ),
-    # torchrun's LogsSpecs entry point: its default writes each worker's output to files
-    # in the log directory, as paddlike's fixed layout does; another class would decide
-    # other paths, which paddlike's log readers (paddlike.logs, the report) could not find.
-    "logs_specs": (
-        {
-            "default",
-            "defaultlogsspecs",
-            "torch.distributed.elastic.multiprocessing:defaultlogsspecs",
-        },
-        "paddlike's log layout is fixed (workerlog.N in --log_dir, docs/logdir.md), which is "
-        "what torchrun's DefaultLogsSpecs does; a custom LogsSpecs cannot apply",
-    ),
-    "event_log_handler": (
-        {"null"},
-        "no event handlers; the job's events are in summary.json",
-    ),
-    "sort_ip": (
-        BOOL_FALSE,
-        "node order is the --ips order (or --node_rank); sort --ips yourself",
-    ),
-    "auto_cluster_config": (BOOL_FALSE, _AUTO_PARALLEL),
-    "with_gloo": (
-        {"1"},
-        "parameter-server workers always get Paddle fleet's gloo (PADDLE_WITH_GLOO=1)",
-    ),
-    "log_level": (
-        {"info"},
-        "the launcher prints one level of messages; --dry_run shows every "
-        "process's command and environment",
-    ),
-    "legacy": (
-        BOOL_TRUE | BOOL_FALSE,
-        "expected a boolean (true/false)",
-    ),  # both launchers' options are ours
-}
-
-# Options whose values become ours (see `translate_compat`); the rest of the table.
-COMPAT_TRANSLATED = (
-    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects",
-    "tee", "backend", "elastic_server", "enable_gpu_log",
-)  # fmt: skip
-COMPAT_SWITCHES = ("standalone", "run_path", "use_env", "bind_cores_to_rank")  # no value
-
-# torchrun's options among the above: read from PET_<NAME> as torchrun does.
-TORCHRUN_OPTIONS = {
-    "rdzv_backend", "rdzv_endpoint", "rdzv_conf", "monitor_interval", "role", "redirects", "tee",
-    "start_method", "event_log_handler", "standalone", "run_path", "logs_specs",
-    "duplicate_stdout_filters", "duplicate_stderr_filters",
-}  # fmt: skip
-# Paddle's launcher reads these options of the table from its variables (args_envs.py's
-# env_args_mapping); the rest of that mapping are options of ours (`THEIR_VARIABLES`).
-PADDLE_OPTION_VARIABLES = {
-    "log_level": "PADDLE_LOG_LEVEL",
-    "sort_ip": "PADDLE_SORT_IP",
-    "gloo_port": "PADDLE_GLOO_PORT",
-    "with_gloo": "PADDLE_WITH_GLOO",
-    "auto_parallel_config": "PADDLE_AUTO_PARALLEL_CONFIG",
-    "auto_cluster_config": "PADDLE_AUTO_CLUSTER",
-}
-_SHORT = {"-r": "redirects", "-t": "tee"}
-
-COMPAT_VALUED = frozenset(REFUSED_OPTIONS) | frozenset(ONLY_VALUES) | frozenset(COMPAT_TRANSLATED)
-COMPAT_OPTIONS = COMPAT_VALUED | frozenset(COMPAT_SWITCHES)
 
 
 class CompatError(ValueError):
@@ -184,10 +77,10 @@ def pet_name(name: str) -> str:
 
 def compat_name(arg: str) -> tuple[str, str | None] | None:
     """(table name, inline value) when `arg` (normalized) is an option of this table."""
-    if arg in _SHORT:
-        return _SHORT[arg], None
-    if arg[:2] in _SHORT and len(arg) > 2 and not arg.startswith("--"):
-        return _SHORT[arg[:2]], arg[2:].lstrip("=")
+    if arg in SHORT_OPTIONS:
+        return SHORT_OPTIONS[arg], None
+    if arg[:2] in SHORT_OPTIONS and len(arg) > 2 and not arg.startswith("--"):
+        return SHORT_OPTIONS[arg[:2]], arg[2:].lstrip("=")
     if not arg.startswith("--"):
         return None
     name, sep, value = arg[2:].partition("=")
@@ -220,13 +113,13 @@ def pet_values(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[
         found[name] = (value, var)
     for name, var in PADDLE_OPTION_VARIABLES.items():
         if name not in given and name not in found and var in environ:
-            if var in LAUNCHER_SET and _in_a_worker(environ):
+            if var in LAUNCHER_SET and in_a_worker(environ):
                 continue
             found[name] = (environ[var], var)
     return found
 
 
-def _in_a_worker(environ: Mapping[str, str]) -> bool:
+def in_a_worker(environ: Mapping[str, str]) -> bool:
     """Inside a worker of a paddlike launch (a nested launch, `distributed.spawn`): the
     launcher's own PADDLE_* variables there describe the outer job, not options."""
     return JOB_ID in environ
@@ -441,7 +334,6 @@ def split_compat(
     return rest, found
 
 
-PADDLE_BOOL = BOOL_TRUE | BOOL_FALSE
 
 
 def fleet_elastic_server(environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -492,69 +384,21 @@ def their_options(
     return rest, theirs, extra, {name: source for name, (_, source) in found.items()}
 
 
-# our dest -> the other launchers' variables for the same option, in the order they
-# are read (below the flag and PADDLIKE_<OPTION>): torchrun's PET_ first, then Paddle's.
-# Paddle's launcher (args_envs.py's env_args_mapping) reads PADDLE_<OPTION> for its options,
-# PADDLE_NNODES and PADDLE_MASTER among them. Under PaddleCloud (PADDLE_TRAINERS set) those
-# two are read as PaddleCloud's instead (context/schedulers.py, context/master.py): the
-# same meaning, checked against its node list (`PADDLECLOUD_READS`).
-THEIR_VARIABLES = {
-    # fleet's legacy elastic PADDLE_ELASTIC_NP: MIN[:MAX]
-    "nnodes": ("PET_NNODES", "PADDLE_NNODES", "PADDLE_ELASTIC_NP"),
-    "master": ("PADDLE_MASTER",),
-    "nproc_per_node": ("PET_NPROC_PER_NODE", "PADDLE_NPROC_PER_NODE"),
-    "node_rank": ("PET_NODE_RANK", "PADDLE_RANK"),
-    "master_addr": ("PET_MASTER_ADDR",),
-    "master_port": ("PET_MASTER_PORT",),
-    "max_restarts": ("PET_MAX_RESTARTS", "PADDLE_MAX_RESTART"),
-    "job_id": (
-        "PET_RDZV_ID",
-        "PADDLE_ELASTIC_JOB_ID",  # fleet's legacy elastic launcher
-        "PADDLE_JOB_ID",
-    ),
-    "log_dir": ("PET_LOG_DIR", "PADDLE_LOG_DIR"),
-    "gpus": ("PADDLE_DEVICES",),
-    "run_mode": ("PADDLE_RUN_MODE",),
-    "ips": ("PADDLE_IPS",),
-    "log_overwrite": ("PADDLE_LOG_OVERWRITE",),
-    "elastic_level": ("PADDLE_ELASTIC_LEVEL",),
-    "server_num": ("PADDLE_SERVER_NUM",),
-    "worker_num": ("PADDLE_TRAINER_NUM",),
-    "servers": ("PADDLE_SERVERS_ENDPOINTS",),
-    "workers": ("PADDLE_TRAINERS_ENDPOINTS",),
-    "numa_binding": ("PET_NUMA_BINDING",),
-    "virtual_local_rank": ("PET_VIRTUAL_LOCAL_RANK",),
-    "host": ("PET_LOCAL_ADDR",),
-    "console": ("PET_LOCAL_RANKS_FILTER",),
-    "signals_to_handle": ("PET_SIGNALS_TO_HANDLE",),  # ours: options/values.signal_list
-    "kill_timeout": ("PET_SHUTDOWN_TIMEOUT",),
-    "module": ("PET_MODULE",),
-    "no_python": ("PET_NO_PYTHON",),
-    "start_port": ("PADDLE_START_PORT",),
-    "elastic_timeout": ("PADDLE_ELASTIC_TIMEOUT",),  # fleet's: the wait for more nodes
-}
+# Each option's other launchers' variables are in its row of the option table
+# (`declare.Option.variables`): torchrun's PET_ first, then Paddle's. Paddle's launcher
+# (args_envs.py's env_args_mapping) reads PADDLE_<OPTION> for its options, PADDLE_NNODES and
+# PADDLE_MASTER among them. Under PaddleCloud (PADDLE_TRAINERS set) those two are read as
+# PaddleCloud's instead (context/schedulers.py, context/master.py): the same meaning,
+# checked against its node list (`PADDLECLOUD_READS`).
 
-
-# Variables above that paddlike's launcher itself gives its workers (plan.py): inside a
-# worker they describe the outer job, so they are not read as options there (`_in_a_worker`).
+# Options' variables that paddlike's launcher itself gives its workers (plan.py): inside a
+# worker they describe the outer job, so they are not read as options there (`in_a_worker`).
 LAUNCHER_SET = frozenset(
     {"PADDLE_JOB_ID", "PADDLE_LOG_DIR", "PADDLE_WITH_GLOO", "PADDLE_NNODES", "PADDLE_MASTER"}
 )
 # Paddle's variables that PaddleCloud sets beside its node list (PADDLE_TRAINERS): read
 # there by `context.schedulers` (and checked against that list), not as options.
 PADDLECLOUD_READS = frozenset({"PADDLE_NNODES", "PADDLE_MASTER"})
-
-
-def their_variables(dest: str, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """`THEIR_VARIABLES[dest]` that count in `environ`: in a launched worker, not those the
-    launcher set (`LAUNCHER_SET`); under PaddleCloud, not those it reads
-    (`PADDLECLOUD_READS`)."""
-    names = THEIR_VARIABLES.get(dest, ())
-    if _in_a_worker(environ):
-        names = tuple(v for v in names if v not in LAUNCHER_SET)
-    if environ.get("PADDLE_TRAINERS"):
-        names = tuple(v for v in names if v not in PADDLECLOUD_READS)
-    return names
 
 
 def paddlecloud_ports(raw: dict[str, object], environ: Mapping[str, str]) -> None:

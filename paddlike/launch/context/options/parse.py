@@ -2,9 +2,9 @@
 
 The steps, each in its own module: split at the training script and parse ours
 (`parser`), take the other launchers' options out and translate them (`others`), pick
-each option's value from its sources (`sources`), check it (`values`), then the rules
-between options (`rules`). Bad input raises `UsageError` naming the option, its source
-and the value.
+each option's value from its sources (`sources`), check it and put it in its fields (its
+row of `our_table`: `Option.check`, `Option.into`), then the rules between options (`rules`).
+Bad input raises `UsageError` naming the option, its source and the value.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.context.options import console, others, rules, values
+from paddlike.launch.context.options.our_table import OPTIONS
 from paddlike.launch.context.options.parser import parse_ours, split_argv, typed_spellings
 from paddlike.launch.context.options.record import FLAG, LaunchOptions, Source, UsageError
 from paddlike.launch.context.options.sources import resolve
@@ -32,29 +33,30 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     raw: dict[str, object] = {}
     given: set[str] = set()
     sources = {}
-    for dest, check in values.CHECKS.items():
+    for option in OPTIONS:
+        if option.switch:
+            continue
+        dest = option.dest
         found = resolve(dest, ns.get(dest), theirs.get(dest), environ)
         if found is None:
             continue
         text, source = found
         try:
-            raw[dest] = check(text)
+            value = option.check(text)  # type: ignore[misc]
         except values.BadValue as bad:
-            hint = values.hint(dest, text) if str(bad).startswith("expected") else ""
+            hint = option.hint_for(text) if str(bad).startswith("expected") else ""
             # named as typed: --devices, not the --gpus it stands for
             label = typed.get(dest, source.name) if source.kind == FLAG else source.label(dest)
             raise UsageError(f"{label}: {bad}, got {text!r}{hint}", f"--{dest}") from None
+        raw.update(option.fields_of(value, source))
         given.add(dest)
         sources[dest] = source
-        if dest == "start_port":
-            raw["start_port_from"] = source.name
-        if dest == "gpu_log_interval":
-            raw["gpu_log_from"] = source.label(dest)
     others.paddlecloud_ports(raw, environ)
     tee, redirects = console.their_console(extra, environ)
     raw["console"] = console.choose(raw.get("console"), tee, redirects, raw.get("nproc_per_node"))
-    for dest in values.FLAGS:
-        _switch(raw, dest, ns.get(dest), environ)
+    for option in OPTIONS:
+        if option.switch:
+            _switch(raw, option.dest, ns.get(option.dest), environ)
     raw["console_streams"] = console.streams(tee, redirects)
     raw["console_ranks"] = console.named_ranks(tee, redirects)
     if raw["console_streams"]:  # one stream of a worker shown: each stream in its own file
@@ -67,11 +69,6 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
                 "--job_token_file",
             )
         raw["job_token"] = token_from_file(raw.pop("job_token_file"), sources["job_token_file"])
-    if raw.get("gpus") == "cpu":
-        raw["cpu_only"] = True
-        del raw["gpus"]
-    if isinstance(raw.get("nproc_per_node"), str):
-        raw["nproc_per_node_kind"] = raw.pop("nproc_per_node")
     others.apply_extra(raw, extra, named)
     rules.any_port_master(raw, sources.get("master"))
     fleet_master = theirs.get("master")
@@ -83,8 +80,6 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         given.add("elastic_server")  # the launchers meet at fleet's server: its rule applies
     raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.kind != FLAG)
     rules.elastic_fields(raw, given, dict(raw["labels"]))
-    raw["ips_given"] = "ips" in given
-    raw["master_port_given"] = "master_port" in given
     raw["run_mode"] = rules.infer_run_mode(raw, given)
     options = LaunchOptions(
         training_script=script[0], training_script_args=tuple(script[1:]), **raw

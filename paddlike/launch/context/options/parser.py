@@ -1,7 +1,7 @@
-"""The options of ours (`table`): what --help lists, the fast parse, the split at the
+"""The options of ours (`our_table`): what --help lists, the fast parse, the split at the
 training script.
 
-`table.HELP_GROUPS` is the table. A launch reads its options with `parse_ours` (no argparse: its
+`our_table.GROUPS` is the table. A launch reads its options with `parse_ours` (no argparse: its
 import and the building of the parser were an eighth of a launch's start-up); argparse is
 built from the same table only for --help and for anything the fast parse does not take
 as plainly correct, so that every error and the help text are argparse's own. Values come
@@ -17,28 +17,23 @@ from collections.abc import Sequence
 import paddlike
 from paddlike.commands import command_name
 from paddlike.contract import OPTION_ENV_PREFIX
-from paddlike.launch.context.options.others import (
+from paddlike.launch.context.options.others import normalize_spelling
+from paddlike.launch.context.options.our_table import COMMON, DEST, GROUPS, OPTIONS, SWITCHES
+from paddlike.launch.context.options.record import UsageError
+from paddlike.launch.context.options.their_table import (
     BOOL_TRUE,
     COMPAT_OPTIONS,
     COMPAT_VALUED,
     PADDLE_BOOL,
-    normalize_spelling,
-)
-from paddlike.launch.context.options.record import UsageError
-from paddlike.launch.context.options.table import (
-    COMMON,
-    DEST,
-    HELP_GROUPS,
     TORCHRUN_HELP,
     dest_of,
 )
-from paddlike.launch.context.options.values import FLAGS
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     import argparse
 
-_SWITCHES = frozenset(s for s, dest in DEST.items() if dest in FLAGS)
+_SWITCHES = frozenset(s for s, dest in DEST.items() if dest in SWITCHES)
 _KNOWN = frozenset(DEST) | {"-h", "--help", "--version"} | {"--" + name for name in COMPAT_OPTIONS}
 _TAKES_VALUE = (
     frozenset(s for s in DEST if s not in _SWITCHES)
@@ -49,7 +44,7 @@ _TAKES_VALUE = (
 
 # options whose value is itself options of another tool, so may start with "-":
 # ``--ssh_args "-i key"`` (argparse would take "-i" for --include)
-DASH_VALUES = frozenset({"ssh_args"})
+DASH_VALUES = frozenset(option.dest for option in OPTIONS if option.dash_value)
 
 
 def parse_ours(ours: Sequence[str]) -> dict[str, object]:
@@ -83,8 +78,9 @@ def parse_ours(ours: Sequence[str]) -> dict[str, object]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """argparse from `HELP_GROUPS`: --help's text, and the parse of what `parse_ours` does
-    not take; its errors become `UsageError` (one line, no usage dump)."""
+    """argparse from the option table (`our_table.GROUPS`): --help's text, and the parse of
+    what `parse_ours` does not take; its errors become `UsageError` (one line, no usage
+    dump)."""
     import argparse
 
     class Parser(argparse.ArgumentParser):
@@ -127,13 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         allow_abbrev=False,
     )
-    for title, rows in HELP_GROUPS:
+    for title, rows in GROUPS:
         g = p.add_argument_group(title)
-        for spellings, text in rows:
-            if dest_of(spellings) in FLAGS:
-                g.add_argument(*spellings, action="store_true", default=None, help=text)
+        for option in rows:
+            if option.switch:
+                g.add_argument(*option.flags, action="store_true", default=None, help=option.help)
             else:
-                g.add_argument(*spellings, dest=dest_of(spellings), help=text)
+                g.add_argument(*option.flags, dest=option.dest, help=option.help)
         if title == COMMON:
             g.add_argument(
                 "--version",

@@ -1,6 +1,10 @@
 """The launcher's options as one immutable record, and the error bad input raises.
 
-Every other stage reads `LaunchOptions`; nothing writes it after `parse_options`.
+Every other stage reads `LaunchOptions`; nothing writes it after `parse_options`. An
+option's field here (its type and default) belongs to its row of the option table
+(`our_table.py`, where the option is declared; tests/launch/context/options/test_table.py
+checks that each row has its field). This module imports nothing of the launcher's: most
+of it imports `UsageError` from here.
 """
 
 from __future__ import annotations
@@ -15,8 +19,6 @@ if TYPE_CHECKING:
     TeeSelection: TypeAlias = Literal["all"] | frozenset[int]
 
 PROG = "paddlike.launch"
-PS_OPTIONS = ("server_num", "worker_num", "servers", "workers")
-HETER_OPTIONS = ("heter_workers", "heter_worker_num", "heter_devices")
 DEFAULT_START_PORT = 6070
 DEFAULT_MASTER_PORT = 6170
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from paddlike import netaddr
+from paddlike.launch.context.options.our_table import OPTIONS
 from paddlike.launch.context.options.record import (
-    HETER_OPTIONS,
-    PS_OPTIONS,
     LaunchOptions,
     Source,
     UsageError,
     elastic_text,
 )
+
+# the options that imply --run_mode ps, and ps-heter (their rows' `implies`)
+PS_OPTIONS = tuple(o.dest for o in OPTIONS if o.implies == "ps")
+HETER_OPTIONS = tuple(o.dest for o in OPTIONS if o.implies == "ps-heter")
 
 
 def elastic_fields(

@@ -8,7 +8,7 @@
        from its variable           fleet's PADDLE_ELASTIC_SERVER
     5  another launcher's variable PET_NNODES, PADDLE_START_PORT,         THEIR_VARIABLE
        for the same option         Paddle's PADDLE_NPROC_PER_NODE
-                                   (`others.THEIR_VARIABLES`, in order; in a launched
+                                   (the option's row: `Option.variables`; in a launched
                                    worker not those the launcher set: PADDLE_LOG_DIR ...)
 
 Sources 1 and 2 are both on the command line: they must agree (``--master a:1
@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from paddlike.contract import OPTION_ENV_PREFIX
-from paddlike.launch.context.options.others import their_variables
+from paddlike.launch.context.options.others import LAUNCHER_SET, PADDLECLOUD_READS, in_a_worker
+from paddlike.launch.context.options.our_table import BY_DEST
 from paddlike.launch.context.options.record import (
     FLAG,
     OUR_VARIABLE,
@@ -97,3 +98,16 @@ def resolve(
             )
         return found[1]
     return found[0]
+
+
+def their_variables(dest: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Option `dest`'s other launchers' variables (its table row's) that count in `environ`:
+    in a launched worker, not those the launcher set (`LAUNCHER_SET`); under PaddleCloud,
+    not those it reads (`PADDLECLOUD_READS`)."""
+    option = BY_DEST.get(dest)
+    names = option.variables if option is not None else ()
+    if in_a_worker(environ):
+        names = tuple(v for v in names if v not in LAUNCHER_SET)
+    if environ.get("PADDLE_TRAINERS"):
+        names = tuple(v for v in names if v not in PADDLECLOUD_READS)
+    return names

@@ -93,7 +93,7 @@ def nproc(text: str) -> int | str:
             "xpu is refused (no XPUs: paddlike runs on NVIDIA GPUs or CPUs); expected a "
             "positive integer, or gpu, cpu, auto"
         )
-    return POSITIVE_INT(text)  # + HINTS' words
+    return POSITIVE_INT(text)  # + the option's hint
 
 
 def gpu_list(text: str) -> tuple[str, ...] | str:
@@ -322,85 +322,33 @@ def signal_list(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
-# option dest -> checker, for every option that takes a value (in the order they are read)
-CHECKS: dict[str, Callable[[str], object]] = {
-    "ips": name_list,
-    "gpus": gpu_list,
-    "nproc_per_node": nproc,
-    "run_mode": one_of(*RUN_MODES, expected="expected one of " + ", ".join(RUN_MODES)),
-    "host": non_empty,
-    "start_port": PORT,
-    "job_id": non_empty,
-    "nnodes": nnodes,
-    "node_rank": NON_NEGATIVE_INT,
-    "master_addr": non_empty,
-    "master_port": PORT,
-    "master": master,
-    "rdzv_timeout": POSITIVE_SECONDS,
-    "heartbeat_timeout": POSITIVE_SECONDS,
-    "rdzv_last_call": POSITIVE_SECONDS,
-    "elastic_level": ELASTIC_LEVEL,
-    "elastic_timeout": NON_NEGATIVE_SECONDS,
-    "max_restarts": NON_NEGATIVE_INT,
-    "job_token": non_empty,
-    "job_token_file": non_empty,  # read (and its mode checked) by `parse.token_from_file`
-    "server_num": POSITIVE_INT,
-    "worker_num": POSITIVE_INT,
-    "servers": lambda text: servers(one_stage(text)),
-    "workers": lambda text: workers(one_stage(text)),
-    "heter_workers": heter_stages,
-    "heter_worker_num": stage_counts,
-    "heter_devices": stage_devices,
-    "log_dir": non_empty,
-    "console": console,
-    "kill_timeout": NON_NEGATIVE_SECONDS,
-    "hang_timeout": POSITIVE_SECONDS,
-    "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
-    "signals_to_handle": signal_list,
-    "numa_binding": numa_mode,
-    "bind_core_list": cpu_list,
-    "gpu_log_interval": POSITIVE_SECONDS,
-    "hostfile": non_empty,
-    "include": non_empty,
-    "exclude": non_empty,
-    "num_nodes": POSITIVE_INT,
-    "num_gpus": POSITIVE_INT,
-    "slots": POSITIVE_INT,
-    "export_prefixes": lambda text: name_prefixes(text),
-    "launcher": lambda text: cluster_launcher(text),
-    "export": lambda text: variable_names(text),
-    "remote_python": non_empty,
-    "ssh_args": non_empty,
-    "ssh_port": PORT,
-}
-# What else a value may be, said after the value given.
-HINTS = {"nproc_per_node": "; or gpu, cpu, auto (as in torchrun)"}
+RUN_MODE = one_of(*RUN_MODES, expected="expected one of " + ", ".join(RUN_MODES))
+ON_HANG = one_of("dump", "abort", expected="expected dump or abort")
+
+
+def one_stage_servers(text: str) -> tuple[str, ...]:
+    return servers(one_stage(text))
+
+
+def one_stage_workers(text: str) -> tuple[str, ...]:
+    return workers(one_stage(text))
+
+
 # torchrun's words for "a worker per GPU", given to --gpus (or --devices): where they go
 _WORKER_PER_GPU = frozenset({"gpu", "gpus", "cuda", "auto", "all"})
 
 
-def hint(dest: str, text: str) -> str:
-    """What to say after a bad value of `dest` (`HINTS`, or where a value belongs)."""
-    if dest == "gpus" and text.strip().lower() in _WORKER_PER_GPU:
+def worker_per_gpu_hint(text: str) -> str:
+    """What to say after a bad --gpus value that is torchrun's word for a worker per GPU."""
+    if text.strip().lower() in _WORKER_PER_GPU:
         return (
             "; for one worker per visible GPU leave it out, or give --nproc_per_node gpu "
             "(as in torchrun)"
         )
-    return HINTS.get(dest, "")
+    return ""
 
 
-# switches (store_true options) and the words their variables may hold
-FLAGS = (
-    "module",
-    "no_python",
-    "log_overwrite",
-    "redirect_stdout_and_stderr",
-    "dry_run",
-    "virtual_local_rank",
-    "force_multi",
-    "no_ssh_check",
-    "no_ssh",
-)
+# the words a switch's variables may hold
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"0", "false", "no", "off", ""})
 SWITCH_WORDS = "1/true/yes/on, or 0/false/no/off or empty"  # for messages: the two sets
