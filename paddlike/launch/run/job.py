@@ -243,6 +243,7 @@ def _open_peers(
     rounds (fixed or elastic)."""
     if job.nnodes == 1:
         return LocalPeers()
+    from paddlike.launch.context.peers_spec import peers_spec
     from paddlike.launch.peers.links import open_link
     from paddlike.launch.peers.rounds import rounds_for
     from paddlike.launch.peers.session import StorePeers
@@ -250,7 +251,7 @@ def _open_peers(
     def waiting(what: str) -> None:
         where.waiting = what
 
-    link = open_link(options, job, progress=progress.show, waiting=waiting)
+    link = open_link(peers_spec(options), job, progress=progress.show, waiting=waiting)
     rounds = rounds_for(
         link,
         job.elastic,

@@ -10,15 +10,13 @@ import pytest
 
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
-from paddlike.launch.peers.links import Link
-from paddlike.launch.peers.liveness import CounterLiveness
 from paddlike.launch.peers.rounds import rounds_for
 from paddlike.launch.peers.session import PeersState, StorePeers
-from paddlike.launch.peers.watch import JobWatch, WatchSpec
 from paddlike.launch.plan.elastic import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
+from tests.launch.peers.memory_link import MemoryLink
 from tests.support.fakes import MemoryKV, StepClock
 
 HOSTS = ("10.0.0.1", "10.0.0.2")  # text only: nothing connects anywhere
@@ -41,25 +39,7 @@ def _peers(
     timeout: float = 5.0,
 ) -> StorePeers:
     clock = clock or StepClock()
-
-    def make_watch(spec: WatchSpec) -> JobWatch:
-        return JobWatch(
-            connect=lambda: kv,
-            kv=kv,
-            liveness=CounterLiveness(kv, spec.node_index, len(spec.hosts), 10.0, clock=clock),
-            node_index=spec.node_index,
-            nnodes=len(spec.hosts),
-            hosts=spec.hosts,
-            round_=spec.round,
-            heartbeat_timeout=10.0,
-            monitor=spec.node_index == 0,
-            elastic=spec.elastic,
-            log_dir=spec.log_dir,
-            services=spec.services,
-            clock=clock,
-        )
-
-    link = Link(kv=kv, connect=lambda: kv, make_watch=make_watch, keeps_keys=node == 0)
+    link = MemoryLink(kv, keeps_keys=node == 0, clock=clock)
     rounds = rounds_for(
         link,
         elastic,
