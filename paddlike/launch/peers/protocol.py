@@ -29,7 +29,7 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``stacks/<r>/...``          | see `peers.stackreq`         | job-wide stack requests        |
 | ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
 
-Elastic jobs (`peers.elastic`) add:
+Elastic jobs (`peers.elastic_rendezvous`) add:
 
 | key                         | written by                   | value                          |
 | --------------------------- | ---------------------------- | ------------------------------ |

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.elastic import ElasticRendezvous
+from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous
 from paddlike.launch.peers.errors import RendezvousError
 from paddlike.launch.peers.kv import Progress
 from paddlike.launch.peers.rendezvous import Rendezvous

@@ -29,7 +29,7 @@ from paddlike.summary import RootCause
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
-    from paddlike.launch.peers.elastic import ElasticRendezvous
+    from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous
     from paddlike.launch.peers.links import Link
     from paddlike.launch.peers.rounds import ElasticRounds, FixedRounds
 

@@ -1,5 +1,5 @@
 """Elastic jobs' decisions (plan/elastic.py) as tables, and the elastic rendezvous
-(peers/elastic.py) over an in-memory store with real threads."""
+(peers/elastic_rendezvous.py) over an in-memory store with real threads."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.elastic import ElasticRendezvous, JobEnded
+from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous, JobEnded
 from paddlike.launch.peers.errors import RendezvousTimeout
 from paddlike.launch.plan.elastic import (
     JOINED,
