@@ -3,7 +3,7 @@ job is done, not when one node's own trainers are (`JobTrainersOk`).
 
 Each node stores ``job/<round>/trainers-ok/<i>`` once its trainers have all exited 0 (at
 once when it has none); a thread waiting for every node's key, on a connection of its
-own, makes `hook.fd` readable then, and the supervisor stops this node's servers. A lost
+own, makes `fd` readable then, and the supervisor stops this node's servers. A lost
 node or an abort ends the round through the round's watch instead.
 """
 
@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers.kv import KV, wait_keys
-from paddlike.launch.peers.services import ServicesStop
 
 WAIT_CHUNK = 2.0  # seconds per blocking wait on the keys (to notice `stop()`)
 
 
 class JobTrainersOk:
-    """One round's say in when this node's servers stop (`hook`, for the supervisor)."""
+    """One round's say in when this node's servers stop (a `services.ServicesStop`, for the
+    supervisor)."""
 
     def __init__(
         self,
@@ -45,7 +45,6 @@ class JobTrainersOk:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._fds_open = True  # until stop() closes them
-        self.hook = ServicesStop(self._read_fd, self._local_trainers_done, self._ready)
         self.name = f"trainers-ok {self.own_key}"
 
     def start(self) -> threading.Thread:
@@ -63,13 +62,20 @@ class JobTrainersOk:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def _local_trainers_done(self) -> None:
+    @property
+    def fd(self) -> int:
+        """Readable once every node's trainers are done."""
+        return self._read_fd
+
+    def local_trainers_done(self) -> None:
+        """This node's trainers all exited 0 (or it has none): say so to the others."""
         try:
             self.kv.set(self.own_key, b"1")
         except StoreError as exc:  # the heartbeat thread decides whether the store is gone
             self.warn(f"could not tell the other nodes that its trainers are done: {exc}")
 
-    def _ready(self) -> bool:
+    def stop_now(self) -> bool:
+        """Whether the servers stop now (consumes the readiness of `fd`)."""
         try:
             return bool(os.read(self._read_fd, 4096))
         except OSError:

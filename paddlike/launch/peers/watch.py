@@ -158,7 +158,7 @@ class JobWatch:
             self._trainers_ok = JobTrainersOk(
                 self.kv, self._connect, keys=keys, node_index=self.node_index, warn=warn
             )
-            self.services = self._trainers_ok.hook
+            self.services = self._trainers_ok
         self._fds_open = True  # until stop() closes them
         self.stacks = transport.stacks
         self.leaving = False  # elastic: this node's launcher got a signal and leaves

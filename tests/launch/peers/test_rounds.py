@@ -4,6 +4,7 @@ what every node concludes, from what the others published. No processes, no slee
 from __future__ import annotations
 
 import os
+import select
 import threading
 
 import pytest
@@ -304,3 +305,21 @@ def test_a_signal_to_node_0_of_an_elastic_job_on_its_store_ends_the_job_not_just
             assert ("it hosts the launchers' store" in watch.root_cause.reason) is hosts_store
         finally:
             watch.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_ps_jobs_servers_stop_once_every_nodes_trainers_are_done_not_just_their_own():
+    kv = MemoryKV()
+    specs = [WatchSpec(0, HOSTS[:2], i, "", services=True, elastic=None) for i in range(2)]
+    watches = [memory_watch(kv, spec).start() for spec in specs]
+    try:
+        stops = [w.services for w in watches]
+        stops[0].local_trainers_done()
+        assert select.select([stops[0].fd], [], [], 0.2)[0] == []  # node 1's trainers still run
+        stops[1].local_trainers_done()
+        for stop in stops:
+            assert select.select([stop.fd], [], [], 10.0)[0] == [stop.fd]
+            assert stop.stop_now()
+    finally:
+        for w in watches:
+            w.stop()
