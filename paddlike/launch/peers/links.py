@@ -27,15 +27,15 @@ from paddlike.distributed.store import (
 )
 from paddlike.launch.context.addresses import resolve_host
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import (
+from paddlike.launch.peers.kv import CONNECT_CHUNK, KV, Progress, connect_with_progress
+from paddlike.launch.peers.liveness import CounterLiveness, LeaseLiveness
+from paddlike.launch.peers.rendezvous import find_rival
+from paddlike.launch.peers.rendezvous_errors import (
     RendezvousError,
     RendezvousTimeout,
     StoreHostError,
     StoreRefused,
 )
-from paddlike.launch.peers.kv import CONNECT_CHUNK, KV, Progress, connect_with_progress
-from paddlike.launch.peers.liveness import CounterLiveness, LeaseLiveness
-from paddlike.launch.peers.rendezvous import find_rival
 from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, WatchSpec, WatchTransport
 from paddlike.launch.plan.elastic import LOST

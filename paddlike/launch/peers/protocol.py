@@ -57,7 +57,7 @@ import json
 import zlib
 from collections.abc import Sequence
 
-from paddlike.launch.peers.errors import (
+from paddlike.launch.peers.rendezvous_errors import (
     FingerprintMismatch,
     NodeFailedToStart,
     RendezvousAborted,

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous
-from paddlike.launch.peers.errors import RendezvousError
 from paddlike.launch.peers.kv import Progress
 from paddlike.launch.peers.rendezvous import Rendezvous
+from paddlike.launch.peers.rendezvous_errors import RendezvousError
 from paddlike.launch.peers.watch import STORE_HOST_ENDS
 from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec
 from paddlike.launch.plan.policy import membership_cause

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 from paddlike.distributed.store import WRONG_TOKEN, StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rendezvous import Rendezvous, linger
+from paddlike.launch.peers.rendezvous_errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.watch import DONE_GRACE, JobWatch, WatchSpec
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing
 from paddlike.summary import RootCause

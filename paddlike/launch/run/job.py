@@ -37,10 +37,10 @@ from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
 from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.peers.api import Peers, RoundWatch
-from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.one_node import LocalPeers
 from paddlike.launch.peers.protocol import decode_cause
+from paddlike.launch.peers.rendezvous_errors import RendezvousAborted, RendezvousError
 from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
 from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id

@@ -11,9 +11,9 @@ import pytest
 
 from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousTimeout
 from paddlike.launch.peers.one_node import LocalPeers
 from paddlike.launch.peers.rendezvous import Rendezvous
+from paddlike.launch.peers.rendezvous_errors import FingerprintMismatch, RendezvousTimeout
 from paddlike.launch.peers.watch import JobWatch, WatchSpec
 from paddlike.launch.plan.elastic import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint

@@ -10,8 +10,8 @@ import pytest
 
 from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.links import OwnTable, StoreLink
+from paddlike.launch.peers.rendezvous_errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rounds import rounds_for
 from paddlike.launch.peers.session import PeersState, StorePeers
 from paddlike.launch.plan.elastic import ElasticSpec

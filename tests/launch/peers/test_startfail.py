@@ -9,7 +9,7 @@ import pytest
 from paddlike.distributed.store import StoreServer
 from paddlike.launch.context.options import parse_options
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import NodeFailedToStart
+from paddlike.launch.peers.rendezvous_errors import NodeFailedToStart
 from paddlike.launch.peers.start_verdict import Meeting, StartFailure
 from paddlike.launch.peers.start_verdict import tell_start_failure as tell_verdict
 from paddlike.launch.peers.startfail import meeting_of, tell_start_failure
