@@ -40,7 +40,7 @@ from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, WatchSpec, WatchTransport
 from paddlike.launch.plan.elastic import LOST
 from paddlike.launch.plan.policy import launcher_died_cause
-from paddlike.launch.plan.world import NodeEntry, node_label
+from paddlike.launch.plan.world import node_label
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from paddlike.launch.context.peers_spec import PeersSpec
     from paddlike.launch.peers.etcd import EtcdStore
     from paddlike.launch.plan.nodejob import NodeJob
+    from paddlike.launch.plan.world import NodeEntry
 else:
     Protocol = object  # an interface for type checkers; nothing checks it at run time
 

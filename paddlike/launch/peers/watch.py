@@ -127,7 +127,6 @@ class JobWatch:
         the log files named in published causes; `spec.services`: PS on several nodes (the
         servers stop with the job's trainers); `transport.stacks` is started and stopped
         with the watch."""
-        self.spec, self.transport = spec, transport
         self.kv = transport.kv
         self.warn = warn  # the console's warning line
         self.heartbeat_kv = transport.heartbeat_kv or transport.kv
