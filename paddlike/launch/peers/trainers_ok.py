@@ -45,10 +45,10 @@ class JobTrainersOk:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._fds_open = True  # until stop() closes them
-        self.name = f"trainers-ok {self.own_key}"
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._wait, name=self.name, daemon=True)
+    def start(self, name: str) -> threading.Thread:
+        """The waiting thread, started (`name`: the thread's)."""
+        thread = threading.Thread(target=self._wait, name=name, daemon=True)
         thread.start()
         return thread
 

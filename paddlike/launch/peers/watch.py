@@ -201,7 +201,7 @@ class JobWatch:
             t.start()
             self._threads.append(t)
         if self._trainers_ok is not None:
-            self._threads.append(self._trainers_ok.start())
+            self._threads.append(self._trainers_ok.start(f"trainers-ok-r{self.round}"))
         if self.stacks is not None:
             self.stacks.start()
         return self
