@@ -52,9 +52,9 @@ sys.path.insert(0, str(ROOT))
 
 from paddlike.distributed.store import StoreClient, StoreError, StoreTimeoutError  # noqa: E402
 from paddlike.launch.peers import protocol  # noqa: E402
-from paddlike.launch.peers.errors import FingerprintMismatch  # noqa: E402
 from paddlike.launch.peers.etcd import EtcdStore  # noqa: E402
 from paddlike.launch.peers.rendezvous import Rendezvous  # noqa: E402
+from paddlike.launch.peers.rendezvous_errors import FingerprintMismatch  # noqa: E402
 from paddlike.launch.plan.agreement import claim_message, job_id_in_force  # noqa: E402
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult  # noqa: E402
 from tests.support.netns import Cluster, netns_cluster, netns_unavailable_reason  # noqa: E402

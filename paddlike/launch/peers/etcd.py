@@ -5,9 +5,9 @@ get, try_get, add, compare_set, delete, wait), so the same rendezvous, abort and
 restart logic runs through etcd, and no node is a single point of failure. It talks
 to etcd's HTTP/JSON gateway (``/v3/...``, served by etcd 3.3 and later; 3.4 also
 serves ``/v3beta``) with the standard library: one kept-alive connection per thread
-(http.client; never through a proxy from the environment: cluster nodes often carry
-one for the internet, which cannot reach, or must not see, etcd), and a watch on a
-socket of its own, kept between waits for the same key (`etcd_watch`).
+(`etcd_gateway`; http.client, never through a proxy from the environment: cluster nodes
+often carry one for the internet, which cannot reach, or must not see, etcd), and a
+watch on a socket of its own, kept between waits for the same key (`etcd_watch`).
 
 - keys and values are base64 in the JSON; every key lives under
   ``/paddlike/<job id>/`` (``--job_id``, default "default");
@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
-import json
 import os
 import threading
 import time
@@ -40,19 +38,13 @@ from collections.abc import Sequence
 
 from paddlike import netaddr
 from paddlike.distributed.store import StoreError, StoreTimeoutError
+from paddlike.launch.peers.etcd_gateway import EtcdGateway, EtcdUnreachable
 from paddlike.launch.peers.etcd_watch import WatchRejected, WatchStream
 
 PREFIX = "/paddlike"
 DEFAULT_JOB = "default"
 IO_TIMEOUT = 5.0  # seconds for one gateway request that does not wait for a key
 
-
-# what a kept-alive connection that etcd closed while idle raises on its next request
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-
-
-class EtcdUnreachable(StoreError):
-    """No endpoint of the cluster answered (as opposed to one answering with an error)."""
 
 
 def parse_etcd_master(master: str) -> list[tuple[str, int]]:
@@ -98,9 +90,9 @@ class EtcdStore:
         self.io_timeout = io_timeout
         self.lease: int | None = None
         self.lease_ttl: float = 0.0
-        self._good = 0  # index of the endpoint that answered last
+        self._gateway = EtcdGateway(self.endpoints, io_timeout)
         self._owns_lease = True
-        self._local = threading.local()  # each thread's kept-alive connections
+        self._local = threading.local()  # each thread's kept watch
         self._keepalive_stop = threading.Event()
         self._keepalive_thread: threading.Thread | None = None
         self._watches: set[WatchStream] = set()  # every thread's kept watch, for `close`
@@ -110,80 +102,9 @@ class EtcdStore:
     def address(self) -> str:
         return "etcd://" + ",".join(netaddr.join(h, p) for h, p in self.endpoints)
 
-    # -- the gateway --
-
     def _call(self, path: str, body: dict, timeout: float | None = None) -> dict:
-        """One request on this thread's kept-alive connection to the endpoint that answered
-        last (a new connection per call cost most of each call: 256 nodes took 13 s)."""
-        t = max(0.05, self.io_timeout if timeout is None else timeout)
-        data = json.dumps(body).encode()
-        errors = []
-        n = len(self.endpoints)
-        for k in range(n):
-            i = (self._good + k) % n
-            for retry in (False, True):
-                conn, reused = self._connection(i, t)
-                if conn.sock is None:  # not up (yet), or not there: the next endpoint
-                    try:
-                        conn.connect()
-                    except OSError as exc:
-                        self._forget(i)
-                        errors.append(f"{netaddr.join(*self.endpoints[i])}: {exc}")
-                        break
-                try:
-                    conn.request("POST", f"/v3/{path}", data, {"Content-Type": "application/json"})
-                    resp = conn.getresponse()
-                except (OSError, http.client.HTTPException) as exc:  # no answer: unreachable
-                    self._forget(i)
-                    stale = isinstance(exc, _STALE) and reused and not retry
-                    if stale:  # etcd closed the idle connection meanwhile: once more, fresh
-                        continue
-                    errors.append(f"{netaddr.join(*self.endpoints[i])}: {exc}")
-                    break
-                try:
-                    raw = resp.read()
-                except TimeoutError as exc:
-                    self._forget(i)
-                    raise StoreTimeoutError(
-                        f"etcd at {self.address} did not answer /v3/{path}"
-                    ) from exc
-                except (OSError, http.client.HTTPException) as exc:
-                    self._forget(i)
-                    raise StoreError(
-                        f"etcd at {self.address} failed during /v3/{path}: {exc}"
-                    ) from exc
-                if resp.status >= 400:
-                    detail = raw.decode("utf-8", "replace").strip()
-                    where = netaddr.join(*self.endpoints[i])
-                    raise StoreError(f"etcd at {where} rejected /v3/{path}: {detail}")
-                self._good = i
-                try:
-                    return json.loads(raw or b"{}")
-                except ValueError as exc:
-                    raise StoreError(
-                        f"etcd at {self.address} failed during /v3/{path}: {exc}"
-                    ) from exc
-        raise EtcdUnreachable(
-            f"no etcd endpoint of {self.address} answered /v3/{path}: " + "; ".join(errors)
-        )
-
-    def _connection(self, i: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection to endpoint `i` (new or kept), and whether it was kept."""
-        conns = self._local.__dict__.setdefault("conns", {})
-        conn = conns.get(i)
-        reused = conn is not None
-        if conn is None:
-            host, port = self.endpoints[i]
-            conn = conns[i] = http.client.HTTPConnection(host, port, timeout=timeout)
-        conn.timeout = timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
-        return conn, reused
-
-    def _forget(self, i: int) -> None:
-        conn = self._local.__dict__.get("conns", {}).pop(i, None)
-        if conn is not None:
-            conn.close()
+        """One request to the gateway (`EtcdGateway.call`)."""
+        return self._gateway.call(path, body, timeout)
 
     def _k(self, key: str) -> str:
         return _b64((self.prefix + key).encode())
@@ -272,7 +193,7 @@ class EtcdStore:
         errors = []
         n = len(self.endpoints)
         for k in range(n):
-            i = (self._good + k) % n
+            i = (self._gateway.good + k) % n
             host, port = self.endpoints[i]
             try:
                 watch = WatchStream(host, port, body, max(0.05, deadline - time.monotonic()))

@@ -1,17 +1,21 @@
-"""The two ways a launcher reaches the other nodes, one function each: node 0's TCP store
-(`open_store_link`: node 0 hosts it, every node connects) and etcd (`open_etcd_link`:
-none hosts anything, each node holds a lease); `open_link` picks the one the options
-say. Both return a `Link`: the connection, how to open another, and how to make a
-round's `JobWatch` on it. `session.StorePeers` runs
-the job's rounds over whichever link it was given.
+"""A launcher's link to the job's store for the whole job: one interface (`Link`), one
+class per backend, opened by `open_link` as the peers' spec says:
+
+| backend                  | class       | who hosts the store | liveness                    |
+| ------------------------ | ----------- | ------------------- | --------------------------- |
+| node 0's TCP store       | `StoreLink` | node 0's launcher   | counters; node 0 watches    |
+| etcd (--master etcd://)  | `EtcdLink`  | nobody              | leases; every node watches  |
+
+`session.StorePeers` runs the job's rounds over the link, and makes each round's
+`JobWatch` from the round's `WatchSpec` and the link's `transport`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from paddlike import netaddr
 from paddlike.distributed.store import (
@@ -21,286 +25,353 @@ from paddlike.distributed.store import (
     StoreServer,
     StoreTimeoutError,
 )
-from paddlike.launch import NamedTuple
 from paddlike.launch.context.addresses import resolve_host
-from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import (
+from paddlike.launch.peers.kv import CONNECT_CHUNK, KV, Progress, connect_with_progress
+from paddlike.launch.peers.liveness import CounterLiveness, LeaseLiveness
+from paddlike.launch.peers.rendezvous import find_rival
+from paddlike.launch.peers.rendezvous_errors import (
     RendezvousError,
     RendezvousTimeout,
     StoreHostError,
     StoreRefused,
 )
-from paddlike.launch.peers.kv import (
-    CONNECT_CHUNK,
-    KV,
-    Progress,
-    connect_with_progress,
-)
-from paddlike.launch.peers.liveness import CounterLiveness, LeaseLiveness
-from paddlike.launch.peers.notice import encode_notice
 from paddlike.launch.peers.stackreq import StackChannel
-from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, JobWatch, WatchSpec
+from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, WatchSpec, WatchTransport
 from paddlike.launch.plan.elastic import LOST
 from paddlike.launch.plan.policy import launcher_died_cause
 from paddlike.launch.plan.world import node_label
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
-    from paddlike.launch.context.options import LaunchOptions
+    from typing import Protocol
+
+    from paddlike.launch.context.peers_spec import PeersSpec
+    from paddlike.launch.peers.etcd import EtcdStore
     from paddlike.launch.plan.nodejob import NodeJob
+    from paddlike.launch.plan.world import NodeEntry
+else:
+    Protocol = object  # an interface for type checkers; nothing checks it at run time
 
 
-class Link(NamedTuple):
-    """A launcher's connection to the job's store for the whole job."""
+class Link(Protocol):
+    """A launcher's connection to the job's store, and what it hosts, for the whole job."""
 
-    kv: KV
-    connect: Callable[[], KV]  # a fresh, short-lived connection (for `publish_stop`)
-    make_watch: Callable[[WatchSpec], JobWatch]
-    # whether this launcher's exit takes away keys the others may still read: node 0's on
-    # the TCP store (it hosts it), every node's on etcd (its keys carry its lease)
-    keeps_keys: bool
-    server: StoreServer | None = None  # node 0's store, hosted by this launcher
-    master: tuple[str, int] | None = None  # the TCP store's address
-    token: bytes | None = None
+    kv: KV  # the connection the rendezvous and the rounds use
+    # node 0's store, hosted by this launcher (it writes a stop straight into its table);
+    # None on every other node and on etcd
+    server: StoreServer | None
+
+    @property
+    def keeps_keys(self) -> bool:
+        """Whether this launcher's exit takes away keys the others may still read: node 0's
+        on the TCP store (it hosts it), every node's on etcd (its keys carry its lease)."""
+
+    def connect(self) -> KV:
+        """A fresh, short-lived connection (a stop, the end of an elastic job); closed by
+        the caller."""
+
+    def transport(self, spec: WatchSpec) -> WatchTransport:
+        """How round `spec`'s watch reaches the store: its connections, its liveness,
+        its stack requests and its death notice."""
+
+    def rival(
+        self, entry: NodeEntry, round_: int, hosts: Sequence[str], missing: list[int]
+    ) -> str | None:
+        """The store's host, while nodes are missing at a fixed job's rendezvous: a
+        mismatch message when one of them hosts a rendezvous of its own; else None."""
+
+    def close(self) -> None:
+        """Close the connection, and the store this launcher hosts."""
 
 
 def open_link(
-    options: LaunchOptions,
+    spec: PeersSpec,
     job: NodeJob,
     *,
     progress: Progress,
     waiting: Callable[[str], None],
 ) -> Link:
     """Connect to the job's other nodes: through etcd with ``--master etcd://...``, else
-    through node 0's store (hosted here on node 0). Raises RendezvousError (a store
-    that cannot be reached or hosted included), never a bare StoreError."""
+    through node 0's store (hosted here on node 0). `waiting` is told what the launcher
+    waits for meanwhile. Raises RendezvousError (a store that cannot be reached or hosted
+    included), never a bare StoreError."""
     try:
-        if uses_etcd(options):
-            assert options.master is not None
-            return open_etcd_link(
-                master=options.master,
-                job_id=options.job_id,
-                node_index=job.index,
-                rdzv_timeout=options.rdzv_timeout,
-                heartbeat_timeout=options.heartbeat_timeout,
-                progress=progress,
-                waiting=waiting,
-                elastic=job.elastic is not None,
-            )
-        assert job.master is not None
-        return open_store_link(
-            master=job.master,
-            node_index=job.index,
-            hosts=job.hosts,
-            token=options.job_token.encode() if options.job_token else None,
-            rdzv_timeout=options.rdzv_timeout,
-            heartbeat_timeout=options.heartbeat_timeout,
-            progress=progress,
-            waiting=waiting,
-            rank_known=job.rank_known,
-        )
+        if spec.etcd is not None:
+            return EtcdLink.open(spec, job.index, progress=progress, waiting=waiting)
+        return StoreLink.open(spec, job, progress=progress, waiting=waiting)
     except StoreError as exc:
         raise RendezvousError(str(exc)) from exc
 
 
-def open_store_link(
-    *,
-    master: tuple[str, int],
-    node_index: int,
-    hosts: Sequence[str],
-    token: bytes | None,
-    rdzv_timeout: float,
-    heartbeat_timeout: float,
-    progress: Progress,
-    waiting: Callable[[str], None] = lambda what: None,
-    rank_known: bool = True,
-) -> Link:
-    """Node 0 starts the store at `master`; every node connects (retrying to the timeout,
-    with a progress line while node 0's store is not up). `waiting` is told what the
-    launcher waits for (for an interrupt's message).
+class StoreLink:
+    """A launcher's link to node 0's store (see `Link`)."""
 
-    Without a rank (`rank_known` False: ranks assigned at the rendezvous) a node whose
-    address is the master's tries to host the store, and is node 0 if it can; when
-    another launcher holds the port already (several nodes on one machine), it joins."""
-    server = None
-    address = netaddr.join(*master)  # [fd00::1]:6170 for IPv6
-    # torchrun style on one machine: every node's address is the master's; only node 0
-    # hosts the store then
-    if is_store_host(master[0], hosts, node_index) and (all(hosts) or node_index == 0):
-        # torchrun style: the other nodes' addresses are unknown until they publish them,
-        # so any peer may connect (a --job_token still keeps strangers out)
-        allowed = hosts if all(hosts) else None
+    def __init__(
+        self,
+        kv: StoreClient,
+        *,
+        master: tuple[str, int],
+        token: bytes | None,
+        heartbeat_timeout: float,
+        server: StoreServer | None = None,
+    ) -> None:
+        """`kv`: connected to the store at `master`; `server`: the store, when this
+        launcher hosts it (node 0)."""
+        self.kv: KV = kv
+        self.master = master
+        self.token = token
+        self.heartbeat_timeout = heartbeat_timeout
+        self.server = server
+
+    @classmethod
+    def open(
+        cls,
+        spec: PeersSpec,
+        job: NodeJob,
+        *,
+        progress: Progress,
+        waiting: Callable[[str], None] = lambda what: None,
+    ) -> StoreLink:
+        """Node 0 starts the store at the job's master address; every node connects
+        (retrying to --rdzv_timeout, with a progress line while node 0's store is not up).
+        `waiting` is told what the launcher waits for (for an interrupt's message).
+
+        Without a rank (`job.rank_known` False: ranks assigned at the rendezvous) a node
+        whose address is the master's tries to host the store, and is node 0 if it can;
+        when another launcher holds the port already (several nodes on one machine), it
+        joins."""
+        assert job.master is not None
+        master, hosts, node_index, token = job.master, job.hosts, job.index, spec.token
+        server = None
+        address = netaddr.join(*master)  # [fd00::1]:6170 for IPv6
+        # torchrun style on one machine: every node's address is the master's; only node 0
+        # hosts the store then
+        if is_store_host(master[0], hosts, node_index) and (all(hosts) or node_index == 0):
+            # torchrun style: the other nodes' addresses are unknown until they publish
+            # them, so any peer may connect (a --job_token still keeps strangers out)
+            allowed = hosts if all(hosts) else None
+            try:
+                server = host_store(master[0], master[1], allowed_hosts=allowed, token=token)
+            except StoreHostError:
+                if job.rank_known:
+                    raise
+        store_host = "node 0" if server is None else "this node"
+        what = f"waiting for {store_host} ({address}) to host the launchers' store"
+        waiting(what)
+        rdzv_timeout = spec.rdzv_timeout
         try:
-            server = host_store(master[0], master[1], allowed_hosts=allowed, token=token)
-        except StoreHostError:
-            if rank_known:
-                raise
-    store_host = "node 0" if server is None else "this node"
-    what = f"waiting for {store_host} ({address}) to host the launchers' store"
-    waiting(what)
-    try:
-        kv = connect_with_progress(master, token, rdzv_timeout, heartbeat_timeout, what, progress)
-    except StoreTimeoutError as exc:
-        if server is not None:
-            server.close()
-        raise RendezvousTimeout(
-            f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store at "
-            f"{address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}; a node 0 that "
-            "cannot start keeps its store up only a few seconds to say why (see its output)"
-        ) from exc
-    except StoreAuthError as exc:
-        if server is not None:
-            server.close()
-        # without a rank yet, `node_index` is a placeholder: name this launcher instead
-        who = f"the launcher on {node_label(node_index, hosts)}" if rank_known else None
-        raise token_refused(exc, who or "this launcher") from exc
-    except BaseException:
-        if server is not None:
-            server.close()
-        raise
-    # Each call of a watch's own connections gives up after one heartbeat period, so a cut
-    # network is noticed within the timeout rather than after a TCP timeout.
-    period = heartbeat_timeout / HEARTBEATS_PER_TIMEOUT
+            kv = connect_with_progress(
+                master, token, rdzv_timeout, spec.heartbeat_timeout, what, progress
+            )
+        except StoreTimeoutError as exc:
+            if server is not None:
+                server.close()
+            raise RendezvousTimeout(
+                f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store at "
+                f"{address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}; a node 0 that "
+                "cannot start keeps its store up only a few seconds to say why (see its output)"
+            ) from exc
+        except StoreAuthError as exc:
+            if server is not None:
+                server.close()
+            # without a rank yet, `node_index` is a placeholder: name this launcher instead
+            who = f"the launcher on {node_label(node_index, hosts)}" if job.rank_known else None
+            raise token_refused(exc, who or "this launcher") from exc
+        except BaseException:
+            if server is not None:
+                server.close()
+            raise
+        return cls(
+            kv, master=master, token=token, heartbeat_timeout=spec.heartbeat_timeout,
+            server=server,
+        )  # fmt: skip
 
-    def watch_connection() -> StoreClient:
+    @property
+    def keeps_keys(self) -> bool:
+        """Node 0's exit takes its store, and every key, away."""
+        return self.server is not None
+
+    def connect(self) -> KV:
+        """Node 0 writes straight into its own table; the others connect once, briefly."""
+        if self.server is not None:
+            return OwnTable(self.server)
+        return StoreClient(*self.master, timeout=1.0, token=self.token, reconnect_timeout=0.0)
+
+    def watch_connection(self) -> StoreClient:
+        """A connection for one of a round's threads. Each call on it gives up after one
+        heartbeat period, so a cut network is noticed within the timeout rather than after
+        a TCP timeout."""
+        period = self.heartbeat_timeout / HEARTBEATS_PER_TIMEOUT
         return StoreClient(
-            *master,
-            timeout=heartbeat_timeout,
-            token=token,
+            *self.master,
+            timeout=self.heartbeat_timeout,
+            token=self.token,
             reconnect_timeout=period,
             io_timeout=period,
         )
 
-    def make_watch(spec: WatchSpec) -> JobWatch:
+    def transport(self, spec: WatchSpec) -> WatchTransport:
         """Node 0 monitors the heartbeats, counted on a connection of their own."""
-        beats = watch_connection()
-        return JobWatch(
-            connect=watch_connection,
-            kv=kv,
-            liveness=CounterLiveness(beats, spec.node_index, len(spec.hosts), heartbeat_timeout),
-            node_index=spec.node_index,
-            nnodes=len(spec.hosts),
-            hosts=spec.hosts,
-            round_=spec.round,
-            heartbeat_timeout=heartbeat_timeout,
+        beats = self.watch_connection()
+        hosts_store = self.server is not None
+        return WatchTransport(
+            kv=self.kv,
+            connect=self.watch_connection,
+            liveness=CounterLiveness(
+                beats, spec.node_index, len(spec.hosts), self.heartbeat_timeout
+            ),
+            heartbeat_timeout=self.heartbeat_timeout,
             monitor=spec.node_index == 0,
             heartbeat_kv=beats,
-            elastic=spec.elastic,
-            log_dir=spec.log_dir,
-            services=spec.services,
-            stacks=_stacks(watch_connection, kv, spec),
-            hosts_store=server is not None,
+            hosts_store=hosts_store,
+            stacks=stack_channel(self.watch_connection, self.kv, spec),
             # node 0's store goes with its launcher: nobody to tell then
-            death_notice=None if server is not None else _death_notice(spec, master, token),
+            death_notice=None if hosts_store else death_notice(spec, self.master, self.token),
         )
 
-    def connect() -> KV:
-        return StoreClient(*master, timeout=1.0, token=token, reconnect_timeout=0.0)
+    def rival(
+        self, entry: NodeEntry, round_: int, hosts: Sequence[str], missing: list[int]
+    ) -> str | None:
+        """Only the store's host can have a rival (`rendezvous.find_rival`)."""
+        if self.server is None:
+            return None
+        return find_rival(entry, round_, hosts, missing, self.master[1], self.token)
 
-    return Link(
-        kv=kv,
-        connect=connect,
-        make_watch=make_watch,
-        keeps_keys=server is not None,
-        server=server,
-        master=master,
-        token=token,
-    )
+    def close(self) -> None:
+        with contextlib.suppress(StoreError):
+            self.kv.close()
+        if self.server is not None:
+            self.server.close()
 
 
-def open_etcd_link(
-    *,
-    master: str,
-    job_id: str | None,
-    node_index: int,
-    rdzv_timeout: float,
-    heartbeat_timeout: float,
-    progress: Progress,
-    waiting: Callable[[str], None] = lambda what: None,
-    elastic: bool = False,
-) -> Link:
-    """Every node talks to the etcd cluster; none hosts anything. Each holds a lease
-    (TTL --heartbeat_timeout) and marks itself alive under it (`elastic`: once per
-    round, as ranks change between rounds)."""
-    from paddlike.launch.peers.etcd import EtcdStore, EtcdUnreachable, parse_etcd_master
+class OwnTable:
+    """Node 0's own store as a connection: straight into its table, nothing to close."""
 
-    kv = EtcdStore(
-        parse_etcd_master(master),
-        job_id=job_id,
-        timeout=rdzv_timeout,
-        io_timeout=max(0.5, heartbeat_timeout / HEARTBEATS_PER_TIMEOUT),
-    )
-    what = f"waiting for etcd at {kv.address} to answer"
-    waiting(what)
-    started = time.monotonic()
-    deadline, delay = started + rdzv_timeout, 0.05
-    try:
-        while True:
-            try:
-                if kv.lease is None:
-                    kv.grant_lease(heartbeat_timeout)
-                kv.set(p.alive_key(node_index), str(os.getpid()))
-                break
-            except EtcdUnreachable as exc:
-                if time.monotonic() + delay > deadline:
-                    raise RendezvousTimeout(
-                        f"rendezvous: etcd at {kv.address} did not answer within "
-                        f"{rdzv_timeout:g} s (--rdzv_timeout): {exc}"
+    def __init__(self, server: StoreServer) -> None:
+        self.server = server
+        self.address = server.address_str
+
+    def try_get(self, key: str) -> bytes | None:
+        return self.server.peek(key)
+
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+        return self.server.compare_set(key, expected, desired) or b""
+
+    def close(self) -> None:
+        pass
+
+
+class EtcdLink:
+    """A launcher's link to the job's keys on etcd (see `Link`)."""
+
+    server = None  # nobody hosts the store
+    keeps_keys = True  # this launcher's keys go with its lease
+
+    def __init__(self, kv: EtcdStore, *, job_id: str | None, heartbeat_timeout: float) -> None:
+        self.kv: EtcdStore = kv
+        self.job_id = job_id
+        self.heartbeat_timeout = heartbeat_timeout
+
+    @classmethod
+    def open(
+        cls,
+        spec: PeersSpec,
+        node_index: int,
+        *,
+        progress: Progress,
+        waiting: Callable[[str], None] = lambda what: None,
+    ) -> EtcdLink:
+        """Take a lease and mark this node alive under it, retrying until --rdzv_timeout
+        while etcd does not answer (with a progress line)."""
+        from paddlike.launch.peers.etcd import EtcdStore, EtcdUnreachable, parse_etcd_master
+
+        assert spec.etcd is not None
+        rdzv_timeout = spec.rdzv_timeout
+        kv = EtcdStore(
+            parse_etcd_master(spec.etcd),
+            job_id=spec.job_id,
+            timeout=rdzv_timeout,
+            io_timeout=max(0.5, spec.heartbeat_timeout / HEARTBEATS_PER_TIMEOUT),
+        )
+        what = f"waiting for etcd at {kv.address} to answer"
+        waiting(what)
+        started = time.monotonic()
+        deadline, delay = started + rdzv_timeout, 0.05
+        try:
+            while True:
+                try:
+                    if kv.lease is None:
+                        kv.grant_lease(spec.heartbeat_timeout)
+                    kv.set(p.alive_key(node_index), str(os.getpid()))
+                    break
+                except EtcdUnreachable as exc:
+                    if time.monotonic() + delay > deadline:
+                        raise RendezvousTimeout(
+                            f"rendezvous: etcd at {kv.address} did not answer within "
+                            f"{rdzv_timeout:g} s (--rdzv_timeout): {exc}"
+                        ) from exc
+                    if time.monotonic() - started >= CONNECT_CHUNK:
+                        progress(what, time.monotonic() - started, rdzv_timeout)
+                    time.sleep(delay)  # etcd not up yet: back off and retry until the deadline
+                    delay = min(delay * 2, 1.0)
+                except StoreError as exc:
+                    raise RendezvousError(
+                        f"--master: cannot use etcd at {kv.address}: {exc}"
                     ) from exc
-                if time.monotonic() - started >= CONNECT_CHUNK:
-                    progress(what, time.monotonic() - started, rdzv_timeout)
-                time.sleep(delay)  # etcd not up yet: back off and retry until the deadline
-                delay = min(delay * 2, 1.0)
-            except StoreError as exc:
-                raise RendezvousError(f"--master: cannot use etcd at {kv.address}: {exc}") from exc
-    except BaseException:
-        kv.close()
-        raise
+        except BaseException:
+            kv.close()
+            raise
+        return cls(kv, job_id=spec.job_id, heartbeat_timeout=spec.heartbeat_timeout)
 
-    def make_watch(spec: WatchSpec) -> JobWatch:
-        """Every node monitors the others' leases."""
-        nnodes = len(spec.hosts)
+    def connect(self) -> KV:
+        """Another handle on the same keys and lease; its `close` leaves the lease alone."""
+        return self.kv.sharing_lease()
+
+    def transport(self, spec: WatchSpec) -> WatchTransport:
+        """Every node monitors the others' leases. An elastic job's node also marks itself
+        alive in the round (its ranks change between rounds)."""
+        elastic = spec.elastic is not None
         liveness = LeaseLiveness(
-            kv,
+            self.kv,
             spec.node_index,
-            nnodes,
+            len(spec.hosts),
             round_=spec.round if elastic else None,
-            timeout=heartbeat_timeout,
+            timeout=self.heartbeat_timeout,
         )
         if elastic:
-            kv.set(p.round_alive_key(spec.round, spec.node_index), str(os.getpid()))
-        return JobWatch(
-            connect=kv.sharing_lease,
-            kv=kv,
+            self.kv.set(p.round_alive_key(spec.round, spec.node_index), str(os.getpid()))
+        return WatchTransport(
+            kv=self.kv,
+            connect=self.kv.sharing_lease,
             liveness=liveness,
-            node_index=spec.node_index,
-            nnodes=nnodes,
-            hosts=spec.hosts,
-            round_=spec.round,
-            heartbeat_timeout=heartbeat_timeout,
+            heartbeat_timeout=self.heartbeat_timeout,
             monitor=True,
-            elastic=spec.elastic,
-            log_dir=spec.log_dir,
-            services=spec.services,
-            stacks=_stacks(kv.sharing_lease, kv, spec),
-            death_notice=_death_notice(spec, etcd=kv.endpoints, job_id=job_id),
+            stacks=stack_channel(self.kv.sharing_lease, self.kv, spec),
+            death_notice=death_notice(spec, etcd=self.kv.endpoints, job_id=self.job_id),
         )
 
-    return Link(kv=kv, connect=kv.sharing_lease, make_watch=make_watch, keeps_keys=True)
+    def rival(
+        self, entry: NodeEntry, round_: int, hosts: Sequence[str], missing: list[int]
+    ) -> str | None:
+        return None  # nobody hosts a store of its own
+
+    def close(self) -> None:
+        self.kv.close()  # revokes the lease: this launcher's keys go
 
 
-def _death_notice(
+def death_notice(
     spec: WatchSpec,
-    master: tuple[str, int] | None = None,
+    store: tuple[str, int] | None = None,
     token: bytes | None = None,
     *,
     etcd: Sequence[tuple[str, int]] = (),
     job_id: str | None = None,
 ) -> bytes:
-    """What this node's guardian writes to node 0's store if this launcher dies during the
-    round (`run.guardian`): the lost node as the round's cause, and its end, so that the
-    others name it at once instead of blaming their own workers, whose collectives fail
-    as soon as this node's workers are gone."""
+    """What this node's guardian writes to the job's store (node 0's `store`, or `etcd`)
+    if this launcher dies during the round (`run.guardian`): the lost node as the round's
+    cause, and its end, so that the others name it at once instead of blaming their own
+    workers, whose collectives fail as soon as this node's workers are gone."""
     cause = launcher_died_cause(
         spec.node_index,
         spec.hosts,
@@ -313,10 +384,10 @@ def _death_notice(
         (p.done_key(spec.round, spec.node_index), p.END_LOST),
     ]
     cause_write = (p.abort_key(spec.round), p.encode_cause(cause))
-    return encode_notice(master, token, cause_write, marks, etcd=etcd, job_id=job_id)
+    return p.encode_notice(store, token, cause_write, marks, etcd=etcd, job_id=job_id)
 
 
-def _stacks(connect: Callable[[], KV], kv: KV, spec: WatchSpec) -> StackChannel:
+def stack_channel(connect: Callable[[], KV], kv: KV, spec: WatchSpec) -> StackChannel:
     """The round's job-wide stack requests (SIGUSR1, --hang_timeout)."""
     nnodes = len(spec.hosts)
     return StackChannel(

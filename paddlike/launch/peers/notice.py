@@ -1,6 +1,7 @@
 """A death notice: what a launcher's guardian writes to node 0's store if the launcher dies
 during a round (`run.guardian`). Encoded by the launcher while it lives (it knows the
-round, its place and the store), delivered by the guardian, which knows nothing else.
+round, its place and the store: `protocol.encode_notice`), delivered by the guardian
+(`deliver_notice`), which knows nothing else.
 
 One line of JSON: ``{"store": [host, port], "token": hex | null, "cause": [key, b64],
 "marks": [[key, b64], ...]}``, or for etcd ``"etcd": [[host, port], ...], "job_id": ...``
@@ -14,32 +15,11 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Sequence
 
 # How long a guardian tries to reach node 0's store before it ends the workers anyway.
 NOTICE_TIMEOUT = 1.0
 # etcd: how long the notice's keys outlive the guardian (the others read them at once)
 NOTICE_LEASE = 60.0
-
-
-def encode_notice(
-    store: tuple[str, int] | None,
-    token: bytes | None,
-    cause: tuple[str, bytes],
-    marks: Sequence[tuple[str, bytes]],
-    *,
-    etcd: Sequence[tuple[str, int]] = (),
-    job_id: str | None = None,
-) -> bytes:
-    """For node 0's `store` (and its `token`), or for the `etcd` endpoints of `job_id`."""
-
-    def pair(kv: tuple[str, bytes]) -> list[str]:
-        return [kv[0], base64.b64encode(kv[1]).decode()]
-
-    where: dict = {"etcd": [list(e) for e in etcd], "job_id": job_id} if etcd else {}
-    if store is not None:
-        where = {"store": list(store), "token": token.hex() if token is not None else None}
-    return json.dumps({**where, "cause": pair(cause), "marks": [pair(m) for m in marks]}).encode()
 
 
 def deliver_notice(notice: bytes) -> bool:

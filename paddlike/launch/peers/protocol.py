@@ -29,7 +29,7 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``stacks/<r>/...``          | see `peers.stackreq`         | job-wide stack requests        |
 | ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
 
-Elastic jobs (`peers.elastic`) add:
+Elastic jobs (`peers.elastic_rendezvous`) add:
 
 | key                         | written by                   | value                          |
 | --------------------------- | ---------------------------- | ------------------------------ |
@@ -51,12 +51,13 @@ Elastic jobs (`peers.elastic`) add:
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import zlib
 from collections.abc import Sequence
 
-from paddlike.launch.peers.errors import (
+from paddlike.launch.peers.rendezvous_errors import (
     FingerprintMismatch,
     NodeFailedToStart,
     RendezvousAborted,
@@ -191,6 +192,27 @@ END_LEFT = b"left"  # elastic: its launcher stopped on a signal and left the job
 STOPPED = b"stopped"  # end/done of a launcher that stopped on a signal
 
 
+def stop_writes(
+    round_: int, cause: bytes, *, in_rendezvous: bool, ticket: int | None, node: int
+) -> list[tuple[str, bytes]]:
+    """What a launcher that a signal stopped in round r writes, each create-only (the
+    first one is the round's verdict or cause, so a stop elsewhere that came first wins):
+
+    | where it stopped           | writes                                                  |
+    | -------------------------- | ------------------------------------------------------- |
+    | in round r's rendezvous    | ``rdzv/<r>/complete`` = aborted: + cause; with a ticket |
+    |                            | t, ``rdzv/<r>/left/<t>`` (node 0 need not wait for it)  |
+    | past round r's rendezvous  | ``job/<r>/abort`` = cause; its end and done: stopped    |
+    """
+    if in_rendezvous:
+        writes = [(complete_key(round_), ABORTED_PREFIX + cause)]
+        if ticket is not None:
+            writes.append((left_key(round_, ticket), STOPPED))
+        return writes
+    return [(abort_key(round_), cause), (end_key(round_, node), STOPPED),
+            (done_key(round_, node), STOPPED)]  # fmt: skip
+
+
 def check_verdict(status: bytes) -> None:
     """The round's verdict: return on "ok", else raise the error every node reports."""
     if status.startswith(ABORTED_PREFIX):
@@ -305,3 +327,27 @@ def decode_world(raw: bytes) -> tuple[NodeEntry, ...]:
         )
         for n in d["nodes"]
     )
+
+
+# --- a death notice (one line of JSON; `peers.notice` delivers it) -----------------------
+
+
+def encode_notice(
+    store: tuple[str, int] | None,
+    token: bytes | None,
+    cause: tuple[str, bytes],
+    marks: Sequence[tuple[str, bytes]],
+    *,
+    etcd: Sequence[tuple[str, int]] = (),
+    job_id: str | None = None,
+) -> bytes:
+    """A death notice (`peers.notice`, which delivers it): `cause` and `marks` written to
+    node 0's `store` (with its `token`), or to the `etcd` endpoints of `job_id`."""
+
+    def pair(kv: tuple[str, bytes]) -> list[str]:
+        return [kv[0], base64.b64encode(kv[1]).decode()]
+
+    where: dict = {"etcd": [list(e) for e in etcd], "job_id": job_id} if etcd else {}
+    if store is not None:
+        where = {"store": list(store), "token": token.hex() if token is not None else None}
+    return json.dumps({**where, "cause": pair(cause), "marks": [pair(m) for m in marks]}).encode()

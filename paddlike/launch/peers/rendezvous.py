@@ -34,13 +34,13 @@ from collections.abc import Callable, Sequence
 
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import (
+from paddlike.launch.peers.kv import KV, arrive_and_claim, get_all, wait_keys
+from paddlike.launch.peers.rendezvous_errors import (
     FingerprintMismatch,
     RendezvousError,
     RendezvousFull,
     RendezvousTimeout,
 )
-from paddlike.launch.peers.kv import KV, arrive_and_claim, get_all, wait_keys
 from paddlike.launch.plan.agreement import (
     assign_ranks,
     check_fingerprints,

@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 
 from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.elastic import ElasticRendezvous
-from paddlike.launch.peers.errors import RendezvousError
+from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous
 from paddlike.launch.peers.kv import Progress
-from paddlike.launch.peers.rendezvous import Rendezvous, find_rival
+from paddlike.launch.peers.rendezvous import Rendezvous
+from paddlike.launch.peers.rendezvous_errors import RendezvousError
 from paddlike.launch.peers.watch import STORE_HOST_ENDS
 from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec
 from paddlike.launch.plan.policy import membership_cause
@@ -65,9 +65,7 @@ class FixedRounds:
         link = self.link
 
         def rival_check(round_: int, missing: list[int]) -> str | None:
-            if link.server is None or link.master is None:
-                return None  # only a store's host can have a rival
-            return find_rival(entry, round_, hosts, missing, link.master[1], link.token)
+            return link.rival(entry, round_, hosts, missing)
 
         assign = self.assign and round_ == 0  # later rounds keep the ranks round 0 gave
         if assign and link.server is not None and entry.index < 0:

@@ -1,17 +1,20 @@
 """When a node's parameter servers stop: a say the supervisor takes from the job.
 
 Its own module (no store, no threads) so that the supervisor of a one-node job, which
-never needs it, does not import what the many-node watch does.
+never needs it, does not import what the many-node watch does (`peers.trainers_ok`
+implements it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # an interface for type checkers; nothing checks it at run time
 
-from paddlike.launch import NamedTuple
 
-
-class ServicesStop(NamedTuple):
+class ServicesStop(Protocol):
     """An outside say in when this node's servers stop (PS on several nodes).
 
     Without one, the supervisor asks the servers to stop once this node's trainers all
@@ -21,6 +24,9 @@ class ServicesStop(NamedTuple):
     whole job has exited 0, servers elsewhere may still be serving trainers until then.
     """
 
-    fd: int
-    local_trainers_done: Callable[[], None]
-    stop_now: Callable[[], bool]
+    @property
+    def fd(self) -> int: ...
+
+    def local_trainers_done(self) -> None: ...
+
+    def stop_now(self) -> bool: ...

@@ -1,17 +1,12 @@
 """A many-node launcher's link to the other nodes for the whole job (`StorePeers`).
 
 It runs each round's rendezvous over a `links.Link` (node 0's store or etcd, opened by
-`peers.links.open_link`), the way the job's strategy says (`rounds.FixedRounds` or
-`rounds.ElasticRounds`), and hands out each round's `JobWatch`. It also knows what the
-launcher is waiting for at any moment (`waiting_for`, from its `PeersState`), so that an
-interrupt can say so, and how to tell the other nodes that this launcher stops
-(`publish_stop`):
-
-| this launcher is                     | `publish_stop` writes                          |
-| ------------------------------------ | ---------------------------------------------- |
-| not connected yet (store not up)     | nothing (there is no one to tell)              |
-| in round r's rendezvous              | ``rdzv/<r>/complete`` = aborted + cause        |
-| past round r's rendezvous            | ``job/<r>/abort`` = cause, its end and done    |
+`peers.links.open_link` from the peers' spec), the way the job's strategy says
+(`rounds.FixedRounds` or `rounds.ElasticRounds`), and hands out each round's `JobWatch`.
+It also knows what the launcher is waiting for at any moment (`waiting_for`, from its
+`PeersState`), so that an interrupt can say so, and tells the other nodes that this
+launcher stops (`publish_stop`: nothing before it connected, else what
+`protocol.stop_writes` says).
 
 Node 0's store refuses clients with a wrong or missing job token and logs each address
 once; the refused launcher exits 2 saying so. Node 0 does not end the rendezvous for it:
@@ -26,15 +21,15 @@ from collections.abc import Sequence
 
 from paddlike.distributed.store import WRONG_TOKEN, StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rendezvous import Rendezvous, linger
+from paddlike.launch.peers.rendezvous_errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.watch import DONE_GRACE, JobWatch, WatchSpec
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult, describe_missing
 from paddlike.summary import RootCause
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
-    from paddlike.launch.peers.elastic import ElasticRendezvous
+    from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous
     from paddlike.launch.peers.links import Link
     from paddlike.launch.peers.rounds import ElasticRounds, FixedRounds
 
@@ -59,7 +54,7 @@ class PeersState(enum.Enum):
 class StorePeers:
     """A many-node launcher's link to the others for the whole job (see `peers.Peers`).
 
-    link = open_link(options, job, ...)            # node 0's store or etcd
+    link = open_link(spec, job, ...)               # node 0's store or etcd
     peers = StorePeers(link, rounds_for(link, ...), ...)
     for round_ in range(max_restarts + 1):
         result = peers.rendezvous(round_, entry)    # all nodes' ports, same everywhere
@@ -82,7 +77,6 @@ class StorePeers:
         (`peers.rounds.rounds_for`)."""
         self.link = link
         self.kv = link.kv
-        self.server = link.server
         # `node_index` is this node's from round 0 on (before it: the rank asked for, or
         # a placeholder when round 0 assigns the ranks)
         self.node_index = node_index
@@ -158,9 +152,9 @@ class StorePeers:
     def _refusals(self) -> str:
         """For node 0's timeout: the addresses its store refused for their token, if any
         (a node's launcher given another token; or a stranger, so only a hint)."""
-        if self.server is None:
+        if self.link.server is None:
             return ""
-        refused = [a for a, why in self.server.refused.items() if why.startswith(WRONG_TOKEN)]
+        refused = [a for a, why in self.link.server.refused.items() if why.startswith(WRONG_TOKEN)]
         if not refused:
             return ""
         more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
@@ -177,7 +171,7 @@ class StorePeers:
         spec = WatchSpec(
             round_, tuple(self.hosts), self.node_index, log_dir, services, self.elastic
         )
-        w = self.link.make_watch(spec).start()
+        w = JobWatch(spec, self.link.transport(spec)).start()
         self._watches.append(w)
         self._round = round_
         self.state = PeersState.RUNNING
@@ -199,32 +193,24 @@ class StorePeers:
         if self._rdzv is not None and not self.rounds.stop_aborts_rendezvous:
             return self._withdraw(self._rdzv)  # type: ignore[arg-type]
         cause = self.rounds.stop_cause(cause)  # elastic, between rounds: this node leaves
-        rdzv, payload = self._rdzv, p.encode_cause(cause)
+        rdzv = self._rdzv
+        writes = p.stop_writes(
+            round_,
+            p.encode_cause(cause),
+            in_rendezvous=rdzv is not None,
+            ticket=rdzv.ticket if rdzv is not None else None,
+            node=self.node_index,
+        )
         try:
-            if rdzv is not None:
-                key, value = p.complete_key(round_), p.ABORTED_PREFIX + payload
-                keys = [key]
-                if rdzv.ticket is not None:  # read the verdict: node 0 need not wait for us
-                    keys.append(p.left_key(round_, rdzv.ticket))
-            else:
-                key, value = p.abort_key(round_), payload
-                keys = [key, p.end_key(round_, self.node_index)]
-                keys.append(p.done_key(round_, self.node_index))
-            # Count the arrivals before publishing: once our "left" key is there, node 0
-            # may read the verdict, see everyone gone and close its store at once.
-            arrived = p.arrived_key(round_)
-            if self.server is not None:  # node 0: straight into its own table
-                count = self.server.peek(arrived)
-                for k in keys:
-                    self.server.compare_set(k, None, value if k == key else p.STOPPED)
-            else:
-                kv = self.link.connect()
-                try:
-                    count = kv.try_get(arrived)
-                    for k in keys:
-                        kv.compare_set(k, None, value if k == key else p.STOPPED)
-                finally:
-                    kv.close()
+            kv = self.link.connect()  # (node 0: straight into its own store's table)
+            try:
+                # Count the arrivals before publishing: once our "left" key is there, node 0
+                # may read the verdict, see everyone gone and close its store at once.
+                count = kv.try_get(p.arrived_key(round_))
+                for key, value in writes:
+                    kv.compare_set(key, None, value)
+            finally:
+                kv.close()
         except StoreError:
             return False
         # in a rendezvous, someone to tell only when another launcher arrived
@@ -279,7 +265,5 @@ class StorePeers:
             self._watches[-1].wait_done()
         for w in self._watches:
             w.stop()
-        with contextlib.suppress(StoreError):
-            self.kv.close()
-        if self.server is not None:
-            self.server.close()
+        self.link.close()
+

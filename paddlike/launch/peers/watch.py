@@ -17,10 +17,8 @@ During a round each launcher runs a `JobWatch`:
   host refuses a new connection to the store (`peers.storegone`). Each call on the
   watch's own connections gives up after one beat period, so a cut network is
   seen within the timeout rather than after TCP's;
-- parameter-server jobs: `services` is the supervisor's `ServicesStop`:
-  each node stores ``job/<round>/trainers-ok/<i>`` once its trainers have all exited
-  0 (at once when it has none), and a thread waiting for every node's key makes the
-  servers stop everywhere then, not when one node's own trainers are done;
+- parameter-server jobs: `services` is the supervisor's `ServicesStop`, from
+  `peers.trainers_ok`: the servers stop everywhere once every node's trainers are done;
 - `stacks` (`peers.stackreq.StackChannel`): job-wide stack requests, with their own
   thread blocked on the next request key and their own `fd`;
 - elastic jobs (`elastic` set): a lost node's cause is a membership change (a new
@@ -32,9 +30,9 @@ During a round each launcher runs a `JobWatch`:
   everywhere. Node 0 keeps its store up until everyone has read the outcome
   (`StorePeers.close`; on etcd every node waits so, as its keys go with its lease).
 
-`run.job.JobRun` runs the rounds; `session.StorePeers` (the link to the other nodes,
-TCP store or etcd, opened by `peers.links`) makes one JobWatch per round, whole: what
-it needs (elastic or not, the log directory, services, stacks) comes to its constructor.
+`run.job.JobRun` runs the rounds; `session.StorePeers` makes one JobWatch per round from
+what the round is (`WatchSpec`) and how its link reaches the store (`WatchTransport`,
+from `peers.links`: node 0's TCP store or etcd).
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from paddlike import netaddr
@@ -54,6 +52,7 @@ from paddlike.launch.peers import storegone
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.peers.stopstep import StopStep, agree_stop_step
+from paddlike.launch.peers.trainers_ok import JobTrainersOk
 from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
     JobCause,
@@ -69,7 +68,7 @@ if TYPE_CHECKING:
     from paddlike.launch.peers.stackreq import StackChannel
 
 HEARTBEATS_PER_TIMEOUT = 5
-WATCH_CHUNK = 2.0  # seconds per blocking wait on the abort key (to notice `stop()`)
+WATCH_CHUNK = 2.0  # seconds per blocking wait on a key (to notice `stop()`)
 DONE_GRACE = 5.0  # how long node 0 waits for the others to read the outcome
 # how long a process's failure waits for a lost node's word first (its guardian writes
 # it within milliseconds; in chaos trials it won even without this wait)
@@ -92,72 +91,75 @@ class WatchSpec(NamedTuple):
     elastic: ElasticSpec | None
 
 
+class WatchTransport(NamedTuple):
+    """How one round's watch reaches the job's store, as its link's backend provides it
+    (`peers.links`: node 0's TCP store or etcd)."""
+
+    kv: KV  # the link's connection: publishing, the round's end
+    connect: Callable[[], KV]  # a connection of its own, for each thread that blocks on one
+    liveness: Liveness  # this node's heartbeats, and which nodes fell silent
+    heartbeat_timeout: float
+    monitor: bool  # this node names the silent nodes lost (node 0 on the TCP store; all on etcd)
+    heartbeat_kv: KV | None = None  # the heartbeat thread's own connection (default: `kv`)
+    # this node hosts the launchers' store: it cannot leave an elastic job alone (its store
+    # goes with it), so a signal to it ends the job everywhere
+    hosts_store: bool = False
+    stacks: StackChannel | None = None  # job-wide stack requests (SIGUSR1, --hang_timeout)
+    # what this node's guardian writes to the store if the launcher dies (`run.guardian`),
+    # so that the others name the lost node at once; None: nobody to tell
+    death_notice: bytes | None = None
+    clock: Callable[[], float] = time.monotonic  # the watch's time (a test moves it)
+
+
 class JobWatch:
-    """One node's failure handling for one round (see the module docstring)."""
+    """One node's failure handling for one round (see the module docstring): what the
+    round is (`WatchSpec`) and how it reaches the store (`WatchTransport`)."""
 
     def __init__(
         self,
+        spec: WatchSpec,
+        transport: WatchTransport,
         *,
-        connect: Callable[[], KV],
-        kv: KV,
-        liveness: Liveness,
-        node_index: int,
-        nnodes: int,
-        hosts: Sequence[str],
-        round_: int,
-        heartbeat_timeout: float,
-        monitor: bool,
-        heartbeat_kv: KV | None = None,
-        elastic: ElasticSpec | None = None,
-        log_dir: str | None = None,
-        services: bool = False,
-        stacks: StackChannel | None = None,
-        hosts_store: bool = False,
-        death_notice: bytes | None = None,
-        clock: Callable[[], float] = time.monotonic,
         warn: Callable[[str], None] = lambda line: None,
     ) -> None:
-        """`elastic`: the job's spec (lost nodes and nodes leaving on a signal are
-        membership changes, and a node waiting in the next round below MAX ends this one);
-        `log_dir`: this node's, for the log files named in published causes; `services`:
-        PS on several nodes (the servers stop with the job's trainers); `stacks`: the round's
-        job-wide stack requests (SIGUSR1, --hang_timeout), started and stopped with it;
-        `hosts_store`: this node hosts the launchers' store, so it cannot leave an elastic
-        job alone (its store goes with it): a signal to it ends the job everywhere;
-        `death_notice`: what this node's guardian writes to the store if the launcher dies
-        (`run.guardian`), so that the others name the lost node at once."""
-        self.kv = kv
+        """`spec.elastic`: lost nodes and nodes leaving on a signal are membership changes,
+        and a node waiting in the next round below MAX ends this one; `spec.log_dir`: for
+        the log files named in published causes; `spec.services`: PS on several nodes (the
+        servers stop with the job's trainers); `transport.stacks` is started and stopped
+        with the watch."""
+        self.kv = transport.kv
         self.warn = warn  # the console's warning line
-        self.heartbeat_kv = heartbeat_kv or kv  # the heartbeat thread's own connection
-        self._connect = connect
-        self.liveness = liveness
-        self.node_index = node_index
-        self.nnodes = nnodes
-        self.hosts = list(hosts)
-        self.round = round_
-        self.heartbeat_timeout = heartbeat_timeout
-        self.monitor = monitor
-        self.clock = clock
-        self.abort_key = p.abort_key(round_)
-        self.elastic = elastic
-        self.log_dir = log_dir
-        self.hosts_store = hosts_store
-        self.death_notice = death_notice
+        self.heartbeat_kv = transport.heartbeat_kv or transport.kv
+        self._connect = transport.connect
+        self.liveness = transport.liveness
+        self.node_index = spec.node_index
+        self.nnodes = len(spec.hosts)
+        self.hosts = list(spec.hosts)
+        self.round = spec.round
+        self.heartbeat_timeout = transport.heartbeat_timeout
+        self.monitor = transport.monitor
+        self.clock = transport.clock
+        self.abort_key = p.abort_key(spec.round)
+        self.elastic = spec.elastic
+        self.log_dir = spec.log_dir
+        self.hosts_store = transport.hosts_store
+        self.death_notice = transport.death_notice
         self._read_fd, self._write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._cause = JobCause()  # the job-wide root cause, once known (under the lock)
         self._lost_contact: RootCause | None = None
         self._threads: list[threading.Thread] = []
-        self._services_fds: tuple[int, ...] = ()
+        self._trainers_ok: JobTrainersOk | None = None
         self.services: ServicesStop | None = None
-        if services:
-            self._services_fds = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-            self.services = ServicesStop(
-                self._services_fds[0], self._local_trainers_done, self._services_ready
+        if spec.services:
+            keys = [p.trainers_ok_key(self.round, j) for j in range(self.nnodes)]
+            self._trainers_ok = JobTrainersOk(
+                self.kv, self._connect, keys=keys, node_index=self.node_index, warn=warn
             )
+            self.services = self._trainers_ok
         self._fds_open = True  # until stop() closes them
-        self.stacks = stacks
+        self.stacks = transport.stacks
         self.leaving = False  # elastic: this node's launcher got a signal and leaves
         self.ends: dict[int, bytes] = {}  # each node's end mark, once `finish` read them
 
@@ -192,17 +194,14 @@ class JobWatch:
     def done_key(self, node: int) -> str:
         return p.done_key(self.round, node)
 
-    def trainers_ok_key(self, node: int) -> str:
-        return p.trainers_ok_key(self.round, node)
-
     def start(self) -> JobWatch:
         threads = [(self._watch, "abort-watch"), (self._heartbeat, "heartbeat")]
-        if self.services is not None:
-            threads.append((self._wait_trainers_ok, "trainers-ok"))
         for target, name in threads:
             t = threading.Thread(target=target, name=f"{name}-r{self.round}", daemon=True)
             t.start()
             self._threads.append(t)
+        if self._trainers_ok is not None:
+            self._threads.append(self._trainers_ok.start(f"trainers-ok-r{self.round}"))
         if self.stacks is not None:
             self.stacks.start()
         return self
@@ -211,57 +210,17 @@ class JobWatch:
         self._stop.set()
         if self.stacks is not None:
             self.stacks.stop()
+        if self._trainers_ok is not None:
+            self._trainers_ok.stop()
         with self._lock:  # the threads write to these fds under the lock, never after this
             if not self._fds_open:
                 # stopped already: closing the numbers again would close whatever new
                 # descriptors took them (the store's sockets, a later round's pipes)
                 return
-            fds, self._fds_open = (self._read_fd, self._write_fd, *self._services_fds), False
+            fds, self._fds_open = (self._read_fd, self._write_fd), False
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-
-    # -- parameter-server lifecycle: the servers stop once every node's trainers are done --
-    # (`services`: the supervisor's say; a thread waits for every node's ``trainers-ok`` key
-    # on its own connection; a lost node or an abort ends the round through `fd` instead)
-
-    def _local_trainers_done(self) -> None:
-        try:
-            self.kv.set(self.trainers_ok_key(self.node_index), b"1")
-        except StoreError as exc:  # the heartbeat thread decides whether the store is gone
-            self.warn(f"could not tell the other nodes that its trainers are done: {exc}")
-
-    def _services_ready(self) -> bool:
-        try:
-            return bool(os.read(self._services_fds[0], 4096))
-        except OSError:
-            return False
-
-    def _wait_trainers_ok(self) -> None:
-        keys = [self.trainers_ok_key(j) for j in range(self.nnodes)]
-        kv: KV | None = None
-        while not self._stop.is_set():
-            try:
-                if kv is None:
-                    kv = self._connect()
-                wait_keys(kv, keys, WATCH_CHUNK)
-            except StoreTimeoutError:
-                continue
-            except StoreError:
-                # the connection broke: the heartbeat thread decides when it is fatal
-                if kv is not None:
-                    with contextlib.suppress(StoreError):
-                        kv.close()
-                kv = None
-                self._stop.wait(0.1)  # no event to wait on: the peer is gone; retry shortly
-                continue
-            with self._lock, contextlib.suppress(OSError):
-                if self._fds_open:
-                    os.write(self._services_fds[1], b"!")
-            break
-        if kv is not None:
-            with contextlib.suppress(StoreError):
-                kv.close()
 
     # -- the supervisor's hooks --
 

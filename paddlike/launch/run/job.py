@@ -37,10 +37,10 @@ from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
 from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.peers.api import Peers, RoundWatch
-from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
-from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.notice import deliver_notice
+from paddlike.launch.peers.one_node import LocalPeers
 from paddlike.launch.peers.protocol import decode_cause
+from paddlike.launch.peers.rendezvous_errors import RendezvousAborted, RendezvousError
 from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
 from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
@@ -243,6 +243,7 @@ def _open_peers(
     rounds (fixed or elastic)."""
     if job.nnodes == 1:
         return LocalPeers()
+    from paddlike.launch.context.peers_spec import peers_spec
     from paddlike.launch.peers.links import open_link
     from paddlike.launch.peers.rounds import rounds_for
     from paddlike.launch.peers.session import StorePeers
@@ -250,7 +251,7 @@ def _open_peers(
     def waiting(what: str) -> None:
         where.waiting = what
 
-    link = open_link(options, job, progress=progress.show, waiting=waiting)
+    link = open_link(peers_spec(options), job, progress=progress.show, waiting=waiting)
     rounds = rounds_for(
         link,
         job.elastic,

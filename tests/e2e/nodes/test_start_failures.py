@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlike.launch.peers.startfail import failure_message
+from paddlike.launch.peers.start_verdict import failure_message
 from tests.launch.peers.test_etcd import ETCD, etcd  # noqa: F401  (the fixture: an etcd server on loopback)
 from tests.support.fixed_ports import fixed_ports
 from tests.support.multinode_common import LAUNCH, start_launcher, write_worker

@@ -289,7 +289,11 @@ class JobWideStop:
         self.reports = 0
 
     def hook(self) -> ServicesStop:
-        return ServicesStop(self.read_fd, self.local_trainers_done, self.stop_now)
+        return self
+
+    @property
+    def fd(self) -> int:
+        return self.read_fd
 
     def local_trainers_done(self) -> None:
         self.reports += 1

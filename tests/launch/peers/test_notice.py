@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.notice import deliver_notice, encode_notice
+from paddlike.launch.peers.notice import deliver_notice
+from paddlike.launch.peers.protocol import encode_notice
 from paddlike.summary import RootCause
 
 LOST = RootCause(reason="node 2 (10.0.0.3) was lost: its launcher (pid 7) died", node_index=2)

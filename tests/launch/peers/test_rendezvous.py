@@ -11,9 +11,13 @@ import pytest
 from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.launch.context.master import master_address
 from paddlike.launch.peers import rendezvous
-from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.protocol import decode_entry, decode_world, encode_entry, encode_world
 from paddlike.launch.peers.rendezvous import Rendezvous
+from paddlike.launch.peers.rendezvous_errors import (
+    FingerprintMismatch,
+    RendezvousError,
+    RendezvousTimeout,
+)
 from paddlike.launch.plan.agreement import (
     check_fingerprints,
     first_difference,

@@ -4,21 +4,22 @@ what every node concludes, from what the others published. No processes, no slee
 from __future__ import annotations
 
 import os
+import select
 import threading
 
 import pytest
 
 from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import FingerprintMismatch, RendezvousTimeout
-from paddlike.launch.peers.liveness import CounterLiveness
-from paddlike.launch.peers.local import LocalPeers
+from paddlike.launch.peers.one_node import LocalPeers
 from paddlike.launch.peers.rendezvous import Rendezvous
-from paddlike.launch.peers.watch import JobWatch
+from paddlike.launch.peers.rendezvous_errors import FingerprintMismatch, RendezvousTimeout
+from paddlike.launch.peers.watch import JobWatch, WatchSpec
 from paddlike.launch.plan.elastic import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
+from tests.launch.peers.memory_link import memory_watch
 from tests.support.fakes import MemoryKV, StepClock
 
 HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # text only: nothing connects anywhere
@@ -161,20 +162,8 @@ def test_each_node_reads_one_world_value_rather_than_every_nodes_entry():
 def _watch(
     kv: MemoryKV, node: int, clock: StepClock | None = None, log_dir: str | None = None
 ) -> JobWatch:
-    clock = clock or StepClock()
-    return JobWatch(
-        connect=lambda: kv,
-        kv=kv,
-        liveness=CounterLiveness(kv, node, 2, 10.0, clock=clock),
-        node_index=node,
-        nnodes=2,
-        hosts=HOSTS[:2],
-        round_=0,
-        heartbeat_timeout=10.0,
-        monitor=node == 0,
-        log_dir=log_dir,
-        clock=clock,
-    )
+    spec = WatchSpec(0, HOSTS[:2], node, log_dir or "", services=False, elastic=None)
+    return memory_watch(kv, spec, clock=clock)
 
 
 def _failure(node: int) -> RootCause:
@@ -290,11 +279,8 @@ def test_a_failure_that_finds_the_store_gone_is_put_down_to_lost_contact_with_no
             raise StoreError("connection refused")
 
     kv, clock = GoneKV(), StepClock(step=0.3)  # past --heartbeat_timeout within 3 readings
-    watch = JobWatch(
-        connect=lambda: kv, kv=kv, liveness=CounterLiveness(kv, 1, 2, 0.5, clock=clock),
-        node_index=1, nnodes=2, hosts=HOSTS[:2], round_=0, heartbeat_timeout=0.5,
-        monitor=False, clock=clock,
-    )  # fmt: skip
+    spec = WatchSpec(0, HOSTS[:2], 1, "", services=False, elastic=None)
+    watch = memory_watch(kv, spec, heartbeat_timeout=0.5, clock=clock)
     try:
         watch.publish(_failure(1))
         assert "node 1 (10.0.0.2) lost contact with node 0 (10.0.0.1)" in watch.root_cause.reason
@@ -308,11 +294,8 @@ def test_a_signal_to_node_0_of_an_elastic_job_on_its_store_ends_the_job_not_just
     kv = MemoryKV()
     spec = ElasticSpec(min_nodes=1, max_nodes=3)
     for hosts_store, membership in ((True, None), (False, "left")):
-        watch = JobWatch(
-            connect=lambda: kv, kv=kv, liveness=CounterLiveness(kv, 0, 2, 10.0), node_index=0,
-            nnodes=2, hosts=HOSTS[:2], round_=int(hosts_store), heartbeat_timeout=10.0,
-            monitor=False, elastic=spec, hosts_store=hosts_store,
-        )  # fmt: skip
+        round_ = WatchSpec(int(hosts_store), HOSTS[:2], 0, "", services=False, elastic=spec)
+        watch = memory_watch(kv, round_, monitor=False, hosts_store=hosts_store)
         try:
             watch.publish(
                 RootCause(reason="launcher on 10.0.0.1 received SIGTERM", signal="SIGTERM")
@@ -322,3 +305,21 @@ def test_a_signal_to_node_0_of_an_elastic_job_on_its_store_ends_the_job_not_just
             assert ("it hosts the launchers' store" in watch.root_cause.reason) is hosts_store
         finally:
             watch.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_ps_jobs_servers_stop_once_every_nodes_trainers_are_done_not_just_their_own():
+    kv = MemoryKV()
+    specs = [WatchSpec(0, HOSTS[:2], i, "", services=True, elastic=None) for i in range(2)]
+    watches = [memory_watch(kv, spec).start() for spec in specs]
+    try:
+        stops = [w.services for w in watches]
+        stops[0].local_trainers_done()
+        assert select.select([stops[0].fd], [], [], 0.2)[0] == []  # node 1's trainers still run
+        stops[1].local_trainers_done()
+        for stop in stops:
+            assert select.select([stop.fd], [], [], 10.0)[0] == [stop.fd]
+            assert stop.stop_now()
+    finally:
+        for w in watches:
+            w.stop()

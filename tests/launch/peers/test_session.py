@@ -8,17 +8,17 @@ import threading
 
 import pytest
 
+from paddlike.distributed.store import StoreClient, StoreServer
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import RendezvousError, RendezvousTimeout
-from paddlike.launch.peers.links import Link
-from paddlike.launch.peers.liveness import CounterLiveness
+from paddlike.launch.peers.links import OwnTable, StoreLink
+from paddlike.launch.peers.rendezvous_errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rounds import rounds_for
 from paddlike.launch.peers.session import PeersState, StorePeers
-from paddlike.launch.peers.watch import JobWatch, WatchSpec
 from paddlike.launch.plan.elastic import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
+from tests.launch.peers.memory_link import MemoryLink
 from tests.support.fakes import MemoryKV, StepClock
 
 HOSTS = ("10.0.0.1", "10.0.0.2")  # text only: nothing connects anywhere
@@ -41,25 +41,7 @@ def _peers(
     timeout: float = 5.0,
 ) -> StorePeers:
     clock = clock or StepClock()
-
-    def make_watch(spec: WatchSpec) -> JobWatch:
-        return JobWatch(
-            connect=lambda: kv,
-            kv=kv,
-            liveness=CounterLiveness(kv, spec.node_index, len(spec.hosts), 10.0, clock=clock),
-            node_index=spec.node_index,
-            nnodes=len(spec.hosts),
-            hosts=spec.hosts,
-            round_=spec.round,
-            heartbeat_timeout=10.0,
-            monitor=spec.node_index == 0,
-            elastic=spec.elastic,
-            log_dir=spec.log_dir,
-            services=spec.services,
-            clock=clock,
-        )
-
-    link = Link(kv=kv, connect=lambda: kv, make_watch=make_watch, keeps_keys=node == 0)
+    link = MemoryLink(kv, keeps_keys=node == 0, clock=clock)
     rounds = rounds_for(
         link,
         elastic,
@@ -163,3 +145,45 @@ def test_an_elastic_rendezvous_that_lost_the_store_is_a_rendezvous_error_not_a_t
     peers.rounds.ended_round = 0  # it ran round 0; node 0 went since
     with pytest.raises(RendezvousError, match=r"lost the launchers' store at 10\.0\.0\.1:6170"):
         peers.rendezvous(1, _entry(1))
+
+
+def test_a_stop_is_written_create_only_so_a_stop_elsewhere_that_came_first_wins():
+    kv = MemoryKV()
+    peers = [_peers(kv, 0), _peers(kv, 1)]
+    _both(lambda i: peers[i].rendezvous(0, _entry(i)))
+    first = RootCause(reason="launcher on 10.0.0.1 received SIGINT", node_index=0)
+    assert peers[0].publish_stop(first)
+    peers[1].publish_stop(RootCause(reason="launcher on 10.0.0.2 received SIGTERM", node_index=1))
+    assert p.decode_cause(kv.try_get(p.abort_key(0))).reason == first.reason
+    assert kv.try_get(p.end_key(0, 1)) == p.STOPPED  # its own marks are written all the same
+
+
+def test_a_stop_in_the_rendezvous_aborts_it_and_marks_the_verdict_read():
+    assert p.stop_writes(3, b"cause", in_rendezvous=True, ticket=2, node=1) == [
+        (p.complete_key(3), p.ABORTED_PREFIX + b"cause"),
+        (p.left_key(3, 2), p.STOPPED),
+    ]
+    assert p.stop_writes(3, b"cause", in_rendezvous=True, ticket=None, node=1) == [
+        (p.complete_key(3), p.ABORTED_PREFIX + b"cause")
+    ]
+
+
+def test_node_0_writes_its_stop_straight_into_the_store_it_hosts():
+    """Node 0 hosts the launchers' store: its stop goes into the store's own table (no
+    connection that a busy or closing store could refuse), and the others read it there."""
+    server = StoreServer("127.0.0.1", 0).start()
+    try:
+        master = ("127.0.0.1", server.address[1])
+        client = StoreClient(*master, timeout=5.0)
+        link = StoreLink(client, master=master, token=None, heartbeat_timeout=10.0, server=server)
+        assert isinstance(link.connect(), OwnTable) and link.keeps_keys
+        rounds = rounds_for(link, None, timeout=5.0, progress=lambda *a: None, assign=False)
+        peers = StorePeers(link, rounds, node_index=0, hosts=HOSTS, heartbeat_timeout=10.0)
+        peers._round = 0  # past round 0's rendezvous
+        cause = RootCause(reason="launcher on 10.0.0.1 received SIGTERM", node_index=0)
+        assert peers.publish_stop(cause)
+        assert p.decode_cause(server.peek(p.abort_key(0))).reason == cause.reason
+        assert server.peek(p.end_key(0, 0)) == p.STOPPED == server.peek(p.done_key(0, 0))
+        peers.close(linger=False)
+    finally:
+        server.close()

@@ -1,6 +1,6 @@
-"""`peers.startfail`: where a failing node finds the others in every form of job, and the
-verdict it leaves carries its own exit code, so that one cause ends every node with one
-code."""
+"""`peers.startfail` and `peers.start_verdict`: where a failing node finds the others in
+every form of job, and the verdict it leaves carries its own exit code, so that one cause
+ends every node with one code."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 from paddlike.distributed.store import StoreServer
 from paddlike.launch.context.options import parse_options
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import NodeFailedToStart
-from paddlike.launch.peers.startfail import Meeting, meeting_of, tell_start_failure
+from paddlike.launch.peers.rendezvous_errors import NodeFailedToStart
+from paddlike.launch.peers.start_verdict import Meeting, StartFailure
+from paddlike.launch.peers.start_verdict import tell_start_failure as tell_verdict
+from paddlike.launch.peers.startfail import meeting_of, tell_start_failure
 from tests.support.fixed_ports import fixed_ports
 
 
@@ -68,3 +70,21 @@ def test_a_node_that_exits_1_tells_the_store_its_code(tmp_path):
     with pytest.raises(NodeFailedToStart, match="nodec never resolved") as caught:
         p.check_verdict(verdict)
     assert caught.value.exit_code == 1
+
+
+@pytest.mark.timeout(30)
+def test_the_verdict_names_the_failing_node_and_passes_node_0s_token():
+    """`start_verdict` sees only the narrow record: where they meet, the token, who fails."""
+    port = fixed_ports(1)
+    server = StoreServer("127.0.0.1", port, token=b"secret").start()
+    try:
+        failure = StartFailure(
+            Meeting(f"127.0.0.1:{port}", 2, False), b"secret", None, 1, "127.0.0.2"
+        )
+        told = tell_verdict(failure, "train.py: no such file", exit_code=2)
+        verdict = server.peek(p.complete_key(0))
+    finally:
+        server.close()
+    assert told
+    with pytest.raises(NodeFailedToStart, match=r"node 1, 127\.0\.0\.2.*train\.py: no such file"):
+        p.check_verdict(verdict)

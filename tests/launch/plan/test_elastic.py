@@ -1,5 +1,5 @@
 """Elastic jobs' decisions (plan/elastic.py) as tables, and the elastic rendezvous
-(peers/elastic.py) over an in-memory store with real threads."""
+(peers/elastic_rendezvous.py) over an in-memory store with real threads."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.elastic import ElasticRendezvous, JobEnded
-from paddlike.launch.peers.errors import RendezvousTimeout
+from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous, JobEnded
+from paddlike.launch.peers.rendezvous_errors import RendezvousTimeout
 from paddlike.launch.plan.elastic import (
     JOINED,
     LOST,
@@ -268,7 +268,7 @@ def test_a_node_joining_late_skips_the_closed_rounds_without_taking_tickets_ther
 
 
 def test_a_newcomer_with_another_configuration_is_refused_alone_before_it_takes_a_place():
-    from paddlike.launch.peers.errors import FingerprintMismatch
+    from paddlike.launch.peers.rendezvous_errors import FingerprintMismatch
 
     kv = MemoryKV()
     kv.set(p.ELASTIC_ROUND_KEY, b"0")

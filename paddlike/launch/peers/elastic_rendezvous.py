@@ -27,12 +27,12 @@ from collections.abc import Callable, Collection
 
 from paddlike.distributed.store import StoreError, StoreTimeoutError
 from paddlike.launch.peers import protocol as p
-from paddlike.launch.peers.errors import (
+from paddlike.launch.peers.kv import KV
+from paddlike.launch.peers.rendezvous_errors import (
     FingerprintMismatch,
     RendezvousError,
     RendezvousTimeout,
 )
-from paddlike.launch.peers.kv import KV
 from paddlike.launch.plan.agreement import check_fingerprints, job_id_in_force
 from paddlike.launch.plan.elastic import ElasticSpec, elastic_order, may_close
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
