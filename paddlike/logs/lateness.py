@@ -16,7 +16,7 @@ seconds to add to each rank's times (`offsets`); a node whose clock runs 30 ms a
 otherwise look 30 ms late at every collective.
 
 The rule (`find_stragglers`), per window of the last `window` collectives every member
-of their group entered:
+of their group entered (at least `MIN_COLLECTIVES` of them, else nothing is judged yet):
 
 - a rank: it arrived last at more than `most(n)` of the window's collectives, and its
   median lateness is over `threshold` × the reference time and over `MIN_LATENESS`;
@@ -51,6 +51,7 @@ __all__ = [
 WINDOW = 200  # collectives judged per check
 THRESHOLD = 0.1  # median lateness over this share of the step (or collective) time
 MIN_LATENESS = 0.002  # seconds: below this a median lateness is scheduling noise
+MIN_COLLECTIVES = 10  # fewer complete collectives say nothing yet (the job is starting)
 
 
 class Arrival(NamedTuple):
@@ -130,7 +131,7 @@ def find_stragglers(
     nodes = nodes or {}
     logs = logs or {}
     done = _complete(arrivals, offsets or {})[-window:]
-    if not done:
+    if len(done) < MIN_COLLECTIVES:
         return Lateness([], [], 0, 0.0, False)
     ref = step_time if step_time and step_time > 0 else _period(done)
     bar = max(threshold * ref, MIN_LATENESS)

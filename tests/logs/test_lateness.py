@@ -147,6 +147,7 @@ def test_the_window_is_the_last_collectives_every_member_entered() -> None:
         {},  # no rank recorded anything
         {0: [], 1: []},  # a script that never calls a collective
         {0: job(1)[0]},  # one rank: nobody to compare with
+        job(3, {2: 0.05}, n=9),  # too few collectives yet to say anything
     ],
 )
 def test_no_collective_compared_names_nobody(arrivals: dict[int, list[Arrival]]) -> None:

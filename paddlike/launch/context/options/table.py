@@ -284,6 +284,16 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "after a hang's stacks are written: dump (keep waiting, default) or abort (end "
                 "the job, exit code 124)",
             ),
+            (
+                ("--straggler_check",),
+                "seconds between checks for stragglers, ranks that arrive last at most "
+                "collectives (default 60; 0: off)",
+            ),
+            (
+                ("--straggler_threshold",),
+                "a straggler's median lateness is over this share of the step time (or the "
+                "time between collectives; default 0.1)",
+            ),
         ),
     ),
     (

@@ -356,6 +356,10 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "kill_timeout": NON_NEGATIVE_SECONDS,
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
+    "straggler_check": NON_NEGATIVE_SECONDS,  # 0: off
+    "straggler_threshold": in_range(
+        float, "expected a share of the step time > 0", 0, FINITE, above=True
+    ),
     "signals_to_handle": signal_list,
     "numa_binding": numa_mode,
     "bind_core_list": cpu_list,
