@@ -45,6 +45,7 @@ __all__ = [
     "describe",
     "find_stragglers",
     "rows_from_json",
+    "summary_lines",
     "table_lines",
 ]
 
@@ -330,3 +331,17 @@ def table_lines(rows: Sequence[Row], nodes: Sequence[Row], window: int) -> list[
             f"{'+' + _ms(r.median):>10}{'+' + _ms(r.p90):>10}  {r.log}"
         )
     return lines
+
+
+def summary_lines(table: Mapping[str, object] | None) -> list[str]:
+    """summary.json's "stragglers" in words: who was named, then the table."""
+    if not table:
+        return [
+            "no straggler check compared collectives in this job (--straggler_check 0, "
+            "no collective, or the job ended before the first check)"
+        ]
+    ranks, nodes = rows_from_json(table)
+    window = table.get("window")
+    named = table.get("named")
+    lines = [str(x) for x in named] if isinstance(named, list) and named else ["no straggler"]
+    return [*lines, *table_lines(ranks, nodes, window if isinstance(window, int) else 0)]

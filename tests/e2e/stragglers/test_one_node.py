@@ -5,12 +5,14 @@ nobody; a paddlike-runtime script's slow rank is named from paddlike's own recor
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from paddlike.logs.__main__ import main as logs_main
 from tests.support.collective_workers.launching import launch, logs
 
 WORKERS = Path(__file__).resolve().parents[2] / "support"
@@ -51,6 +53,20 @@ def test_a_torch_rank_that_sleeps_before_each_all_reduce_is_named_within_two_che
     assert table is not None and table["since"] <= 2, table  # the 1st or 2nd check named it
     assert [r["rank"] for r in table["ranks"] if r["straggler"]] == [2]
     assert table["ranks"][0]["rank"] == 2 and table["ranks"][0]["median"] > 0.04
+    # python -m paddlike.logs DIR --stragglers: the same line, then the table, rank 2 first
+    out = io.StringIO()
+    assert logs_main([str(tmp_path / "log"), "--stragglers"], out=out) == 0
+    text = out.getvalue().splitlines()
+    # the last check's line (its figures newer than the console's first)
+    assert text[0].startswith(f"straggler: rank 2 (node {host}, workerlog.2) arrived last at ")
+    assert text[1].startswith("lateness at the last ") and text[2].split()[:4] == [
+        "who",
+        "node",
+        "last",
+        "median",
+    ]
+    assert text[3].startswith(f"* rank 2      {host}") and "workerlog.2" in text[3]
+    assert [t[:1] for t in text[4:]] == [" ", " "]
 
 
 @pytest.mark.timeout(300)
@@ -77,6 +93,9 @@ def test_a_torch_job_without_collectives_gets_no_report(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + logs(tmp_path)
     assert named_lines(run.stdout) == [], run.stdout
     assert stragglers(tmp_path) is None
+    out = io.StringIO()
+    assert logs_main([str(tmp_path / "log"), "--stragglers"], out=out) == 0
+    assert out.getvalue().startswith("no straggler check compared collectives in this job")
 
 
 @pytest.mark.timeout(180)
