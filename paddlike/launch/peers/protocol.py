@@ -145,6 +145,11 @@ def stacks_node_key(round_: int, n: int, node: int) -> str:
     return f"stacks/{round_}/{n}/node/{node}"
 
 
+def stragglers_node_key(round_: int, node: int) -> str:
+    """A node's ranks' recent collectives for node 0's straggler check (issue 37)."""
+    return f"stragglers/{round_}/node/{node}"
+
+
 def heartbeat_key(node: int) -> str:
     return f"hb/{node}"
 

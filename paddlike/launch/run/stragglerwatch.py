@@ -36,12 +36,21 @@ from paddlike.summary import ProcessRecord
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from os import PathLike
-    from typing import Any
+    from typing import Any, Protocol
 
     from paddlike.launch.context.options.record import LaunchOptions
     from paddlike.launch.plan.plan import LaunchPlan
     from paddlike.launch.run.record import RunRecord
     from paddlike.logs.lateness import Arrival, Lateness
+
+    class Channel(Protocol):
+        """What the watch needs of the other nodes (many nodes; `peers.stragglers`):
+        this node's part to node 0, every other node's latest part (JSON types)."""
+
+        def publish(self, part: dict[str, Any]) -> None: ...
+        def gather(self) -> list[dict[str, Any]]: ...
+        def close(self) -> None: ...
+
 
 PROBE_TIMEOUT = 2.0  # seconds for every probe's answer at one check
 
@@ -85,18 +94,6 @@ class NodeArrivals:
         nodes = {int(r): str(n) for r, n in data.get("nodes", {}).items()}
         logs = {int(r): str(n) for r, n in data.get("logs", {}).items()}
         return cls(arrivals, nodes, logs, float(data.get("step_time") or 0.0))
-
-
-class Channel:
-    """What the watch needs of the other nodes (many nodes only): this node's part to
-    node 0 (`publish`), every other node's latest part with its clock offset on node 0
-    (`gather`)."""
-
-    def publish(self, part: NodeArrivals) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def gather(self) -> list[tuple[NodeArrivals, float]]:  # pragma: no cover - interface
-        raise NotImplementedError
 
 
 def collect(
@@ -170,6 +167,7 @@ class StragglerWatch:
         self.named: tuple[str, ...] = ()  # who the console named last
         self.checks = 0  # this round's checks that compared collectives
         self.since = 0  # the check that first named who is named now
+        self._most_ranks = 0  # the most ranks a check of this round compared
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._job_id = ""
@@ -182,7 +180,7 @@ class StragglerWatch:
         self._job_id = job_id
         self._workers = [r for r in records if r.role == "trainer" and r.pid]
         self._stop.clear()
-        self.named, self.checks, self.since = (), 0, 0
+        self.named, self.checks, self.since, self._most_ranks = (), 0, 0, 0
         self._thread = threading.Thread(target=self._run, name="stragglers", daemon=True)
         self._thread.start()
 
@@ -192,6 +190,8 @@ class StragglerWatch:
         if self._thread is not None:
             self._thread.join(PROBE_TIMEOUT + 1.0)
             self._thread = None
+        if self.channel is not None:
+            self.channel.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
@@ -208,10 +208,11 @@ class StragglerWatch:
             return None
         if self.node_index != 0:
             if self.channel is not None:
-                self.channel.publish(part)
+                self.channel.publish(part.to_json())
             return None
-        parts = [(part, 0.0), *(self.channel.gather() if self.channel is not None else [])]
-        return self.decide(parts)
+        others = self.channel.gather() if self.channel is not None else []
+        # the nodes' clocks are taken as agreeing (NTP): no offset is measured yet
+        return self.decide([(part, 0.0), *((NodeArrivals.from_json(d), 0.0) for d in others)])
 
     def decide(self, parts: Sequence[tuple[NodeArrivals, float]]) -> Lateness:
         """Every node's part (with its clock offset): the finding, said when who is named
@@ -235,8 +236,11 @@ class StragglerWatch:
             step_time=steps[len(steps) // 2] if steps else None,
             offsets=offsets,
         )
-        if not found.window:
+        # A check that sees fewer ranks than an earlier one (ranks ending, a node's part
+        # not there) judges a part of the job: it neither speaks nor replaces the table.
+        if not found.window or len(found.rows) < self._most_ranks:
             return found
+        self._most_ranks = len(found.rows)
         self.checks += 1
         self._say(found)
         if self.on_table is not None:
