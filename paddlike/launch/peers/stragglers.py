@@ -16,12 +16,16 @@ import contextlib
 import json
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 from paddlike.distributed.store import StoreError
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.kv import KV
-from paddlike.launch.peers.stackreq import StackChannel
+
+TYPE_CHECKING = False  # typing's, without importing typing (the launcher's start-up)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from paddlike.launch.peers.stackreq import StackChannel
 
 
 class StoreChannel:

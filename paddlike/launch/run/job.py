@@ -41,7 +41,6 @@ from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.protocol import decode_cause
-from paddlike.launch.peers.stragglers import store_channel
 from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
 from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
@@ -459,7 +458,7 @@ class JobRun:
             self.logdir.path,
             self.console,
             self.record,
-            store_channel(watch.stacks),
+            watch.stacks,
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:

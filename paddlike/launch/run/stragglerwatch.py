@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from paddlike.launch.context.options.record import LaunchOptions
+    from paddlike.launch.peers.stackreq import StackChannel
     from paddlike.launch.plan.plan import LaunchPlan
     from paddlike.launch.run.record import RunRecord
     from paddlike.logs.lateness import Arrival, Lateness
@@ -266,9 +267,15 @@ def straggler_watch(
     log_dir: str | PathLike[str],
     console: Console,
     record: RunRecord,
-    channel: Channel | None = None,
+    stacks: StackChannel | None = None,
 ) -> StragglerWatch:
-    """The round's watch from the options (a period of 0: one that never checks)."""
+    """The round's watch from the options (a period of 0: one that never checks); on
+    many nodes its channel goes beside the round's stack requests (`stacks`)."""
+    channel = None
+    if stacks is not None and options.straggler_check > 0:
+        from paddlike.launch.peers.stragglers import store_channel
+
+        channel = store_channel(stacks)
     return StragglerWatch(
         str(log_dir),
         console,
