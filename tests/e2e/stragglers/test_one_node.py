@@ -5,6 +5,7 @@ nobody; a paddlike-runtime script's slow rank is named from paddlike's own recor
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -67,6 +68,13 @@ def test_a_torch_rank_that_sleeps_before_each_all_reduce_is_named_within_two_che
     ]
     assert text[3].startswith(f"* rank 2      {host}") and "workerlog.2" in text[3]
     assert [t[:1] for t in text[4:]] == [" ", " "]
+    # the default view says it under node 0, and the page's report too
+    out = io.StringIO()
+    assert logs_main([str(tmp_path / "log")], out=out) == 0
+    assert f"\n  {text[0]}\n" in out.getvalue()
+    page = tmp_path / "job.html"
+    assert logs_main([str(tmp_path / "log"), "--html", str(page)], out=io.StringIO()) == 0
+    assert html.escape(text[0], quote=False) in page.read_text()
 
 
 @pytest.mark.timeout(300)
