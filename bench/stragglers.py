@@ -3,7 +3,8 @@
 1. Deciding (`--ranks 1024`): simulated records of RANKS ranks (8 a node), each the ring
    a flight record holds (256 collectives, 200 of them judged), one rank 50 ms late:
    CPU seconds (process time) of `paddlike.logs.lateness.find_stragglers`, best and
-   median of 5; the target is <= 1 s per check. Also the records' size as a node sends
+   median of 5, each node's clock up to 20 ms off and estimated from the collectives'
+   ends; the target is <= 1 s per check. Also the records' size as a node sends
    them through the store (`run.stragglerwatch`'s compact form, deflated).
 2. Overhead (`--overhead`): a torch gloo job (2 ranks, one all_reduce and 100 ms of work
    a step, `tests/support/straggler_workers/steps.py`) launched with
@@ -37,14 +38,20 @@ STEPS_SCRIPT = REPO / "tests" / "support" / "straggler_workers" / "steps.py"
 
 
 def simulated(ranks: int, late_rank: int, seed: int = 7) -> dict[int, list[Arrival]]:
+    """Every collective ends 5 ms after the late rank's arrival; each node's clock is up
+    to 20 ms off (node 0's is right), arrivals and ends alike."""
     rnd = random.Random(seed)
+    clock = [0.0] + [rnd.uniform(-0.02, 0.02) for _ in range(ranks // 8)]
     out = {}
     for r in range(ranks):
         extra = 0.05 if r == late_rank else 0.0
+        off = clock[r // 8]
         out[r] = [
-            Arrival("torch:0", s, "all_reduce", 100.0 + s * 0.3 + extra + rnd.uniform(0, 0.002))
+            Arrival("paddlike:0", s, "all_reduce",
+                    100.0 + s * 0.3 + extra + rnd.uniform(0, 0.002) + off,
+                    100.0 + s * 0.3 + 0.057 + off)
             for s in range(1, RING + 1)
-        ]
+        ]  # fmt: skip
     return out
 
 
@@ -62,7 +69,7 @@ def decide(ranks: int) -> None:
     assert found is not None
     named = [s.line for s in found.stragglers]
     node_bytes = [
-        len(zlib.compress(repr([[a.seq, round(a.time, 6)] for a in records[r]]).encode()))
+        len(zlib.compress(repr([[a.seq, round(a.time, 6), a.end] for a in records[r]]).encode()))
         for r in range(8)
     ]
     print(f"{ranks} ranks x {RING} collectives each, window {found.window}:")

@@ -11,9 +11,14 @@ launcher (`run.stragglerwatch`) and `python -m paddlike.logs --stragglers` pass 
 Clocks: a rank's lateness at a collective is its arrival minus the collective's first
 arrival, so the arrival times must be on one clock. On one node they are (paddlike's
 records hold monotonic times, torch's Unix times: each converted to the launcher's Unix
-clock there). Ranks on other nodes carry their node's clock offset: the caller gives the
-seconds to add to each rank's times (`offsets`); a node whose clock runs 30 ms ahead would
-otherwise look 30 ms late at every collective.
+clock there). Ranks on other nodes carry their node's clock offset, which would make a
+node whose clock runs 30 ms ahead look 30 ms late at every collective. The caller may
+give the seconds to add to each rank's times (`offsets`); else, where the records hold
+when each collective *ended* (paddlike's do), `clock_offsets` estimates each node's
+offset from them: a collective releases every rank at about the same moment (the last
+arrival completes it for all), so the median gap between a node's ends and the first
+node's ends is its clock's offset, while its arrivals still show its lateness. Where no
+end is recorded (torch's gloo records), the nodes' clocks are taken to agree (NTP).
 
 The rule (`find_stragglers`), per window of the last `window` collectives every member
 of their group entered (at least `MIN_COLLECTIVES` of them, else nothing is judged yet):
@@ -42,6 +47,7 @@ __all__ = [
     "Lateness",
     "Row",
     "Straggler",
+    "clock_offsets",
     "describe",
     "find_stragglers",
     "rows_from_json",
@@ -62,6 +68,7 @@ class Arrival(NamedTuple):
     seq: int  # the collective's number within its group: what the ranks compare
     op: str
     time: float
+    end: float | None = None  # when it ended on this rank (same clock), where recorded
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,9 @@ def find_stragglers(
     `offsets`: seconds added to a rank's times (its node's clock against the job's)."""
     nodes = nodes or {}
     logs = logs or {}
-    done = _complete(arrivals, offsets or {})[-window:]
+    if offsets is None:
+        offsets = clock_offsets(arrivals, nodes)
+    done = _complete(arrivals, offsets)[-window:]
     if len(done) < MIN_COLLECTIVES:
         return Lateness([], [], 0, 0.0, False)
     ref = step_time if step_time and step_time > 0 else _period(done)
@@ -161,6 +170,35 @@ def find_stragglers(
     ]
     order = sorted(rows, key=lambda r: (not r.straggler, -r.last_share, -r.median, r.rank))
     return Lateness(order, node_rows, len(done), ref, bool(step_time), lines)
+
+
+def clock_offsets(
+    arrivals: Mapping[int, Sequence[Arrival]], nodes: Mapping[int, str]
+) -> dict[int, float]:
+    """Seconds to add to each rank's times so that every node's clock reads as the
+    first node's (the node of the lowest rank): per node, the median over the collectives
+    it shares with that node (at least `MIN_COLLECTIVES`, both with their ends recorded)
+    of the gap between the first node's latest end and this node's latest end. {} when
+    the job has one node, or too few ends were recorded."""
+    if len(set(nodes.values())) < 2:
+        return {}
+    ends: dict[str, dict[tuple[str, int], float]] = {}
+    for rank, entries in arrivals.items():
+        mine = ends.setdefault(nodes.get(rank, ""), {})
+        for a in entries:
+            if a.end is not None:
+                key = (a.group, a.seq)
+                mine[key] = max(mine.get(key, a.end), a.end)
+    first = nodes.get(min(arrivals), "") if arrivals else ""
+    base = ends.get(first, {})
+    shift: dict[str, float] = {}
+    for node, mine in ends.items():
+        if node == first:
+            continue
+        gaps = sorted(base[k] - t for k, t in mine.items() if k in base)
+        if len(gaps) >= MIN_COLLECTIVES:
+            shift[node] = gaps[len(gaps) // 2]
+    return {r: shift[n] for r, n in nodes.items() if n in shift}
 
 
 # one complete collective: [(rank, arrival)], earliest first

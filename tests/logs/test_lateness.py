@@ -8,6 +8,7 @@ import pytest
 
 from paddlike.logs.lateness import (
     Arrival,
+    clock_offsets,
     describe,
     find_stragglers,
     most,
@@ -139,6 +140,50 @@ def test_the_window_is_the_last_collectives_every_member_entered() -> None:
     assert [s.row.who for s in find_stragglers(arrivals).stragglers] == ["rank 2"]
     assert find_stragglers(arrivals, window=50).stragglers == []
     assert find_stragglers(arrivals, window=50).window == 50
+
+
+def with_ends(arrivals: dict[int, list[Arrival]], nodes: dict[int, str], clock: dict[str, float]):
+    """Each collective ends for every rank 10 ms after its last arrival (true time); each
+    node's clock reads `clock[node]` seconds ahead, arrivals and ends alike."""
+    last: dict[int, float] = {}
+    for entries in arrivals.values():
+        for a in entries:
+            last[a.seq] = max(last.get(a.seq, a.time), a.time)
+    return {
+        r: [
+            a._replace(time=a.time + clock.get(nodes[r], 0.0),
+                       end=last[a.seq] + 0.01 + clock.get(nodes[r], 0.0))
+            for a in entries
+        ]
+        for r, entries in arrivals.items()
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("late", "clock", "named"),
+    [
+        ({}, {"b": 0.04}, []),  # b's clock 40 ms ahead: its ends show it, nobody is late
+        ({}, {"b": -0.04}, []),  # ... or behind
+        ({2: 0.05, 3: 0.05}, {}, ["node b"]),  # b late, clocks agree
+        ({2: 0.05, 3: 0.05}, {"b": 0.03}, ["node b"]),  # b late, and its clock ahead
+        ({0: 0.05, 1: 0.05}, {"b": 0.03}, ["node a"]),  # a late, b's clock ahead
+    ],
+)
+def test_recorded_ends_give_each_nodes_clock_offset_and_lateness_stays(
+    late: dict[int, float], clock: dict[str, float], named: list[str]
+) -> None:
+    nodes = two_nodes(2)
+    arrivals = with_ends(job(4, late), nodes, clock)
+    assert [s.row.who for s in find_stragglers(arrivals, nodes).stragglers] == named
+
+
+def test_without_ends_the_clocks_are_taken_to_agree() -> None:
+    nodes = two_nodes(2)
+    arrivals = job(4, {2: 0.04, 3: 0.04})
+    assert clock_offsets(arrivals, nodes) == {}
+    ends = with_ends(job(4), nodes, {"b": 0.04})
+    assert clock_offsets(ends, nodes) == pytest.approx({2: -0.04, 3: -0.04}, abs=0.001)
+    assert clock_offsets(ends, {r: "a" for r in range(4)}) == {}  # one node: one clock
 
 
 @pytest.mark.parametrize(

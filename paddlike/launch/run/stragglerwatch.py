@@ -73,10 +73,11 @@ class NodeArrivals:
         self.step_time = step_time
 
     def to_json(self) -> dict[str, Any]:
-        """Compact: per rank, [group, seq, op, time] rows (times to the microsecond)."""
+        """Compact: per rank, [group, seq, op, time, end] rows (times to the microsecond;
+        end null where not recorded)."""
         return {
             "arrivals": {
-                str(r): [[a.group, a.seq, a.op, round(a.time, 6)] for a in rows]
+                str(r): [[a.group, a.seq, a.op, round(a.time, 6), _round(a.end)] for a in rows]
                 for r, rows in self.arrivals.items()
             },
             "nodes": {str(r): n for r, n in self.nodes.items()},
@@ -89,12 +90,23 @@ class NodeArrivals:
         from paddlike.logs.lateness import Arrival
 
         arrivals = {
-            int(r): [Arrival(str(g), int(s), str(op), float(t)) for g, s, op, t in rows]
+            int(r): [
+                Arrival(str(row[0]), int(row[1]), str(row[2]), float(row[3]), _float(row[4:]))
+                for row in rows
+            ]
             for r, rows in data.get("arrivals", {}).items()
         }
         nodes = {int(r): str(n) for r, n in data.get("nodes", {}).items()}
         logs = {int(r): str(n) for r, n in data.get("logs", {}).items()}
         return cls(arrivals, nodes, logs, float(data.get("step_time") or 0.0))
+
+
+def _round(t: float | None) -> float | None:
+    return None if t is None else round(t, 6)
+
+
+def _float(rest: Sequence[Any]) -> float | None:
+    return float(rest[0]) if rest and rest[0] is not None else None
 
 
 def collect(
@@ -117,7 +129,13 @@ def collect(
         if rank not in ranks:
             continue
         arrivals[rank] += [
-            Arrival(f"paddlike:{e.group_id}", e.group_seq, e.op, snap.to_wall(e.start_mono))
+            Arrival(
+                f"paddlike:{e.group_id}",
+                e.group_seq,
+                e.op,
+                snap.to_wall(e.start_mono),
+                snap.to_wall(e.end_mono) if e.state == "done" else None,
+            )
             for e in snap.flight
         ]
         if snap.step_time > 0:
@@ -212,20 +230,18 @@ class StragglerWatch:
                 self.channel.publish(part.to_json())
             return None
         others = self.channel.gather() if self.channel is not None else []
-        # the nodes' clocks are taken as agreeing (NTP): no offset is measured yet
-        return self.decide([(part, 0.0), *((NodeArrivals.from_json(d), 0.0) for d in others)])
+        return self.decide([part, *(NodeArrivals.from_json(d) for d in others)])
 
-    def decide(self, parts: Sequence[tuple[NodeArrivals, float]]) -> Lateness:
-        """Every node's part (with its clock offset): the finding, said when who is named
-        changed, and kept (`on_table`)."""
+    def decide(self, parts: Sequence[NodeArrivals]) -> Lateness:
+        """Every node's part: the finding, said when who is named changed, and kept
+        (`on_table`). The nodes' clock offsets are `lateness.clock_offsets`' estimate."""
         from paddlike.logs.lateness import find_stragglers
 
-        arrivals, nodes, logs, offsets, steps = {}, {}, {}, {}, []
-        for part, offset in parts:
+        arrivals, nodes, logs, steps = {}, {}, {}, []
+        for part in parts:
             arrivals.update(part.arrivals)
             nodes.update(part.nodes)
             logs.update(part.logs)
-            offsets.update(dict.fromkeys(part.arrivals, offset))
             if part.step_time > 0:
                 steps.append(part.step_time)
         steps.sort()
@@ -235,7 +251,6 @@ class StragglerWatch:
             logs,
             threshold=self.threshold,
             step_time=steps[len(steps) // 2] if steps else None,
-            offsets=offsets,
         )
         # A check that sees fewer ranks than an earlier one (ranks ending, a node's part
         # not there) judges a part of the job: it neither speaks nor replaces the table.

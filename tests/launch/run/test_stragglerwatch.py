@@ -35,7 +35,7 @@ def watch(node_index: int = 0) -> tuple[StragglerWatch, io.StringIO, list[dict]]
 def test_a_straggler_is_said_once_and_again_only_when_who_is_named_changes() -> None:
     w, err, tables = watch()
     for late in ({2: 0.05}, {2: 0.05}, {2: 0.06}, {1: 0.05}, {}, {}):
-        w.decide([(part(range(3), late), 0.0)])
+        w.decide([part(range(3), late)])
     assert err.getvalue().splitlines() == [
         "paddlike.launch: straggler: rank 2 (node a, workerlog.2) arrived last at 100% of the "
         "last 49 collectives, +50 ms median (a collective every 100 ms)",
@@ -50,8 +50,8 @@ def test_a_straggler_is_said_once_and_again_only_when_who_is_named_changes() -> 
 
 def test_a_check_that_sees_fewer_ranks_says_nothing_and_keeps_the_table() -> None:
     w, err, tables = watch()
-    w.decide([(part(range(4), {3: 0.05}), 0.0)])
-    w.decide([(part(range(3), {}), 0.0)])  # rank 3 ended: what is left is balanced
+    w.decide([part(range(4), {3: 0.05})])
+    w.decide([part(range(3), {})])  # rank 3 ended: what is left is balanced
     assert err.getvalue().count("straggler") == 1 and len(tables) == 1
 
 
@@ -61,7 +61,7 @@ def test_other_nodes_parts_and_their_node_are_judged_together() -> None:
     theirs = NodeArrivals.from_json(
         json.loads(json.dumps(part(range(2, 4), {2: 0.05, 3: 0.05}, "b").to_json()))
     )
-    found = w.decide([(mine, 0.0), (theirs, 0.0)])
+    found = w.decide([mine, theirs])
     assert [s.row.who for s in found.stragglers] == ["node b"]
     assert "straggler: node b (ranks 2–3, all late together)" in err.getvalue()
 
