@@ -188,6 +188,9 @@ class StragglerWatch:
         self.since = 0  # the check that first named who is named now
         self._most_ranks = 0  # the most ranks a check of this round compared
         self._stop = threading.Event()
+        # held while a finding is said and kept: after `stop` none is (summary.json's last
+        # word is the round's end, never a check's)
+        self._saying = threading.Lock()
         self._thread: threading.Thread | None = None
         self._job_id = ""
         self._workers: list[ProcessRecord] = []
@@ -209,6 +212,8 @@ class StragglerWatch:
         if self._thread is not None:
             self._thread.join(PROBE_TIMEOUT + 1.0)
             self._thread = None
+        with self._saying:  # a check still under way says nothing from now on
+            pass
         if self.channel is not None:
             self.channel.close()
 
@@ -256,12 +261,15 @@ class StragglerWatch:
         # not there) judges a part of the job: it neither speaks nor replaces the table.
         if not found.window or len(found.rows) < self._most_ranks:
             return found
-        self._most_ranks = len(found.rows)
-        self.checks += 1
-        self._say(found)
-        if self.on_table is not None:
-            table = {"time": time.time(), "check": self.checks, "since": self.since}
-            self.on_table({**table, **found.to_json()})
+        with self._saying:
+            if self._stop.is_set():
+                return found
+            self._most_ranks = len(found.rows)
+            self.checks += 1
+            self._say(found)
+            if self.on_table is not None:
+                table = {"time": time.time(), "check": self.checks, "since": self.since}
+                self.on_table({**table, **found.to_json()})
         return found
 
     def _say(self, found: Lateness) -> None:

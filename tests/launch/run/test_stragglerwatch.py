@@ -76,3 +76,10 @@ def test_a_nodes_part_goes_to_node_0_through_the_store_deflated() -> None:
     raw = kv.try_get("stragglers/3/node/1")
     assert raw is not None and json.loads(zlib.decompress(raw)) == data
     assert zero.gather() == [data]
+
+
+def test_after_the_round_ended_a_late_check_neither_speaks_nor_writes() -> None:
+    w, err, tables = watch()
+    w.stop()  # the round's end: summary.json's last word is the round's
+    w.decide([part(range(3), {2: 0.05})])
+    assert err.getvalue() == "" and tables == []
