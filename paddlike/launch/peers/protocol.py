@@ -150,6 +150,11 @@ def stragglers_node_key(round_: int, node: int) -> str:
     return f"stragglers/{round_}/node/{node}"
 
 
+def stragglers_exclude_key(round_: int, node: int) -> str:
+    """--on_straggler exclude: node 0 tells node `node` to leave the elastic job."""
+    return f"stragglers/{round_}/exclude/{node}"
+
+
 def heartbeat_key(node: int) -> str:
     return f"hb/{node}"
 

@@ -4,6 +4,7 @@
 | -------------------------- | ------------------- | --------------------------------------- |
 | ``stragglers/<r>/node/<i>`` | node i, each check | its ranks' recent collectives, deflated |
 |                            | (not node 0)        | JSON (`run.stragglerwatch.NodeArrivals`) |
+| ``stragglers/<r>/exclude/<i>`` | node 0        | `--on_straggler exclude`: node i leaves |
 
 Node 0 reads every other node's latest part at its own check, without waiting: a node
 whose part is not there yet (its first check has not come) is left out of that check.
@@ -65,6 +66,19 @@ class StoreChannel:
             if raw is not None:
                 out.append(json.loads(zlib.decompress(raw)))
         return out
+
+    def exclude(self, node_index: int) -> None:
+        """Node 0: `--on_straggler exclude` tells node `node_index` to leave."""
+        with contextlib.suppress(StoreError):
+            self._store().set(p.stragglers_exclude_key(self.round, node_index), b"1")
+
+    def excluded(self) -> int | None:
+        """This node's index when node 0 told it to leave, else None."""
+        try:
+            told = self._store().try_get(p.stragglers_exclude_key(self.round, self.node_index))
+        except StoreError:
+            return None
+        return self.node_index if told is not None else None
 
     def close(self) -> None:
         if self._kv is not None:

@@ -26,6 +26,7 @@ imported on the first check, never at the launcher's start.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
         def publish(self, part: dict[str, Any]) -> None: ...
         def gather(self) -> list[dict[str, Any]]: ...
         def close(self) -> None: ...
+        def exclude(self, node_index: int) -> None: ...
+        def excluded(self) -> int | None: ...
 
 
 PROBE_TIMEOUT = 2.0  # seconds for every probe's answer at one check
@@ -66,7 +69,9 @@ class NodeArrivals:
         nodes: dict[int, str],
         logs: dict[int, str],
         step_time: float = 0.0,
+        index: int = 0,
     ) -> None:
+        self.index = index  # the node's index in this round
         self.arrivals = arrivals
         self.nodes = nodes
         self.logs = logs
@@ -83,6 +88,7 @@ class NodeArrivals:
             "nodes": {str(r): n for r, n in self.nodes.items()},
             "logs": {str(r): n for r, n in self.logs.items()},
             "step_time": self.step_time,
+            "index": self.index,
         }
 
     @classmethod
@@ -98,7 +104,8 @@ class NodeArrivals:
         }
         nodes = {int(r): str(n) for r, n in data.get("nodes", {}).items()}
         logs = {int(r): str(n) for r, n in data.get("logs", {}).items()}
-        return cls(arrivals, nodes, logs, float(data.get("step_time") or 0.0))
+        step = float(data.get("step_time") or 0.0)
+        return cls(arrivals, nodes, logs, step, int(data.get("index") or 0))
 
 
 def _round(t: float | None) -> float | None:
@@ -174,7 +181,12 @@ class StragglerWatch:
         node: str,
         channel: Channel | None = None,
         on_table: Callable[[dict[str, Any]], None] | None = None,
+        on_straggler: str = "warn",
+        leave: Callable[[], None] | None = None,
     ) -> None:
+        """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave;
+        a node told so calls `leave` (the launcher's SIGTERM to itself: an elastic job's
+        node leaves at the next round, its ranks saving at the preemption stop step)."""
         self.log_dir = log_dir
         self.console = console
         self.period = period
@@ -183,6 +195,9 @@ class StragglerWatch:
         self.node = node
         self.channel = channel
         self.on_table = on_table
+        self.on_straggler = on_straggler
+        self._leave = leave or _sigterm_self
+        self._excluded: set[int] = set()  # nodes node 0 told to leave
         self.named: tuple[str, ...] = ()  # who the console named last
         self.checks = 0  # this round's checks that compared collectives
         self.since = 0  # the check that first named who is named now
@@ -230,9 +245,12 @@ class StragglerWatch:
         part = collect(self.log_dir, self._job_id, self._workers, self.node)
         if self._stop.is_set():
             return None
+        part.index = self.node_index
         if self.node_index != 0:
             if self.channel is not None:
                 self.channel.publish(part.to_json())
+                if self.on_straggler == "exclude" and self.channel.excluded() == self.node_index:
+                    self._told_to_leave()
             return None
         others = self.channel.gather() if self.channel is not None else []
         return self.decide([part, *(NodeArrivals.from_json(d) for d in others)])
@@ -266,22 +284,54 @@ class StragglerWatch:
                 return found
             self._most_ranks = len(found.rows)
             self.checks += 1
-            self._say(found)
+            if self._say(found) and self.on_straggler == "exclude":
+                self._exclude(found, {n: p.index for p in parts for n in p.nodes.values()})
             if self.on_table is not None:
                 table = {"time": time.time(), "check": self.checks, "since": self.since}
                 self.on_table({**table, **found.to_json()})
         return found
 
-    def _say(self, found: Lateness) -> None:
-        """The lines, when who is named changed since the last check that compared any."""
+    def _exclude(self, found: Lateness, index_of: dict[str, int]) -> None:
+        """--on_straggler exclude: each straggler's node is told to leave (once)."""
+        for s in found.stragglers:
+            i = index_of.get(s.row.node)
+            if i is None or i in self._excluded:
+                continue
+            if i == 0:
+                self.console.say(
+                    "--on_straggler exclude: the straggler is on node 0, which holds the "
+                    "launchers' store: it stays (warned only)"
+                )
+                continue
+            self._excluded.add(i)
+            if self.channel is not None:
+                self.channel.exclude(i)
+            self.console.say(f"--on_straggler exclude: node {s.row.node} leaves the job")
+
+    def _told_to_leave(self) -> None:
+        self._stop.set()  # no more checks here
+        self.console.say(
+            "--on_straggler exclude: node 0 named this node's ranks stragglers: this node "
+            "leaves the elastic job (as on SIGTERM)"
+        )
+        self._leave()
+
+    def _say(self, found: Lateness) -> bool:
+        """The lines, when who is named changed since the last check that compared any;
+        whether it changed."""
         named = tuple(s.row.who for s in found.stragglers)
         if named == self.named:
-            return
+            return False
         if not named:
             self.console.say(f"stragglers: none now ({', '.join(self.named)} kept up)")
         for s in found.stragglers:
             self.console.say(s.line)
         self.named, self.since = named, self.checks
+        return True
+
+
+def _sigterm_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def straggler_watch(
@@ -309,4 +359,5 @@ def straggler_watch(
         node=os.uname().nodename if plan.nnodes == 1 else plan.host,
         channel=channel,
         on_table=record.stragglers_found,
+        on_straggler=options.on_straggler,
     )

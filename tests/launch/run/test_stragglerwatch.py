@@ -8,7 +8,10 @@ import io
 import json
 import zlib
 
+import pytest
+
 from paddlike.launch.console.output import Console
+from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.peers.stragglers import StoreChannel
 from paddlike.launch.run.stragglerwatch import NodeArrivals, StragglerWatch
 from paddlike.logs.lateness import Arrival
@@ -83,3 +86,52 @@ def test_after_the_round_ended_a_late_check_neither_speaks_nor_writes() -> None:
     w.stop()  # the round's end: summary.json's last word is the round's
     w.decide([part(range(3), {2: 0.05})])
     assert err.getvalue() == "" and tables == []
+
+
+def test_on_straggler_exclude_tells_the_straggling_node_to_leave_never_node_0() -> None:
+    kv, left = MemoryKV(), []
+    channels = [StoreChannel(lambda: kv, round_=1, node_index=i, nnodes=3) for i in range(3)]
+    err = io.StringIO()
+    zero = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=channels[0], on_straggler="exclude",
+    )  # fmt: skip
+    parts = [part(range(0, 2), {}, "a"), part(range(2, 4), {}, "b"), part(range(4, 6), {}, "c")]
+    for i, p in enumerate(parts):
+        p.index = i
+    parts[2] = part(range(4, 6), {4: 0.05, 5: 0.05}, "c")
+    parts[2].index = 2
+    zero.decide(parts)
+    assert "--on_straggler exclude: node c leaves the job" in err.getvalue()
+    assert channels[1].excluded() is None and channels[2].excluded() == 2
+    two = StragglerWatch(
+        "/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1, node_index=2,
+        node="c", channel=channels[2], on_straggler="exclude", leave=lambda: left.append(2),
+    )  # fmt: skip
+    two._told_to_leave()
+    assert left == [2]
+    # a straggler on node 0 itself: node 0 holds the store, it stays
+    zero = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=channels[0], on_straggler="exclude",
+    )  # fmt: skip
+    late_zero = part(range(0, 2), {0: 0.05, 1: 0.05}, "a")
+    zero.decide([late_zero, parts[1]])
+    assert "the straggler is on node 0, which holds the launchers' store: it stays" in (
+        err.getvalue()
+    )
+    assert channels[0].excluded() is None
+
+
+def test_on_straggler_exclude_needs_an_elastic_job() -> None:
+    refused = (
+        r"^--on_straggler: exclude makes a straggling node leave the job, which only an "
+        r"elastic job survives: give --nnodes MIN:MAX"
+    )
+    with pytest.raises(UsageError, match=refused):
+        parse_options(["--on_straggler", "exclude", "train.py"], {})
+    with pytest.raises(UsageError, match="--on_straggler: expected warn or exclude, got 'drop'"):
+        parse_options(["--on_straggler", "drop", "train.py"], {})
+    elastic = ["--nnodes", "2:3", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
+    assert parse_options([*elastic, "train.py"], {}).on_straggler == "exclude"
+    assert parse_options(["train.py"], {}).on_straggler == "warn"

@@ -1,10 +1,13 @@
 """An unmodified torch gloo training loop: each step `--work` seconds of work, then one
 all_reduce. `--late R[,R...]`: those ranks sleep `--extra` seconds more before each
-all_reduce (a straggler). `--no_collective`: the same loop without any collective.
+all_reduce (a straggler), and so do all ranks of a node whose launcher has
+STRAGGLER_EXTRA=SECONDS in its environment. `--no_collective`: the same loop without
+any collective.
 `--steps 0` runs until stopped. Rank 0 prints "steps: N in T s" at the end (the bench's
 time per step)."""
 
 import argparse
+import os
 import time
 
 import torch
@@ -22,6 +25,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     late = {int(r) for r in args.late.split(",") if r}
+    if os.environ.get("STRAGGLER_EXTRA"):
+        late.add(rank)
+        args.extra = float(os.environ["STRAGGLER_EXTRA"])
     grad = torch.ones(1024)
     step = 0
     began = time.monotonic()

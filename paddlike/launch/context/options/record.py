@@ -95,6 +95,7 @@ class LaunchOptions(NamedTuple):
     # share of the step (or collective) time
     straggler_check: float = 60.0
     straggler_threshold: float = 0.1
+    on_straggler: str = "warn"  # "warn" | "exclude" (an elastic job's straggling node leaves)
     # other launchers' options (see others.py)
     # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
     # "PADDLE_PORT"): one node then uses the ports from it instead of free ones

@@ -294,6 +294,11 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
                 "a straggler's median lateness is over this share of the step time (or the "
                 "time between collectives; default 0.1)",
             ),
+            (
+                ("--on_straggler",),
+                "once a straggler is named: warn (default), or exclude (an elastic job: the "
+                "straggling node leaves at the next round, as on SIGTERM; never node 0)",
+            ),
         ),
     ),
     (

@@ -357,6 +357,7 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
     "straggler_check": NON_NEGATIVE_SECONDS,  # 0: off
+    "on_straggler": one_of("warn", "exclude", expected="expected warn or exclude"),
     "straggler_threshold": in_range(
         float, "expected a share of the step time > 0", 0, FINITE, above=True
     ),
