@@ -32,6 +32,13 @@ Schema (version 1) — `summary.json`:
          "rank": 2 | null,                # the rank the summary's first line names
          "stacks": "stacks/20261122-105800" | null}   # the dump, relative to log_dir
       ],
+      "stragglers": null | {              # --straggler_check: node 0's last check
+        "time": 1795000100.0, "window": 200, "reference": 0.31, "step_known": true,
+        "named": ["straggler: rank 2 (node b, workerlog.0) arrived last at ..."],
+        "ranks": [{"who": "rank 2", "rank": 2, "node": "b", "log": "workerlog.0",
+                   "last_share": 0.91, "median": 0.048, "p90": 0.061,
+                   "collectives": 200, "straggler": true}, ...],   # the straggler first
+        "nodes": [...]},                  # the same per node, on many nodes
       "restart_causes": [                 # --max_restarts: why each restart happened
         {"round": 1, "cause": "trainer rank 1 exited with code 3",
          "error": "ValueError: bad batch" | null}   # the cause's first error line
@@ -332,6 +339,7 @@ class RunSummary(_Record):
         "hangs",
         "schema",
         "preemption",
+        "stragglers",
     )
     __slots__ = FIELDS
 
@@ -358,6 +366,8 @@ class RunSummary(_Record):
         # a preemption notice ended the job: who sent it, the stop step, this node's ranks
         # that did not stop at it, seconds from the notice to the last rank's exit
         preemption: dict[str, Any] | None = None,
+        # --straggler_check: node 0's last lateness table (`logs.lateness`)
+        stragglers: dict[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -380,6 +390,7 @@ class RunSummary(_Record):
         # --hang_timeout: every hang diagnosed (the dump's report and directory)
         self.hangs = [] if hangs is None else hangs
         self.preemption = preemption
+        self.stragglers = stragglers
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

@@ -55,6 +55,8 @@ LAUNCH_MAY_IMPORT_LAZILY = (
     "paddlike.logs.stacks",
     "paddlike.distributed.progress",
     "paddlike.distributed.preempt",  # at a preemption notice: the ranks' stop step
+    "paddlike.logs.lateness",  # --straggler_check's decision (issue 37)
+    "paddlike.logs.torch_flight",  # ... and torch's flight record read through the probes
 )
 DISTRIBUTED_DRIVES_LAUNCH = ("paddlike.distributed.spawn", "paddlike.distributed.nodelist")
 # shared by all: import nothing of paddlike but each other (summary.json is written through

@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         "DIR/stacks/<time>/rank.N.txt and summary.txt, and print where the ranks are, "
         "the odd one out first",
     )
+    parser.add_argument(
+        "--stragglers",
+        action="store_true",
+        help="the last straggler check's table (--straggler_check): per rank the share of "
+        "collectives it arrived at last, its median and p90 lateness; the straggler first, "
+        "marked *; exits as without it",
+    )
     return parser
 
 
@@ -119,6 +126,7 @@ def job_to_json(job: JobView) -> dict[str, Any]:
                 "restarts": s.restarts if s else 0,
                 "restart_causes": s.restart_causes if s else [],
                 "hangs": s.hangs if s else [],
+                "stragglers": s.stragglers if s else None,
                 "trainer_endpoints": node.trainer_endpoints,
                 "server_endpoints": node.server_endpoints,
                 "notes": node.notes,
@@ -219,6 +227,15 @@ def _main(argv: list[str] | None, out: TextIO) -> int:
             out.write("\n\n".join(blocks) + "\n")
         return 0
     job.hung_for = outcome.hung_for(job)
+    if args.stragglers:  # issue 37
+        from paddlike.logs.lateness import summary_lines
+
+        tables = [n.summary.stragglers for n in job.nodes if n.summary and n.summary.stragglers]
+        if args.json:
+            out.write(json.dumps(tables[0] if tables else None, indent=2) + "\n")
+        else:
+            out.write("\n".join(summary_lines(tables[0] if tables else None)) + "\n")
+        return outcome.exit_code(job)
     if args.json:
         out.write(json.dumps(job_to_json(job), indent=2) + "\n")
     else:

@@ -177,6 +177,7 @@ def format_job(job: JobView, *, color: bool = False) -> str:
         out.extend(round_lines(node))
         if node.summary is not None:
             out.extend(hang_lines(node.summary.hangs, node.log_dir))
+            out.extend(f"  {line}" for line in (node.summary.stragglers or {}).get("named", []))
         out.extend(f"  note: {note}" for note in node.notes)
         if node.processes:
             rows = [list(COLUMNS)] + [process_row(p) for p in node.processes]

@@ -51,9 +51,14 @@ def test_a_flight_recorder_size_the_user_set_is_kept(name):
     assert "PADDLIKE_PROBE_PYTHONPATH" not in env  # the user had no PYTHONPATH
 
 
-def test_without_hang_timeout_the_workers_get_neither():
-    env = worker_env([], {"PYTHONPATH": "/mine"})
+def test_without_hang_timeout_and_straggler_check_the_workers_get_neither():
+    env = worker_env(["--straggler_check", "0"], {"PYTHONPATH": "/mine"})
     assert not {"TORCH_FR_BUFFER_SIZE", "PADDLIKE_PROBE", "PYTHONPATH"} & set(env)
+
+
+def test_straggler_check_alone_puts_the_probe_in_as_hang_timeout_does():
+    env = worker_env(["--straggler_check", "10"], {})
+    assert env["PADDLIKE_PROBE"] == "1" and env["TORCH_FR_BUFFER_SIZE"] == "2000"
 
 
 SCRIPT = textwrap.dedent(

@@ -146,6 +146,16 @@ def stacks_node_key(round_: int, n: int, node: int) -> str:
     return f"stacks/{round_}/{n}/node/{node}"
 
 
+def stragglers_node_key(round_: int, node: int) -> str:
+    """A node's ranks' recent collectives for node 0's straggler check (issue 37)."""
+    return f"stragglers/{round_}/node/{node}"
+
+
+def stragglers_exclude_key(round_: int, node: int) -> str:
+    """--on_straggler exclude: node 0 tells node `node` to leave the elastic job."""
+    return f"stragglers/{round_}/exclude/{node}"
+
+
 def heartbeat_key(node: int) -> str:
     return f"hb/{node}"
 

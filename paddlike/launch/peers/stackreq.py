@@ -54,6 +54,11 @@ class StackChannel:
         self._thread: threading.Thread | None = None
         self.hangs = 0  # the last hang this node asked about or answered (``hang/<k>``)
 
+    def connect(self) -> KV:
+        """A store connection of the caller's own, for another thread (the straggler
+        check's, `peers.stragglers`)."""
+        return self._connect()
+
     @property
     def fd(self) -> int:
         """Readable when a request came in (`take` returns it)."""

@@ -288,8 +288,9 @@ def plan_collective(
         **_no_proxy_env(facts, layout.hosts),
         **_ifname_env(facts),
         **_launcher_env(options, facts, layout.hosts),
-        # --hang_timeout: torch's flight recorder on, and the probe that reads it out
-        **(probe_env(facts.environ) if options.hang_timeout else {}),
+        # --hang_timeout, --straggler_check: torch's flight recorder on, and the probe
+        # that reads it out
+        **(probe_env(facts.environ) if options.hang_timeout or options.straggler_check else {}),
     }
     argv = _command(options, facts.python)
     processes = []

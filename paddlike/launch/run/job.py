@@ -66,8 +66,9 @@ from paddlike.launch.run.roundend import (
     write_failure_cause,
 )
 from paddlike.launch.run.signals import LauncherSignal, signal_policy, signals_raise
+from paddlike.launch.run.stragglerwatch import straggler_watch
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
-from paddlike.summary import RootCause, RunStatus
+from paddlike.summary import ProcessRecord, RootCause, RunStatus
 
 __all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.roundend's
 
@@ -453,17 +454,33 @@ class JobRun:
         )
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
-        outcome = supervisor.run(
-            restart_count=restarts,
-            round_=round_ if self.elastic is not None else None,
-            extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
-            on_failure=watch.publish,
-            services_stop=watch.services,
-            on_started=lambda records: self.record.running(plan, records, restarts),
-            hangs=self.hangs,
-            hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
-            on_notice=notice.start,
+        stragglers = straggler_watch(
+            self.options,
+            plan,
+            self.logdir.path,
+            self.console,
+            self.record,
+            watch.stacks,
         )
+
+        def started(records: Sequence[ProcessRecord]) -> None:
+            self.record.running(plan, records, restarts)
+            stragglers.start(plan.job_id, records)  # --straggler_check (issue 37)
+
+        try:
+            outcome = supervisor.run(
+                restart_count=restarts,
+                round_=round_ if self.elastic is not None else None,
+                extra_fds={watch.fd: watch.poll} if watch.fd is not None else None,
+                on_failure=watch.publish,
+                services_stop=watch.services,
+                on_started=started,
+                hangs=self.hangs,
+                hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
+                on_notice=notice.start,
+            )
+        finally:
+            stragglers.stop()
         return outcome._replace(preemption=notice.outcome(outcome.records))
 
     def cannot_write(

@@ -41,6 +41,8 @@ class RunRecord:
         self.restart_causes: list[dict] = []
         # --hang_timeout: every hang diagnosed (summary.json "hangs"), kept to the end
         self.hangs: list[dict] = []
+        # --straggler_check: the last check's lateness table (summary.json "stragglers")
+        self.stragglers: dict | None = None
         self.last_status = ""
         self._last: tuple | None = None  # what the summary was last written with
         self.preemption: dict | None = None  # summary.json's "preemption", once a notice came
@@ -67,6 +69,14 @@ class RunRecord:
         the summary names it while the job runs, and after Ctrl-C or a kill."""
         self.hangs.append(diagnosis)
         if self._last is not None:
+            self._write(*self._last)
+
+    def stragglers_found(self, table: dict) -> None:
+        """A straggler check's table (`lateness.Lateness.to_json`): kept; written at once
+        when who is named changed, so that the summary says it while the job runs."""
+        changed = self.stragglers is None or self.stragglers["named"] != table["named"]
+        self.stragglers = table
+        if changed and self._last is not None:
             self._write(*self._last)
 
     def outcome_text(self) -> str:
@@ -126,6 +136,7 @@ class RunRecord:
             rounds=list(self.rounds),
             restart_causes=list(self.restart_causes),
             hangs=list(self.hangs),
+            stragglers=self.stragglers,
             preemption=self.preemption if end is not None else None,
         )
         path = Path(self.log_dir) / SUMMARY_FILE

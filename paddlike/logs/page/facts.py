@@ -129,8 +129,11 @@ def report_text(job: JobView) -> str:
     )
     preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
     said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
+    slow = [  # --straggler_check's stragglers (issue 37)
+        s for n in job.nodes if n.summary for s in (n.summary.stragglers or {}).get("named", [])
+    ]
     return "\n".join(
-        [_report_text(job), *said, *(line.strip() for line in [*restarted, *hung])]
+        [_report_text(job), *said, *(line.strip() for line in [*restarted, *hung, *slow])]
     )
 
 

@@ -350,6 +350,24 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
                 " job, exit code 124)",
                 v.ON_HANG,
             ),
+            Option(
+                ("--straggler_check",),
+                "seconds between checks for stragglers, ranks that arrive last at most "
+                "collectives (default 60; 0: off)",
+                v.NON_NEGATIVE_SECONDS,
+            ),
+            Option(
+                ("--straggler_threshold",),
+                "a straggler's median lateness is over this share of the step time (or the "
+                "time between collectives; default 0.1)",
+                v.SHARE_ABOVE_ZERO,
+            ),
+            Option(
+                ("--on_straggler",),
+                "once a straggler is named: warn (default), or exclude (an elastic job: the "
+                "straggling node leaves at the next round, as on SIGTERM; never node 0)",
+                v.ON_STRAGGLER,
+            ),
         ),
     ),
     (

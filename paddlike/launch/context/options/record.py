@@ -93,6 +93,11 @@ class LaunchOptions(NamedTuple):
     # hangs
     hang_timeout: float | None = None  # seconds without a sign of life from any worker
     on_hang: str = "dump"  # "dump" | "abort"
+    # stragglers (issue 37): seconds between checks (0: off); lateness that counts, as a
+    # share of the step (or collective) time
+    straggler_check: float = 60.0
+    straggler_threshold: float = 0.1
+    on_straggler: str = "warn"  # "warn" | "exclude" (an elastic job's straggling node leaves)
     # other launchers' options (see others.py)
     # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
     # "PADDLE_PORT"): one node then uses the ports from it instead of free ones

@@ -137,6 +137,12 @@ def check_combinations(o: LaunchOptions) -> None:
         raise UsageError("--module: cannot be combined with --no_python", "--module")
     if o.min_nnodes is not None:
         _check_elastic(o)
+    elif o.on_straggler == "exclude":  # issue 37
+        raise UsageError(
+            f"{o.label('on_straggler')}: exclude makes a straggling node leave the job, which "
+            "only an elastic job survives: give --nnodes MIN:MAX, or use --on_straggler warn",
+            "--on_straggler",
+        )
     if o.run_mode == "ps-heter":
         _check_heter(o)
     elif o.run_mode == "ps":

@@ -324,6 +324,8 @@ def signal_list(text: str) -> tuple[int, ...]:
 
 RUN_MODE = one_of(*RUN_MODES, expected="expected one of " + ", ".join(RUN_MODES))
 ON_HANG = one_of("dump", "abort", expected="expected dump or abort")
+ON_STRAGGLER = one_of("warn", "exclude", expected="expected warn or exclude")
+SHARE_ABOVE_ZERO = in_range(float, "expected a share of the step time > 0", 0, FINITE, above=True)
 
 
 def one_stage_servers(text: str) -> tuple[str, ...]:

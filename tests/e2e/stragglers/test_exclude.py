@@ -1,0 +1,52 @@
+"""--on_straggler exclude in an elastic job (issue 37), on 3 namespace nodes: the node whose
+ranks all sleep an extra 50 ms before each all_reduce is named by node 0, leaves the job
+(as on SIGTERM: exit 143), and the other two go on in a new round and finish."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from tests.support.collective_workers.launching import REPO
+from tests.support.netns import netns_cluster
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
+STEPS = REPO / "tests" / "support" / "straggler_workers" / "steps.py"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    drop = ("PADDLIKE_", "SLURM_", "PADDLE_", "POD_IP", "GLOO_", "NCCL_", "STRAGGLER_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def test_the_straggling_node_of_an_elastic_job_leaves_and_the_others_finish(tmp_path) -> None:
+    pytest.importorskip("torch.distributed", reason="torch is not installed")
+    with netns_cluster(3) as cluster:
+        master = f"{cluster.nodes[0].addr}:6170"
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            argv = [sys.executable, "-m", "paddlike.launch", "--nnodes", "2:3",
+                    "--master", master, "--nproc_per_node", "2", "--devices", "cpu",
+                    "--heartbeat_timeout", "2", "--rdzv_last_call", "1", "--rdzv_timeout", "60",
+                    "--kill_timeout", "5", "--log_dir", str(tmp_path / f"log{i}"),
+                    "--straggler_check", "1", "--on_straggler", "exclude",
+                    str(STEPS), "--steps", "300", "--work", "0.02"]  # fmt: skip
+            env = _env(STRAGGLER_EXTRA="0.05") if i == 2 else _env()
+            with open(tmp_path / f"out{i}.txt", "wb") as f:
+                procs.append(node.popen(argv, env=env, stdout=f, stderr=-2))
+        try:
+            codes = [p.wait(timeout=200) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    outs = [(tmp_path / f"out{i}.txt").read_text(errors="replace") for i in range(3)]
+    slow = cluster.nodes[2].addr
+    assert codes == [0, 0, 143], "\n".join(outs)
+    assert f"straggler: node {slow} (ranks " in outs[0], outs[0]
+    assert f"--on_straggler exclude: node {slow} leaves the job" in outs[0], outs[0]
+    assert "this node leaves the elastic job (as on SIGTERM)" in outs[2], outs[2]

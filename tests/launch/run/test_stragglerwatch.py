@@ -1,0 +1,137 @@
+"""--straggler_check's console and summary (run.stragglerwatch): each check's finding is
+said once, again only when who is named changes; a check that sees fewer ranks than an
+earlier one says nothing; other nodes' parts travel as JSON (peers.stragglers)."""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+
+import pytest
+
+from paddlike.launch.console.output import Console
+from paddlike.launch.context.options import UsageError, parse_options
+from paddlike.launch.peers.stragglers import StoreChannel
+from paddlike.launch.run.stragglerwatch import NodeArrivals, StragglerWatch
+from paddlike.logs.lateness import Arrival
+from tests.support.fakes import MemoryKV
+
+
+def part(ranks: range, late: dict[int, float], node: str = "a", n: int = 50) -> NodeArrivals:
+    arrivals = {
+        r: [Arrival("torch:0", s, "all_reduce", s * 0.1 + late.get(r, 0.0)) for s in range(1, n)]
+        for r in ranks
+    }
+    return NodeArrivals(arrivals, dict.fromkeys(ranks, node), {r: f"workerlog.{r}" for r in ranks})
+
+
+def watch(node_index: int = 0) -> tuple[StragglerWatch, io.StringIO, list[dict]]:
+    err, tables = io.StringIO(), []
+    w = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=node_index,
+        node="a", on_table=tables.append,
+    )  # fmt: skip
+    return w, err, tables
+
+
+def test_a_straggler_is_said_once_and_again_only_when_who_is_named_changes() -> None:
+    w, err, tables = watch()
+    for late in ({2: 0.05}, {2: 0.05}, {2: 0.06}, {1: 0.05}, {}, {}):
+        w.decide([part(range(3), late)])
+    assert err.getvalue().splitlines() == [
+        "paddlike.launch: straggler: rank 2 (node a, workerlog.2) arrived last at 100% of the "
+        "last 49 collectives, +50 ms median (a collective every 100 ms)",
+        "paddlike.launch: straggler: rank 1 (node a, workerlog.1) arrived last at 100% of the "
+        "last 49 collectives, +50 ms median (a collective every 100 ms)",
+        "paddlike.launch: stragglers: none now (rank 1 kept up)",
+    ]
+    assert [(t["check"], t["since"], t["named"] != []) for t in tables] == [
+        (1, 1, True), (2, 1, True), (3, 1, True), (4, 4, True), (5, 5, False), (6, 5, False),
+    ]  # fmt: skip
+
+
+def test_a_check_that_sees_fewer_ranks_says_nothing_and_keeps_the_table() -> None:
+    w, err, tables = watch()
+    w.decide([part(range(4), {3: 0.05})])
+    w.decide([part(range(3), {})])  # rank 3 ended: what is left is balanced
+    assert err.getvalue().count("straggler") == 1 and len(tables) == 1
+
+
+def test_other_nodes_parts_and_their_node_are_judged_together() -> None:
+    w, err, _ = watch()
+    mine = part(range(2), {}, "a")
+    theirs = NodeArrivals.from_json(
+        json.loads(json.dumps(part(range(2, 4), {2: 0.05, 3: 0.05}, "b").to_json()))
+    )
+    found = w.decide([mine, theirs])
+    assert [s.row.who for s in found.stragglers] == ["node b"]
+    assert "straggler: node b (ranks 2–3, all late together)" in err.getvalue()
+
+
+def test_a_nodes_part_goes_to_node_0_through_the_store_deflated() -> None:
+    kv = MemoryKV()
+    one = StoreChannel(lambda: kv, round_=3, node_index=1, nnodes=3)
+    zero = StoreChannel(lambda: kv, round_=3, node_index=0, nnodes=3)
+    assert zero.gather() == []  # no node published yet: nothing to wait for
+    data = part(range(2, 4), {2: 0.05}, "b").to_json()
+    one.publish(data)
+    raw = kv.try_get("stragglers/3/node/1")
+    assert raw is not None and json.loads(zlib.decompress(raw)) == data
+    assert zero.gather() == [data]
+
+
+def test_after_the_round_ended_a_late_check_neither_speaks_nor_writes() -> None:
+    w, err, tables = watch()
+    w.stop()  # the round's end: summary.json's last word is the round's
+    w.decide([part(range(3), {2: 0.05})])
+    assert err.getvalue() == "" and tables == []
+
+
+def test_on_straggler_exclude_tells_the_straggling_node_to_leave_never_node_0() -> None:
+    kv, left = MemoryKV(), []
+    channels = [StoreChannel(lambda: kv, round_=1, node_index=i, nnodes=3) for i in range(3)]
+    err = io.StringIO()
+    zero = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=channels[0], on_straggler="exclude",
+    )  # fmt: skip
+    parts = [part(range(0, 2), {}, "a"), part(range(2, 4), {}, "b"), part(range(4, 6), {}, "c")]
+    for i, p in enumerate(parts):
+        p.index = i
+    parts[2] = part(range(4, 6), {4: 0.05, 5: 0.05}, "c")
+    parts[2].index = 2
+    zero.decide(parts)
+    assert "--on_straggler exclude: node c leaves the job" in err.getvalue()
+    assert channels[1].excluded() is None and channels[2].excluded() == 2
+    two = StragglerWatch(
+        "/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1, node_index=2,
+        node="c", channel=channels[2], on_straggler="exclude", leave=lambda: left.append(2),
+    )  # fmt: skip
+    two._told_to_leave()
+    assert left == [2]
+    # a straggler on node 0 itself: node 0 holds the store, it stays
+    zero = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=channels[0], on_straggler="exclude",
+    )  # fmt: skip
+    late_zero = part(range(0, 2), {0: 0.05, 1: 0.05}, "a")
+    zero.decide([late_zero, parts[1]])
+    assert "the straggler is on node 0, which holds the launchers' store: it stays" in (
+        err.getvalue()
+    )
+    assert channels[0].excluded() is None
+
+
+def test_on_straggler_exclude_needs_an_elastic_job() -> None:
+    refused = (
+        r"^--on_straggler: exclude makes a straggling node leave the job, which only an "
+        r"elastic job survives: give --nnodes MIN:MAX"
+    )
+    with pytest.raises(UsageError, match=refused):
+        parse_options(["--on_straggler", "exclude", "train.py"], {})
+    with pytest.raises(UsageError, match="--on_straggler: expected warn or exclude, got 'drop'"):
+        parse_options(["--on_straggler", "drop", "train.py"], {})
+    elastic = ["--nnodes", "2:3", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
+    assert parse_options([*elastic, "train.py"], {}).on_straggler == "exclude"
+    assert parse_options(["train.py"], {}).on_straggler == "warn"
