@@ -41,7 +41,7 @@ from paddlike.launch.peers.liveness import CounterLiveness, LeaseLiveness
 from paddlike.launch.peers.notice import encode_notice
 from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, JobWatch, WatchSpec
-from paddlike.launch.plan.elastic import LOST
+from paddlike.launch.plan.membership import LOST
 from paddlike.launch.plan.policy import launcher_died_cause
 from paddlike.launch.plan.world import node_label
 

@@ -24,13 +24,13 @@ from paddlike.launch.context.master import (
     workers_port,
 )
 from paddlike.launch.context.options.record import LaunchOptions
-from paddlike.launch.plan.elastic import ElasticSpec, elastic_spec
 from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import (
     collective_layout,
     collective_ports_needed,
     ps_counts_world_layout,
 )
+from paddlike.launch.plan.membership import ElasticSpec, elastic_spec
 from paddlike.launch.plan.plan import (
     JobFacts,
     LaunchPlan,

@@ -9,8 +9,8 @@
       -> the exit code
 
 Where a round is carried out: here (`JobRun.round`). What the next round is (restart,
-new members, give up) is decided by the pure rules `plan.policy.run_rounds` and
-`plan.elastic.run_elastic`.
+new members, give up) is decided by the pure rules of `plan.next_round`, one loop for fixed
+and elastic jobs; the exit code by `plan.exitcode`.
 
 Signals: from the start SIGINT, SIGTERM and SIGHUP end the launcher with 130, 143 or
 129 and one line saying what it was waiting for. While the workers run the supervisor
@@ -41,15 +41,12 @@ from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.protocol import decode_cause
-from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
+from paddlike.launch.plan.exitcode import cause_exit_code
 from paddlike.launch.plan.layout import ports_given_everywhere
+from paddlike.launch.plan.membership import ElasticSpec
+from paddlike.launch.plan.next_round import RoundEnd, may_restart, run_rounds
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
-from paddlike.launch.plan.policy import (
-    RoundEnd,
-    cause_exit_code,
-    run_rounds,
-)
 from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
@@ -315,33 +312,33 @@ class JobRun:
         # the same secret everywhere: there it comes only from --job_token / --job_token_file.)
         self.job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
         self.leaving = False  # elastic: this node's launcher got a signal and left the job
+        self.last_cause: RootCause | None = None  # the cause of the round before
 
     @property
     def elastic(self) -> ElasticSpec | None:
         return self.job.elastic
 
     def run(self) -> int:
-        """The rounds (`policy.run_rounds`, or `elastic.run_elastic`); the exit code."""
+        """The rounds (`next_round.run_rounds`, fixed and elastic jobs alike); the exit code."""
+        code = run_rounds(self.elastic, self.options.max_restarts, self.round, self.console.say)
         if self.elastic is None:
-            ends: list[RoundEnd] = []
-
-            def run_round(r: int) -> RoundEnd:
-                if r and ends and ends[-1].cause is not None:  # a restart: say why in the summary
-                    self.record.restarted(r, ends[-1].cause)
-                ends.append(RoundEnd(*self.round(r, r)[:2]))
-                return ends[-1]
-
-            return run_rounds(self.options.max_restarts, run_round, self.console.say)
-        code = run_elastic(self.elastic, self.options.max_restarts, self.round, self.console.say)
+            return code
         if self.record.rounds and not self.leaving:  # the job ended for all its members
             self.peers.end_elastic(self.record.outcome_text())  # (nodes waiting to join stop)
         return code
 
-    def round(self, round_: int, restarts: int) -> ElasticRoundEnd:
+    def round(self, round_: int, restarts: int) -> RoundEnd:
         """Round `round_` (an elastic job's rendezvous may place this node in a later one),
         after `restarts` failure restarts."""
+        if self.elastic is None and restarts and self.last_cause is not None:
+            self.record.restarted(restarts, self.last_cause)  # a restart: why, in the summary
+        end = self._round(round_, restarts)
+        self.last_cause = end.cause
+        return end
+
+    def _round(self, round_: int, restarts: int) -> RoundEnd:
         met = self.meet(round_)
-        if isinstance(met, ElasticRoundEnd):
+        if isinstance(met, RoundEnd):
             return met
         round_ = met.round
         self.place(met)
@@ -365,11 +362,11 @@ class JobRun:
             self.record.round_ended(round_, restarts, met.hosts, cause)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
         self.where.unsettled = None
-        return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
+        return end._replace(round=round_, survivors=survivors)
 
     # -- the steps of a round --
 
-    def meet(self, round_: int) -> RendezvousResult | ElasticRoundEnd:
+    def meet(self, round_: int) -> RendezvousResult | RoundEnd:
         """This round's ports, then the rendezvous; how the round ended when it failed."""
         try:
             ports = round_ports(self.options, self.job)
@@ -383,11 +380,11 @@ class JobRun:
         except RendezvousAborted as exc:
             cause = decode_cause(exc.cause)
             self.console.say(f"the job stopped during the rendezvous: {cause.reason}")
-            return ElasticRoundEnd(cause_exit_code(cause), cause, round_, 0)
+            return RoundEnd(cause_exit_code(cause), cause, round_, 0)
         except (RendezvousError, PortError) as exc:
             self.console.error(str(exc))
             code = getattr(exc, "exit_code", 1)
-            return ElasticRoundEnd(code, RootCause(reason=str(exc)), round_, 0)
+            return RoundEnd(code, RootCause(reason=str(exc)), round_, 0)
 
     def place(self, result: RendezvousResult) -> None:
         """A rank assigned at the rendezvous is kept from then on."""
@@ -466,7 +463,7 @@ class JobRun:
 
     def cannot_write(
         self, exc: OSError, result: RendezvousResult, plan: LaunchPlan, restarts: int
-    ) -> ElasticRoundEnd:
+    ) -> RoundEnd:
         """This node cannot write its log directory: nothing starts here; the others are
         told through the round's watch (they stop), and the round ends everywhere with it."""
         cause = write_failure_cause(exc, self.job.host, self.job.index)
@@ -475,7 +472,7 @@ class JobRun:
         outcome = RunOutcome(1, [], cause, RunStatus.FAILED, 0.0)
         cause, survivors = self.settle(watch, outcome, restarts)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
-        return ElasticRoundEnd(end.exit_code, end.cause, result.round, survivors)
+        return end._replace(round=result.round, survivors=survivors)
 
     def settle(
         self, watch: RoundWatch, outcome: RunOutcome, restarts: int = 0
@@ -486,7 +483,7 @@ class JobRun:
         if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
                 # then one line; the rounds say more (a hang is not restarted)
-                left = restarts < self.options.max_restarts and not own.hung
+                left = may_restart(own, restarts, self.options.max_restarts)
                 report_own_failure(
                     self.console, own, watch.root_cause, self.logdir.path, restarts_left=left
                 )

@@ -1,5 +1,6 @@
-"""Elastic jobs (``--nnodes MIN:MAX``, ``--elastic_level``): the pure decisions, tested as
-tables. The rendezvous that uses them is `peers.elastic`; the rounds loop is `run_elastic`.
+"""Membership of an elastic job (``--nnodes MIN:MAX``, ``--elastic_level``): the pure
+decisions, tested as tables. The rendezvous that uses them is `peers.elastic`; what follows
+a round (a new round, a restart, the end) is `plan.next_round`, for every job.
 
 A round closes (its members are fixed, its ranks assigned):
 
@@ -20,7 +21,7 @@ unless `--elastic_level 0` holds them for a replacement (up to --rdzv_timeout).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.world import NodeEntry, address_key
@@ -138,46 +139,6 @@ def below_min_cause(cause: RootCause, survivors: int, spec: ElasticSpec) -> Root
         ),
         membership=None,
     )
-
-
-class ElasticRoundEnd(NamedTuple):
-    """How one elastic round ended on this node."""
-
-    exit_code: int
-    cause: RootCause | None  # None: the round succeeded everywhere
-    round: int  # the store's round number it ran as (a late node skips ahead)
-    survivors: int  # members that may take part in the next round
-
-
-def run_elastic(
-    spec: ElasticSpec,
-    max_restarts: int,
-    run_round: Callable[[int, int], ElasticRoundEnd],
-    say: Callable[[str], None],
-) -> int:
-    """Rounds until one succeeds everywhere, a failure cannot be restarted, restarts run
-    out, or a membership change leaves fewer than MIN nodes (and none came in time).
-
-    `run_round(round, failure_restarts)` runs one round (the store's round number, at least
-    `round`) and says how it ended. Membership changes do not count as restarts."""
-    round_, restarts = 0, 0
-    while True:
-        end = run_round(round_, restarts)
-        cause = end.cause
-        if cause is None:
-            return end.exit_code
-        if is_membership_change(cause):
-            if spec.ends_with(end.survivors):
-                return end.exit_code or 1
-            say(f"new round (membership change): {cause.reason}")
-        elif cause.role is not None and not cause.hung and restarts < max_restarts:
-            restarts += 1
-            say(f"restart {restarts} of {max_restarts} after: {cause.reason}")
-        else:
-            if cause.role is not None and not cause.hung and max_restarts:
-                say(f"giving up after {max_restarts} restart(s); last root cause: {cause.reason}")
-            return end.exit_code
-        round_ = end.round + 1
 
 
 def survivors_of(ends: Sequence[bytes | None], gone: Sequence[bytes]) -> int:
