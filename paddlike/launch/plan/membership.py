@@ -27,10 +27,6 @@ from paddlike.launch import NamedTuple
 from paddlike.launch.plan.world import NodeEntry, address_key
 from paddlike.summary import RootCause
 
-TYPE_CHECKING = False  # typing's, without importing typing
-if TYPE_CHECKING:
-    from paddlike.launch.context.options import LaunchOptions
-
 DEFAULT_LAST_CALL = 30.0  # seconds; torchrun's last_call_timeout default is 30 s too
 
 # RootCause.membership values
@@ -40,7 +36,8 @@ JOINED = "joined"  # a node waits to join a job below MAX
 
 
 class ElasticSpec(NamedTuple):
-    """How an elastic job grows and shrinks; the same on every node."""
+    """How an elastic job grows and shrinks; the same on every node (built from the
+    options by `launch.specs.elastic_spec`)."""
 
     min_nodes: int
     max_nodes: int
@@ -60,28 +57,6 @@ class ElasticSpec(NamedTuple):
         """Whether a membership change that left `survivors` nodes ends the job: fewer
         than MIN, and none may wait for others (level 1)."""
         return survivors < self.min_nodes and self.hold <= 0
-
-
-def elastic_spec(options: LaunchOptions) -> ElasticSpec | None:
-    """The job's elastic settings, None for a fixed job. `options.nnodes` is MAX and
-    `options.min_nnodes` MIN (set for a range or an --elastic_level of 0 or 1).
-
-    Paddle's --elastic_timeout is how long a job with MIN..MAX-1 nodes waits before it
-    starts: our last call, which it sets when given. Level 0 (fault tolerance) holds
-    survivors below MIN for a replacement up to --rdzv_timeout; level 1 ends at once."""
-    if options.min_nnodes is None or options.nnodes is None:
-        return None
-    level = options.elastic_level if options.elastic_level >= 0 else 1
-    last_call = options.rdzv_last_call
-    if options.elastic_timeout is not None:
-        last_call = options.elastic_timeout
-    return ElasticSpec(
-        min_nodes=options.min_nnodes,
-        max_nodes=options.nnodes,
-        last_call=last_call,
-        hold=options.rdzv_timeout if level == 0 else 0.0,
-        level=level,
-    )
 
 
 # --- closing a round --------------------------------------------------------------------

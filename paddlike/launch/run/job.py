@@ -33,9 +33,7 @@ from collections.abc import Mapping, Sequence
 from paddlike.launch.console.banner import format_banner, rank_span, round_header
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
-from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
-from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.peers.api import Peers, RoundWatch
 from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
@@ -46,6 +44,7 @@ from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.membership import ElasticSpec
 from paddlike.launch.plan.next_round import RoundEnd, may_restart, run_rounds
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
+from paddlike.launch.plan.placement import place
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.consequence import consequence_hold
@@ -62,6 +61,7 @@ from paddlike.launch.run.roundend import (
     report_own_failure,
     write_failure_cause,
 )
+from paddlike.launch.run.runspec import RunSpec
 from paddlike.launch.run.signals import LauncherSignal, signal_policy, signals_raise
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
 from paddlike.summary import RootCause, RunStatus
@@ -70,7 +70,7 @@ __all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.ro
 
 
 def run_job(
-    options: LaunchOptions,
+    spec: RunSpec,
     job: NodeJob,
     environ: Mapping[str, str],
     *,
@@ -88,9 +88,9 @@ def run_job(
     # stays locked forever in the child.
     guardian = Guardian.start(deliver=deliver_notice if job.nnodes > 1 else None)
     try:
-        with signals_raise(signal_policy(options.signals_to_handle, environ)):
+        with signals_raise(signal_policy(spec.signals_to_handle, environ)):
             try:
-                return _run(options, job, environ, python, console, progress, where, guardian, logs)
+                return _run(spec, job, environ, python, console, progress, where, guardian, logs)
             except LauncherSignal as sig:
                 return stopped_by_signal(sig, where, job, console)
     finally:
@@ -99,7 +99,7 @@ def run_job(
 
 
 def _run(
-    options: LaunchOptions,
+    spec: RunSpec,
     job: NodeJob,
     environ: Mapping[str, str],
     python: str,
@@ -109,18 +109,18 @@ def _run(
     guardian: Guardian | None,
     logs: Sequence[str] = (),
 ) -> int:
-    log_dir = os.path.abspath(options.log_dir)
+    log_dir = os.path.abspath(spec.log_dir)
     where.waiting = f"opening the log directory {log_dir}"
     try:
         logdir = LogDir.open(
             log_dir,
-            overwrite=options.log_overwrite,
+            overwrite=spec.log_overwrite,
             host=job.host,
-            job=_job_claim(options, job),
+            job=_job_claim(spec, job),
             logs=logs,
         )
     except (LogDirBusy, LogDirError) as exc:
-        return _cannot_start(f"--log_dir: {exc}", options, job, environ, console, where)
+        return _cannot_start(f"--log_dir: {exc}", spec, job, environ, console, where)
     if logdir.shared_with is not None:
         holder = logdir.shared_with
         console.say(
@@ -128,15 +128,15 @@ def _run(
             f"{holder.get('host')} of this job: this node writes to {logdir.path}"
         )
     with logdir:
-        if (job.workers_port is not None or ports_given_everywhere(options.start_port_from)) and (
-            job.nnodes > 1
-        ):
+        if (
+            job.workers_port is not None or ports_given_everywhere(spec.ports.start_port_from)
+        ) and (job.nnodes > 1):
             try:  # node 0 claims --master_port (each node PaddleCloud's) before the rendezvous
-                round_ports(options, job)
+                round_ports(spec.ports, job)
             except PortError as exc:
-                return _cannot_start(str(exc), options, job, environ, console, where)
+                return _cannot_start(str(exc), spec, job, environ, console, where)
         try:
-            peers = _open_peers(options, job, progress, where)
+            peers = _open_peers(spec, job, progress, where)
         except RendezvousError as exc:
             console.error(str(exc))
             return getattr(exc, "exit_code", 1)
@@ -144,7 +144,7 @@ def _run(
             progress.clear()
         where.peers = peers
         run = JobRun(
-            options,
+            spec,
             job,
             environ,
             python=python,
@@ -156,7 +156,12 @@ def _run(
             where=where,
         )
         try:
-            with _gpu_log(options, environ, logdir, run.job_id, console):
+            gpus: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+            if spec.gpu_log is not None:  # Paddle's --enable_gpu_log: <job id>.gpu.log
+                from paddlike.launch.run.gpulog import job_gpu_log
+
+                gpus = job_gpu_log(spec.gpu_log, environ, logdir.path, run.job_id, console)
+            with gpus:
                 code = run.run()
         except LauncherSignal:
             raise  # run_job tells the others first, then closes the peers
@@ -167,37 +172,9 @@ def _run(
         return code
 
 
-def _gpu_log(
-    options: LaunchOptions,
-    environ: Mapping[str, str],
-    logdir: LogDir,
-    job_id: str,
-    console: Console,
-) -> contextlib.AbstractContextManager[object]:
-    """Paddle's --enable_gpu_log (--gpu_log_interval): <job id>.gpu.log while the job runs,
-    for GPU jobs (`run.gpulog`)."""
-    if options.gpu_log_interval is None:
-        return contextlib.nullcontext()
-    from paddlike.launch.run.gpulog import gpu_log, job_gpus
-
-    if options.cpu_only or options.nproc_per_node_kind == "cpu":
-        console.say(f"{options.gpu_log_from}: CPU workers, no GPU log")
-        return contextlib.nullcontext()
-    gpus = job_gpus(options.gpus, environ)
-    return gpu_log(
-        options.gpu_log_interval,
-        logdir.path,
-        job_id,
-        gpus,
-        environ,
-        console.warn,
-        options.gpu_log_from,
-    )
-
-
 def _cannot_start(
     message: str,
-    options: LaunchOptions,
+    spec: RunSpec,
     job: NodeJob,
     environ: Mapping[str, str],
     console: Console,
@@ -211,18 +188,20 @@ def _cannot_start(
 
         where.waiting = "telling the other nodes why this launcher cannot start"
         index = job.index if job.rank_known else None  # else a placeholder until then
-        tell_start_failure(options, environ, message, node_index=index, address=job.host)
+        tell_start_failure(  # peers/ takes the options record today (`RunSpec.peers_options`)
+            spec.peers_options, environ, message, node_index=index, address=job.host
+        )
     return 2
 
 
-def _job_claim(options: LaunchOptions, job: NodeJob) -> JobClaim | None:
+def _job_claim(spec: RunSpec, job: NodeJob) -> JobClaim | None:
     """Which job this is, for the log directory, before the rendezvous (None on one
     node: a one-node job never shares its directory). Every node of one job computes
     the same: the job id, else where the launchers meet and the fingerprint."""
     if job.nnodes == 1:
         return None
-    if uses_etcd(options):
-        meeting = options.master or ""
+    if spec.etcd_master:
+        meeting = spec.etcd_master
     elif job.master is not None:
         host, port = job.master
         with contextlib.suppress(OSError, UnicodeError):
@@ -230,12 +209,10 @@ def _job_claim(options: LaunchOptions, job: NodeJob) -> JobClaim | None:
         meeting = f"{host}:{port}"
     else:
         meeting = ""
-    return JobClaim.of(job_id=options.job_id, meeting=meeting, fingerprint=job.fingerprint)
+    return JobClaim.of(job_id=spec.job_id, meeting=meeting, fingerprint=job.fingerprint)
 
 
-def _open_peers(
-    options: LaunchOptions, job: NodeJob, progress: ProgressLine, where: Where
-) -> Peers:
+def _open_peers(spec: RunSpec, job: NodeJob, progress: ProgressLine, where: Where) -> Peers:
     """LocalPeers on one node; else node 0's store or etcd, connected, with the job's
     rounds (fixed or elastic)."""
     if job.nnodes == 1:
@@ -247,11 +224,12 @@ def _open_peers(
     def waiting(what: str) -> None:
         where.waiting = what
 
-    link = open_link(options, job, progress=progress.show, waiting=waiting)
+    # peers/ takes the options record today: passed through here only (`RunSpec.peers_options`)
+    link = open_link(spec.peers_options, job, progress=progress.show, waiting=waiting)
     rounds = rounds_for(
         link,
         job.elastic,
-        timeout=options.rdzv_timeout,
+        timeout=spec.rdzv_timeout,
         progress=progress.show,
         assign=job.assign_ranks,
     )
@@ -260,19 +238,19 @@ def _open_peers(
         rounds,
         node_index=job.index,
         hosts=job.hosts,
-        heartbeat_timeout=options.heartbeat_timeout,
+        heartbeat_timeout=spec.heartbeat_timeout,
     )
 
 
 class JobRun:
     """The job's run of rounds on this node: rounds until one succeeds on every node, or
-    the rules say stop. It owns what lasts across rounds (options, log directory,
+    the rules say stop. It owns what lasts across rounds (its spec, log directory,
     console, guardian, peers, summary record, hang watch); each round's things (its
     plan, watch, supervisor) are made by the step that needs them."""
 
     def __init__(
         self,
-        options: LaunchOptions,
+        spec: RunSpec,
         job: NodeJob,
         environ: Mapping[str, str],
         *,
@@ -284,7 +262,7 @@ class JobRun:
         peers: Peers,
         where: Where,
     ) -> None:
-        self.options = options
+        self.spec = spec
         self.job = job
         self.environ = environ
         self.python = python
@@ -295,7 +273,7 @@ class JobRun:
         self.peers = peers
         self.where = where
         self.hostname = socket.gethostname()
-        self.job_id = options.job_id or new_job_id()
+        self.job_id = spec.job_id or new_job_id()
         self.record = RunRecord(logdir.path, warn=console.warn)
         self.hangs = HangWatch(
             logdir.path,
@@ -303,14 +281,14 @@ class JobRun:
             host=job.host,
             node_index=job.index,
             host_label=self.hostname if job.nnodes == 1 else job.host,
-            timeout=options.hang_timeout,
-            on_hang=options.on_hang,
+            timeout=spec.hang_timeout,
+            on_hang=spec.on_hang,
             on_diagnosis=self.record.hang_diagnosed,
         )
         # One node without --job_token: a secret of its own, so that another local user
         # cannot use this job's stores or parameter servers over loopback. (Many nodes need
         # the same secret everywhere: there it comes only from --job_token / --job_token_file.)
-        self.job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
+        self.job_token = "" if spec.job_token_given or job.nnodes > 1 else os.urandom(16).hex()
         self.leaving = False  # elastic: this node's launcher got a signal and left the job
         self.last_cause: RootCause | None = None  # the cause of the round before
 
@@ -320,7 +298,7 @@ class JobRun:
 
     def run(self) -> int:
         """The rounds (`next_round.run_rounds`, fixed and elastic jobs alike); the exit code."""
-        code = run_rounds(self.elastic, self.options.max_restarts, self.round, self.console.say)
+        code = run_rounds(self.elastic, self.spec.max_restarts, self.round, self.console.say)
         if self.elastic is None:
             return code
         if self.record.rounds and not self.leaving:  # the job ended for all its members
@@ -369,7 +347,7 @@ class JobRun:
     def meet(self, round_: int) -> RendezvousResult | RoundEnd:
         """This round's ports, then the rendezvous; how the round ended when it failed."""
         try:
-            ports = round_ports(self.options, self.job)
+            ports = round_ports(self.spec.ports, self.job)
             entry = self.job.entry(
                 ports, hostname=self.hostname, pid=os.getpid(), job_id=self.job_id
             )
@@ -392,6 +370,8 @@ class JobRun:
         self.hangs.node_index, self.hangs.host = job.index, job.host
 
     def plan(self, result: RendezvousResult, restarts: int) -> LaunchPlan:
+        """The round's plan: the planner of the job's mode (`plan.planners`) from the world
+        the rendezvous agreed, then placed (--numa_binding, -t/-r: `plan.placement`)."""
         facts = JobFacts(
             result.job_id,
             self.python,
@@ -401,7 +381,8 @@ class JobRun:
             restart_count=restarts,
             job_token=self.job_token,
         )
-        return self.job.plan(result, facts)
+        plan = self.job.planner.plan(result, facts)  # every process's rank, env, argv
+        return place(plan, self.job.placement)  # where each runs, what the console shows
 
     def announce(self, result: RendezvousResult, plan: LaunchPlan) -> None:
         """endpoints.log; the banner on a job's first round, else an elastic round's line."""
@@ -442,9 +423,9 @@ class JobRun:
             base_env=self.environ,
             console=self.console,
             guardian=self.guardian,
-            kill_timeout=self.options.kill_timeout,
-            tee=self.options.tee_indices,
-            signals=signal_policy(self.options.signals_to_handle, self.environ),
+            kill_timeout=self.spec.kill_timeout,
+            tee=self.spec.tee,
+            signals=signal_policy(self.spec.signals_to_handle, self.environ),
         )
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
@@ -456,7 +437,7 @@ class JobRun:
             services_stop=watch.services,
             on_started=lambda records: self.record.running(plan, records, restarts),
             hangs=self.hangs,
-            hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
+            hold=consequence_hold(plan.nnodes, self.spec.heartbeat_timeout),
             on_notice=notice.start,
         )
         return outcome._replace(preemption=notice.outcome(outcome.records))
@@ -483,7 +464,7 @@ class JobRun:
         if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
                 # then one line; the rounds say more (a hang is not restarted)
-                left = may_restart(own, restarts, self.options.max_restarts)
+                left = may_restart(own, restarts, self.spec.max_restarts)
                 report_own_failure(
                     self.console, own, watch.root_cause, self.logdir.path, restarts_left=left
                 )
