@@ -73,7 +73,6 @@ def describe_options(
     """`describe` from parsed options (so that a failure here can still be told to the
     other nodes: `_fail_before_the_rendezvous`)."""
     from paddlike.launch.plan.nodejob import new_job_id
-    from paddlike.launch.plan.placement import place
     from paddlike.launch.plan.plan import JobFacts
     from paddlike.launch.specs import run_spec
 
@@ -83,7 +82,11 @@ def describe_options(
     job_id = options.job_id or new_job_id()
     facts = JobFacts(job_id, python, log_dir, environ, job.interface)
     world = job.preview_world(_preview_ports(options, job), job_id)
-    preview = place(job.planner.plan(world, facts), job.placement)  # as JobRun.plan does
+    preview = job.planner.plan(world, facts)
+    if job.placement is not None:  # as JobRun.plan does
+        from paddlike.launch.plan.placement import place
+
+        preview = place(preview, job.placement)
     _check_tee(options, preview)
     return Described(options, job, log_dir, preview, run_spec(options))
 

@@ -9,8 +9,6 @@ told, so it is part of its environment, made once: `plan.plan.plan_collective`.)
 
 from __future__ import annotations
 
-from paddlike.launch.plan.binding import bind_plan
-
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.plan.jobspec import Placement
@@ -22,7 +20,9 @@ def place(plan: LaunchPlan, placement: Placement | None) -> LaunchPlan:
     trainer's console streams; `plan` itself without a placement."""
     if placement is None:
         return plan
-    if placement.binds:
+    if placement.binds:  # (the NUMA code is loaded only for the jobs that bind)
+        from paddlike.launch.plan.binding import bind_plan
+
         plan = bind_plan(
             plan,
             placement.numa_binding,  # type: ignore[arg-type]

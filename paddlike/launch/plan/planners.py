@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paddlike import __version__
-from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import (
     collective_layout,
     collective_ports_needed,
@@ -36,7 +35,6 @@ from paddlike.launch.plan.plan import (
     plan_collective,
     world_devices_text,
 )
-from paddlike.launch.plan.ps_plan import plan_ps
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -89,6 +87,8 @@ class PsWorldPlanner(Planner):
     def plan(self, result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
         index = result.own_index(self.node_index)  # assigned at the rendezvous, or ours
         layout = ps_counts_world_layout(result, index, self.servers, self.trainers)
+        from paddlike.launch.plan.ps_plan import plan_ps  # (PS jobs only load it)
+
         return plan_ps(self.spec, layout, facts)
 
 
@@ -103,6 +103,8 @@ class PsPlanner(Planner):
         self.layout = layout
 
     def plan(self, result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        from paddlike.launch.plan.ps_plan import plan_ps  # (PS jobs only load it)
+
         return plan_ps(self.spec, self.layout, facts)
 
 
@@ -117,6 +119,8 @@ class PsHeterPlanner(Planner):
         self.layout = layout
 
     def plan(self, result: RendezvousResult, facts: JobFacts) -> LaunchPlan:
+        from paddlike.launch.plan.heter import plan_ps_heter  # (ps-heter jobs only load it)
+
         return plan_ps_heter(self.spec, self.layout, facts)
 
 
