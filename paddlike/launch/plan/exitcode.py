@@ -3,12 +3,13 @@
 | the job ended with                                   | exit code                        |
 | ---------------------------------------------------- | -------------------------------- |
 | success everywhere                                   | 0                                |
-| this node's process failed, and it is the job's cause | that process's code (128+N for  |
+| this node's process failed and is the job's cause    | that process's code (128+N for  |
 |                                                      | signal N, as a shell reports it) |
 | another node's failure (ours, if any, a consequence) | the job's cause's code           |
 | a launcher's signal N (SIGINT, SIGTERM, SIGHUP)      | 128+N                            |
 | a hang (--on_hang abort)                             | 124, as timeout(1)               |
 | a lost node, a rendezvous error, a full disk         | 1 (a rendezvous error: its own)  |
+| this node cannot start (its log directory, ports)    | 2, as bad input: nothing started |
 | an elastic job left with fewer than MIN nodes        | the round's code, else 1         |
 
 Signals stay numbers (`signal.Signals`) until they are printed or written; a cause that
@@ -22,12 +23,24 @@ from paddlike.launch.plan.signames import signal_number
 from paddlike.summary import HANG_EXIT_CODE, RootCause
 
 __all__ = [
+    "CANNOT_START",
     "HANG_EXIT_CODE",
     "below_min_exit_code",
     "cause_exit_code",
+    "error_exit_code",
     "round_exit_code",
     "signal_exit_code",
 ]
+
+
+# This node cannot start (its log directory, its given ports): as bad input, nothing started.
+CANNOT_START = 2
+
+
+def error_exit_code(error: BaseException) -> int:
+    """A rendezvous or port error's code: its own (`peers.errors` gives each kind one), else 1."""
+    code = getattr(error, "exit_code", None)
+    return code if isinstance(code, int) else 1
 
 
 def signal_exit_code(signum: int) -> int:

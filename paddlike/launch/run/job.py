@@ -39,7 +39,7 @@ from paddlike.launch.peers.errors import RendezvousAborted, RendezvousError
 from paddlike.launch.peers.local import LocalPeers
 from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.protocol import decode_cause
-from paddlike.launch.plan.exitcode import cause_exit_code
+from paddlike.launch.plan.exitcode import CANNOT_START, cause_exit_code, error_exit_code
 from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.membership import ElasticSpec
 from paddlike.launch.plan.next_round import RoundEnd, may_restart, run_rounds
@@ -139,7 +139,7 @@ def _run(
             peers = _open_peers(spec, job, progress, where)
         except RendezvousError as exc:
             console.error(str(exc))
-            return getattr(exc, "exit_code", 1)
+            return error_exit_code(exc)
         finally:
             progress.clear()
         where.peers = peers
@@ -191,7 +191,7 @@ def _cannot_start(
         tell_start_failure(  # peers/ takes the options record today (`RunSpec.peers_options`)
             spec.peers_options, environ, message, node_index=index, address=job.host
         )
-    return 2
+    return CANNOT_START
 
 
 def _job_claim(spec: RunSpec, job: NodeJob) -> JobClaim | None:
@@ -361,7 +361,7 @@ class JobRun:
             return RoundEnd(cause_exit_code(cause), cause, round_, 0)
         except (RendezvousError, PortError) as exc:
             self.console.error(str(exc))
-            code = getattr(exc, "exit_code", 1)
+            code = error_exit_code(exc)
             return RoundEnd(code, RootCause(reason=str(exc)), round_, 0)
 
     def place(self, result: RendezvousResult) -> None:

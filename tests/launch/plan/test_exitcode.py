@@ -48,3 +48,14 @@ def test_a_rounds_exit_code_is_the_job_causes_unless_ours_is_that_cause(
     own_code, cause, consequence, code
 ):
     assert round_exit_code(own_code, cause, consequence=consequence) == code
+
+
+def test_an_error_gives_its_own_code_else_1():
+    from paddlike.launch.peers.errors import RendezvousError
+    from paddlike.launch.plan.exitcode import error_exit_code
+
+    class Coded(RendezvousError):
+        exit_code = 3
+
+    assert error_exit_code(Coded("x")) == 3
+    assert error_exit_code(OSError("x")) == 1
