@@ -196,7 +196,7 @@ def start_if_configured(environ: Mapping[str, str] | None = None) -> None:
     from paddlike.launch.run.job import run_job
 
     _state.started = True
-    code = run_job(described.options, described.job, {**env, WORKER_MARK: "1"})
+    code = run_job(described.run, described.job, {**env, WORKER_MARK: "1"})
     sys.stdout.flush()
     raise SystemExit(code)
 

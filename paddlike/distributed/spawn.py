@@ -355,10 +355,10 @@ def _run_here(described: Any, environ: Mapping[str, str], print_config: bool) ->
     from paddlike.launch.run.job import run_job
 
     if print_config:
-        return run_job(described.options, described.job, environ, python=sys.executable), ""
+        return run_job(described.run, described.job, environ, python=sys.executable), ""
     buffer = io.StringIO()
     with contextlib.redirect_stderr(buffer):
-        code = run_job(described.options, described.job, environ, python=sys.executable)
+        code = run_job(described.run, described.job, environ, python=sys.executable)
     return code, buffer.getvalue()
 
 

@@ -18,6 +18,7 @@ from paddlike.launch import NamedTuple
 from paddlike.launch.context.options import PROG, LaunchOptions, UsageError, parse_options
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.plan import LaunchPlan
+from paddlike.launch.run.runspec import RunSpec
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -43,14 +44,16 @@ def _cluster_only(options: LaunchOptions) -> bool:
 
 
 class Described(NamedTuple):
-    """What `describe` decided: the options, this node's share of the job, and a preview of
+    """What `describe` decided: the options, this node's share of the job, a preview of
     its plan (the real one is made each round from the rendezvous; the preview shows
-    placeholders for ports and addresses it cannot know yet)."""
+    placeholders for ports and addresses it cannot know yet) and what running it needs
+    (`run`: `run.job.run_job`'s narrow record)."""
 
     options: LaunchOptions
     job: NodeJob
     log_dir: str  # absolute
     preview: LaunchPlan
+    run: RunSpec
 
 
 def describe(
@@ -73,68 +76,65 @@ def describe_options(
     was started by the one-command cluster start (`NodeJob.started_by_cluster`)."""
     from paddlike.launch.plan.nodejob import new_job_id
     from paddlike.launch.plan.plan import JobFacts
+    from paddlike.launch.specs import run_spec
 
     _check_command_exists(options, environ)
     log_dir = os.path.abspath(options.log_dir)
-    job = _placed(options, _node_job(options, environ))
+    job = _node_job(options, environ)
     if started_by_cluster:
         job = job._replace(started_by_cluster=True)
     job_id = options.job_id or new_job_id()
     facts = JobFacts(job_id, python, log_dir, environ, job.interface)
-    preview = job.plan(job.preview_world(_preview_ports(options, job), job_id), facts)
+    world = job.preview_world(_preview_ports(options, job), job_id)
+    preview = job.planner.plan(world, facts)
+    if job.placement is not None:  # as JobRun.plan does
+        from paddlike.launch.plan.placement import place
+
+        preview = place(preview, job.placement)
     _check_tee(options, preview)
-    return Described(options, job, log_dir, preview)
+    return Described(options, job, log_dir, preview, run_spec(options))
 
 
-def _placed(options: LaunchOptions, job: NodeJob) -> NodeJob:
-    """--numa_binding (this node's NUMA facts read here, once) and --virtual_local_rank,
-    applied to every plan of the job: the preview and each round's (`plan.placement`)."""
-    if options.numa_binding is None and not (options.virtual_local_rank or options.console_streams):
-        return job
-    from paddlike.launch.plan.placement import with_placement
+def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
+    """This node's share of the job, its planner and its placement (the NUMA facts read
+    here, once), from narrow records of the options (`launch.specs`)."""
+    from paddlike.launch import specs
+    from paddlike.launch.context import node as cluster
+    from paddlike.launch.plan import layout
 
     topology = None
     if options.numa_binding is not None:
         from paddlike.launch.context.numa import read_topology
 
         topology = read_topology()
-    return job._replace(plan=with_placement(job.plan, options, topology))
-
-
-def _node_job(options: LaunchOptions, environ: Mapping[str, str]) -> NodeJob:
-    from paddlike.launch.context import node as cluster
-    from paddlike.launch.plan import layout, nodejob
-
+    placed = specs.placement(options, topology)
     if options.is_ps:
         counted = None
         if options.servers is None and options.workers is None:  # counts: every node's roles
             counted = cluster.match_node(options, environ, wait=_name_wait(options, environ))
             if counted.nnodes > 1:
-                return nodejob.ps_counts_node_job(options, counted)
+                return specs.ps_counts_job(options, counted)._replace(placement=placed)
         ps_node = cluster.match_ps_node(options, environ, node=counted)
         if ps_node.servers is None or ps_node.trainers is None:
             from paddlike.launch.run.ports import free_ports, reserve_ports
 
-            needed = layout.ps_counts_ports_needed(options)
+            n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
+            heters = options.heter_worker_num or ()
+            needed = layout.ps_counts_ports_needed(n_servers, n_trainers, heters)
             # a dry run creates nothing, not even port reservations
             ports = free_ports(needed) if options.dry_run else reserve_ports(needed)
-            n_servers, n_trainers = options.server_num or 1, options.worker_num or 1
             ps_layout = layout.ps_counts_layout(
-                ps_node.host,
-                n_servers,
-                n_trainers,
-                ports,
-                options.heter_worker_num or (),
-                options.heter_devices or (),
+                ps_node.host, n_servers, n_trainers, ports, heters, options.heter_devices or ()
             )
         else:
-            ps_layout = layout.ps_lists_layout(options, ps_node)
-        return nodejob.ps_node_job(options, ps_layout, ps_node.interface, ps_node.reason)
+            ps_layout = layout.ps_lists_layout(ps_node, options.start_port, options.heter_devices)
+        job = specs.ps_job(options, ps_layout, ps_node.interface, ps_node.reason)
+        return job._replace(placement=placed)
     from paddlike.launch.context.devices import node_devices
 
     node = cluster.match_node(options, environ, wait=_name_wait(options, environ))
     devices = node_devices(options, environ)
-    return nodejob.collective_node_job(options, node, devices)
+    return specs.collective_job(options, node, devices)._replace(placement=placed)
 
 
 def _typed_token(argv: Sequence[str]) -> bool:
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from paddlike.launch.run.logdir import log_files
 
     logs = log_files(described.preview)  # checked before anything starts
-    return run_job(described.options, described.job, environ, logs=logs)
+    return run_job(described.run, described.job, environ, logs=logs)
 
 
 def _print_dry_run(described: Described) -> None:

@@ -21,6 +21,7 @@ import pytest
 from paddlike.launch.context.devices import DeviceAssignment
 from paddlike.launch.context.options import parse_options
 from paddlike.launch.plan.plan import EndpointLayout, JobFacts, plan_collective
+from paddlike.launch.specs import plan_spec
 from paddlike.logs import torch_flight, worker_probe
 from paddlike.logs.stacks import Target
 from paddlike.logs.torch_flight import TorchOp, parse_record
@@ -33,7 +34,7 @@ CPU2 = DeviceAssignment("cpu", ((), ()))
 def worker_env(argv: list[str], environ: dict[str, str]) -> dict[str, str]:
     facts = JobFacts(job_id="j", python="/py", log_dir="/abs/log", environ=environ)
     options = parse_options([*argv, "train.py"], environ)
-    return plan_collective(options, LAYOUT, CPU2, facts).processes[1].env
+    return plan_collective(plan_spec(options), LAYOUT, CPU2, facts).processes[1].env
 
 
 def test_hang_timeout_turns_on_torchs_flight_recorder_and_the_probe():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 from paddlike.launch.console.output import Console
-from paddlike.launch.plan.policy import restartable
 from paddlike.logformat import TAIL_LINES
 from paddlike.summary import RootCause
 
@@ -22,12 +21,12 @@ def report_failure(
     *,
     restarts_left: bool = False,
 ) -> None:
-    """This node's failure: the full report; one line when `restarts_left` and the cause is
-    one a restart round follows (`policy.restartable`), since the rounds loop then says
-    "restart 1 of 2" and the full report is kept for the failure that ends the job."""
+    """This node's failure: the full report; one line when `restarts_left` (a restart round
+    follows: `plan.next_round.may_restart`), since the rounds loop then says "restart 1 of
+    2" and the full report is kept for the failure that ends the job."""
     from paddlike.logs import report
 
-    if restarts_left and restartable(cause):
+    if restarts_left:
         console.say(report.format_failure_line(cause, log_dir=log_dir))
         return
     console.block(report.format_root_cause(cause, color=console.color, log_dir=log_dir))

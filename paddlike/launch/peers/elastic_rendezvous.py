@@ -5,7 +5,7 @@ that joins late):
 
 1. takes an arrival ticket (``rdzv/<r>/arrived``) and publishes its entry under it;
 2. waits for the round's verdict while checking, about five times a second, whether
-   the round may close (`plan.elastic.may_close`: MAX arrived; every survivor of the
+   the round may close (`plan.membership.may_close`: MAX arrived; every survivor of the
    previous round arrived; MIN arrived and none new for --rdzv_last_call). The first
    node to find it so writes the members' tickets create-only (``rdzv/<r>/closed``),
    then the rank order, the world and ``complete`` (so one node decides, everyone reads);
@@ -34,7 +34,7 @@ from paddlike.launch.peers.rendezvous_errors import (
     RendezvousTimeout,
 )
 from paddlike.launch.plan.agreement import check_fingerprints, job_id_in_force
-from paddlike.launch.plan.elastic import ElasticSpec, elastic_order, may_close
+from paddlike.launch.plan.membership import ElasticSpec, elastic_order, may_close
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 
 PROGRESS_FIRST = 1.0  # seconds before the first "waiting for" line

@@ -38,7 +38,7 @@ from paddlike.launch.peers.rendezvous_errors import (
 )
 from paddlike.launch.peers.stackreq import StackChannel
 from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, WatchSpec, WatchTransport
-from paddlike.launch.plan.elastic import LOST
+from paddlike.launch.plan.membership import LOST
 from paddlike.launch.plan.policy import launcher_died_cause
 from paddlike.launch.plan.world import node_label
 

@@ -24,7 +24,7 @@ from paddlike.launch.peers.kv import Progress
 from paddlike.launch.peers.rendezvous import Rendezvous
 from paddlike.launch.peers.rendezvous_errors import RendezvousError
 from paddlike.launch.peers.watch import STORE_HOST_ENDS
-from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec
+from paddlike.launch.plan.membership import LEFT, LOST, ElasticSpec
 from paddlike.launch.plan.policy import membership_cause
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
 from paddlike.summary import RootCause

@@ -61,17 +61,16 @@ def _ps_lists_meeting(options: LaunchOptions, environ: Mapping[str, str]) -> Mee
     """PS lists mode: the store is where the job's plan puts it (the first listed host, at
     --master_port moved up past the ports the lists give there), worked out the same way."""
     from paddlike.launch.context.node_by_roles import match_role_lists
-    from paddlike.launch.plan.layout import ps_lists_layout
-    from paddlike.launch.plan.nodejob import ps_node_job
+    from paddlike.launch.plan.layout import ps_lists_layout, ps_lists_master
 
     try:
         assert options.servers is not None and options.workers is not None
         ps_node = match_role_lists(options, environ, options.servers, options.workers)
-        layout = ps_lists_layout(options, ps_node)
-        job = ps_node_job(options, layout, ps_node.interface, ps_node.reason)
-        if job.master is None:
+        layout = ps_lists_layout(ps_node, options.start_port, options.heter_devices)
+        master = ps_lists_master(layout, options.master, options.master_addr, options.master_port)
+        if master is None:
             return None
-        host, port = job.master
+        host, port = master
         master_ip = resolve_ipv4(host)
         own_ip = resolve_ipv4(layout.node_hosts[layout.node_index])
     except (UsageError, OSError, UnicodeError, ValueError):

@@ -53,7 +53,7 @@ from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
 from paddlike.launch.peers.stopstep import StopStep, agree_stop_step
 from paddlike.launch.peers.trainers_ok import JobTrainersOk
-from paddlike.launch.plan.elastic import LEFT, LOST, ElasticSpec, joined_cause
+from paddlike.launch.plan.membership import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
     JobCause,
     as_seen_from,

@@ -17,34 +17,32 @@ from paddlike.launch.plan.plan import (
     ProcessSpec,
     PsLayout,
     Role,
-    _command,
-    _error_file_env,
-    _log_names,
-    plan_ps,
-    ps_common_env,
+    error_file_env,
+    log_names,
 )
+from paddlike.launch.plan.ps_plan import plan_ps, ps_common_env
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
-    from paddlike.launch.context.options import LaunchOptions
+    from paddlike.launch.plan.jobspec import PlanSpec
 
 
-def plan_ps_heter(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> LaunchPlan:
+def plan_ps_heter(spec: PlanSpec, layout: PsLayout, facts: JobFacts) -> LaunchPlan:
     """`plan_ps`'s servers and trainers with the stage variables, then this node's heter
     trainers (a plain PS plan when the layout has no heter stage)."""
-    base = plan_ps(options, layout, facts)
+    base = plan_ps(spec, layout, facts)
     stages = layout.heter_stages
     if not stages:
         return base
     every = common_env(layout.trainers, stages)
     processes = []
-    for spec in base.processes:
-        env = {**spec.env, **every}
-        if spec.role is Role.TRAINER:
+    for process in base.processes:
+        env = {**process.env, **every}
+        if process.role is Role.TRAINER:
             env.update(trainer_env(stages))
-        processes.append(spec._replace(env=dict(sorted(env.items()))))
-    common = {**ps_common_env(options, layout, facts), **every}
-    processes += _heter_processes(options, layout, facts, common)
+        processes.append(process._replace(env=dict(sorted(env.items()))))
+    common = {**ps_common_env(spec, layout, facts), **every}
+    processes += _heter_processes(spec, layout, facts, common)
     return base._replace(
         run_mode="ps-heter",
         processes=tuple(processes),
@@ -53,12 +51,12 @@ def plan_ps_heter(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> 
 
 
 def _heter_processes(
-    options: LaunchOptions, layout: PsLayout, facts: JobFacts, common: Mapping[str, str]
+    spec: PlanSpec, layout: PsLayout, facts: JobFacts, common: Mapping[str, str]
 ) -> list[ProcessSpec]:
     """This node's heter trainers: rank = place in the list of every heter trainer
     (stage 2 first), heterlog.N numbered on this node; a gpu stage's trainers take GPUs
     0, 1, ... in the order the stage lists them on this node."""
-    argv = _command(options, facts.python)
+    argv = spec.argv(facts.python)
     out: list[ProcessSpec] = []
     rank = 0
     for k, members in enumerate(layout.heter_stages):
@@ -77,8 +75,8 @@ def _heter_processes(
                     contract.CURRENT_ENDPOINT: ep,
                 }
                 gpu = (str(on_node),) if layout.heter_devices[k] == "gpu" else ()
-                log, err = _log_names(Role.HETER, len(out), options.redirect_stdout_and_stderr)
-                env = dict(sorted({**env, **_error_file_env(facts, log)}.items()))
+                log, err = log_names(Role.HETER, len(out), spec.split_logs)
+                env = dict(sorted({**env, **error_file_env(facts, log)}.items()))
                 out.append(ProcessSpec(Role.HETER, rank, len(out), gpu, ep, env, argv, log, err))
                 on_node += 1
             rank += 1

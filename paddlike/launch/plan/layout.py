@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from paddlike import netaddr
 from paddlike.launch import NamedTuple
-from paddlike.launch.context.options.record import LaunchOptions, UsageError
+from paddlike.launch.context.master import master_address, ps_master_port
+from paddlike.launch.context.options.record import UsageError
 from paddlike.launch.plan.plan import EndpointLayout, PsLayout
 from paddlike.launch.plan.world import RendezvousResult
 
@@ -121,15 +122,18 @@ def ps_counts_world_layout(
     )
 
 
-def ps_counts_ports_needed(options: LaunchOptions) -> int:
-    heters = sum(options.heter_worker_num or ())
-    return (options.server_num or 1) + (options.worker_num or 1) + 1 + heters
+def ps_counts_ports_needed(servers: int, trainers: int, heters: Sequence[int] = ()) -> int:
+    """One node's PS counts: a port for each server, trainer and heter trainer, and
+    Paddle fleet's gloo endpoint."""
+    return servers + trainers + 1 + sum(heters)
 
 
-def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
+def ps_lists_layout(
+    node: PsNode, start_port: int, heter_devices: Sequence[str] | None = None
+) -> PsLayout:
     """--servers/--workers: servers' ports as given; a trainer listed without a port gets
-    the first port from --start_port not already listed on its host (the same on every
-    node), and so does Paddle fleet's gloo endpoint on server 0's host."""
+    the first port from --start_port (`start_port`) not already listed on its host (the
+    same on every node), and so does Paddle fleet's gloo endpoint on server 0's host."""
     assert node.servers is not None and node.trainers is not None
     used: dict[str, set[int]] = {}
     heters = [e for s in node.heter_stages for e in s]
@@ -138,13 +142,11 @@ def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
             used.setdefault(host, set()).add(port)
 
     def next_port(host: str) -> int:
-        port = options.start_port
+        port = start_port
         while port in used.get(host, ()):
             port += 1
         if port > 65535:
-            raise UsageError(
-                f"--start_port: {options.start_port} leaves no free port", "--start_port"
-            )
+            raise UsageError(f"--start_port: {start_port} leaves no free port", "--start_port")
         used.setdefault(host, set()).add(port)
         return port
 
@@ -164,7 +166,7 @@ def ps_lists_layout(options: LaunchOptions, node: PsNode) -> PsLayout:
         hosts,
         gloo_endpoint=gloo_endpoint,
         heter_stages=stages,
-        heter_devices=tuple(options.heter_devices or ()) if stages else (),
+        heter_devices=tuple(heter_devices or ()) if stages else (),
     )
 
 
@@ -273,3 +275,18 @@ def workers_port_overlap(request: PortRequest, ports: Sequence[int]) -> str | No
         f"{request.start} (this node needs {port_span(ports[0], ports[-1])} for its trainers); "
         "give ports that do not overlap"
     )
+
+
+def ps_lists_master(
+    layout: PsLayout, master: str | None, master_addr: str | None, master_port: int
+) -> tuple[str, int] | None:
+    """Where the launchers of a PS job with given ports meet (None on one node): the node
+    holding the first server, unless --master/--master_addr say otherwise; --master_port
+    moved up past the ports the lists give there (`context.master.ps_master_port`)."""
+    hosts = tuple(layout.node_hosts)
+    if len(hosts) <= 1:
+        return None
+    given = master_address(master, master_addr, master_port, hosts)
+    heters = (ep for s in layout.heter_stages for ep in s)
+    taken = (*layout.servers, *layout.trainers, *heters, layout.gloo_endpoint)
+    return (given[0], ps_master_port(given, master_port, taken))

@@ -1,8 +1,10 @@
 """The plan: every process this node starts, decided without I/O.
 
-(options, node, ports, environ) in, a frozen `LaunchPlan` out. No clock, no
+(the job's `PlanSpec`, node, ports, environ) in, a frozen `LaunchPlan` out. No clock, no
 filesystem, no `os.environ`: the caller passes in what the plan depends on, so the
-whole thing is tested exhaustively and printed by `--dry_run`.
+whole thing is tested exhaustively and printed by `--dry_run`. Collective mode here;
+parameter servers in `plan.ps_plan`, their heter stages in `plan.heter`; which of them
+a node job uses is its planner (`plan.planners`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from paddlike.logs.worker_probe import probe_env
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.devices import DeviceAssignment
-    from paddlike.launch.context.options import LaunchOptions
+    from paddlike.launch.plan.jobspec import PlanSpec
 
 
 class Role(enum.Enum):
@@ -132,15 +134,6 @@ class JobFacts(NamedTuple):
     job_token: str = ""
 
 
-def _command(options: LaunchOptions, python: str) -> tuple[str, ...]:
-    args = options.training_script_args
-    if options.no_python:
-        return (options.training_script, *args)
-    if options.module:
-        return (python, "-u", "-m", options.training_script, *args)
-    return (python, "-u", options.training_script, *args)
-
-
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 ERROR_FILE_SUFFIX = ".error.json"
 
@@ -152,7 +145,7 @@ def error_file_name(log_name: str) -> str:
     return log_name + ERROR_FILE_SUFFIX
 
 
-def _error_file_env(facts: JobFacts, log_name: str) -> dict[str, str]:
+def error_file_env(facts: JobFacts, log_name: str) -> dict[str, str]:
     """torchrun always sets TORCHELASTIC_ERROR_FILE; scripts and torch's own tests read it.
     A user's own value (for every worker alike) is kept."""
     if ERROR_FILE in facts.environ:
@@ -160,7 +153,7 @@ def _error_file_env(facts: JobFacts, log_name: str) -> dict[str, str]:
     return {ERROR_FILE: facts.log_dir.rstrip("/") + "/" + error_file_name(log_name)}
 
 
-def _log_names(role: Role, local_index: int, split: bool) -> tuple[str, str | None]:
+def log_names(role: Role, local_index: int, split: bool) -> tuple[str, str | None]:
     """workerlog.N holds stdout and stderr; with --redirect_stdout_and_stderr, stderr
     goes to workerlog.N.err (stdout stays in workerlog.N, which the console and
     `paddlike.logs` read)."""
@@ -168,7 +161,7 @@ def _log_names(role: Role, local_index: int, split: bool) -> tuple[str, str | No
     return name, (f"{name}.err" if split else None)
 
 
-def _launcher_env(options: LaunchOptions, facts: JobFacts, node_hosts: Sequence[str]) -> dict:
+def launcher_env(spec: PlanSpec, facts: JobFacts, node_hosts: Sequence[str]) -> dict:
     env = {
         contract.JOB_ID: facts.job_id,
         contract.PADDLE_JOB_ID: facts.job_id,
@@ -176,13 +169,13 @@ def _launcher_env(options: LaunchOptions, facts: JobFacts, node_hosts: Sequence[
         contract.RESTART_COUNT: str(facts.restart_count),
         contract.NODE_HOSTS: ",".join(node_hosts),
     }
-    token = options.job_token or facts.job_token
+    token = spec.job_token or facts.job_token
     if token:
         env[contract.JOB_TOKEN] = token
     return env
 
 
-def _ifname_env(facts: JobFacts) -> dict[str, str]:
+def ifname_env(facts: JobFacts) -> dict[str, str]:
     if not facts.interface:
         return {}
     return {
@@ -203,7 +196,7 @@ def _threads_env(facts: JobFacts, nproc: int) -> dict[str, str]:
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
-def _no_proxy_env(facts: JobFacts, node_hosts: Sequence[str]) -> dict[str, str]:
+def no_proxy_env(facts: JobFacts, node_hosts: Sequence[str]) -> dict[str, str]:
     """Keep the job's own traffic off the user's proxy.
 
     With a proxy in the environment, HTTP clients in workers (Paddle's gloo HTTP
@@ -222,19 +215,8 @@ def _no_proxy_env(facts: JobFacts, node_hosts: Sequence[str]) -> dict[str, str]:
     return {"no_proxy": value, "NO_PROXY": value}
 
 
-def _paddle_gloo_env(layout: PsLayout) -> dict[str, str]:
-    """What Paddle's fleet needs to start its gloo in PS mode (barrier_worker, all_reduce)."""
-    if not layout.gloo_endpoint:
-        return {}
-    return {
-        contract.PADDLE_WITH_GLOO: "1",
-        contract.PADDLE_GLOO_RENDEZVOUS: "3",
-        contract.PADDLE_GLOO_HTTP_ENDPOINT: layout.gloo_endpoint,
-    }
-
-
 def plan_collective(
-    options: LaunchOptions,
+    spec: PlanSpec,
     layout: EndpointLayout,
     devices: DeviceAssignment,
     facts: JobFacts,
@@ -250,6 +232,14 @@ def plan_collective(
     as the worker's CUDA runtime numbers them, and PADDLE_DISTRI_BACKEND=nccl. With one
     worker per visible GPU (the default) a worker's GPU is also its LOCAL_RANK, so
     torchrun-style scripts that pick ``cuda:LOCAL_RANK`` get the same device.
+
+    --virtual_local_rank, as torchrun's: every worker gets LOCAL_RANK=0 and
+    CUDA_VISIBLE_DEVICES naming its own GPUs (their physical ids, or the entries of the
+    user's CUDA_VISIBLE_DEVICES), so code written for one GPU per process (``cuda:0``)
+    finds its GPU and cannot touch another's; the GPU variables are numbered as the worker
+    then sees them (FLAGS_selected_gpus 0, every entry of PADDLE_WORLD_DEVICE_IDS alike).
+    PADDLE_LOCAL_RANK and PADDLE_RANK_IN_NODE keep the worker's index on the node: Paddle
+    has no virtual rank, and its scripts number log files and ports by it.
     """
     node = layout.node_index
     nproc = devices.nproc
@@ -278,24 +268,30 @@ def plan_collective(
         contract.WORLD_DEVICE_IDS: ",".join(world_ids),
         contract.DISTRI_BACKEND: "nccl" if gpu else "gloo",
         contract.GROUP_WORLD_SIZE: str(len(layout.hosts)),
-        contract.ROLE_NAME: options.role,
+        contract.ROLE_NAME: spec.role,
         contract.ROLE_WORLD_SIZE: str(world),
         contract.TORCHELASTIC_RUN_ID: facts.job_id,
         contract.TORCHELASTIC_RESTART_COUNT: str(facts.restart_count),
-        contract.TORCHELASTIC_MAX_RESTARTS: str(options.max_restarts),
+        contract.TORCHELASTIC_MAX_RESTARTS: str(spec.max_restarts),
         contract.TORCHELASTIC_USE_AGENT_STORE: "False",
         **_threads_env(facts, nproc),
-        **_no_proxy_env(facts, layout.hosts),
-        **_ifname_env(facts),
-        **_launcher_env(options, facts, layout.hosts),
+        **no_proxy_env(facts, layout.hosts),
+        **ifname_env(facts),
+        **launcher_env(spec, facts, layout.hosts),
         # --hang_timeout, --straggler_check: torch's flight recorder on, and the probe
         # that reads it out
-        **(probe_env(facts.environ) if options.hang_timeout or options.straggler_check else {}),
+        **(probe_env(facts.environ) if spec.hang_timeout or spec.straggler_check else {}),
     }
-    argv = _command(options, facts.python)
+    if spec.virtual_local_rank and world_ids and devices.physical:  # GPUs seen from 0
+        common[contract.WORLD_DEVICE_IDS] = ",".join(
+            ":".join(str(i) for i in range(len(e.split(":")))) for e in world_ids
+        )
+    argv = spec.argv(facts.python)
     processes = []
     for local in range(nproc):
         rank = first_rank + local
+        seen = devices.per_worker[local]
+        physical = devices.physical[local] if devices.physical else ()
         env = {
             **common,
             contract.TRAINER_ID: str(rank),
@@ -310,20 +306,26 @@ def plan_collective(
         }
         if gpu:
             env[contract.SELECTED_GPUS] = local_ids[local]
-        log, err = _log_names(Role.TRAINER, local, options.redirect_stdout_and_stderr)
-        env.update(_error_file_env(facts, log))
+        if spec.virtual_local_rank:
+            env[contract.LOCAL_RANK] = "0"
+            if physical:  # a GPU worker alone with its GPUs (a CPU one: only LOCAL_RANK)
+                seen = tuple(str(i) for i in range(len(physical)))
+                env[contract.CUDA_VISIBLE_DEVICES] = ",".join(physical)
+                env[contract.SELECTED_GPUS] = env[contract.LOCAL_DEVICE_IDS] = ",".join(seen)
+        log, err = log_names(Role.TRAINER, local, spec.split_logs)
+        env.update(error_file_env(facts, log))
         processes.append(
             ProcessSpec(
                 role=Role.TRAINER,
                 rank=rank,
                 local_index=local,
-                device_ids=devices.per_worker[local],
+                device_ids=seen,
                 endpoint=endpoints[rank],
                 env=dict(sorted(env.items())),
                 argv=argv,
                 log_name=log,
                 err_log_name=err,
-                physical_devices=devices.physical[local] if devices.physical else (),
+                physical_devices=physical,
             )
         )
     return LaunchPlan(
@@ -367,96 +369,6 @@ def _world_device_ids(layout: EndpointLayout, devices: DeviceAssignment) -> list
         else:
             ids += [":".join(devices.per_worker[i % devices.nproc]) for i in range(len(ports))]
     return ids
-
-
-def ps_common_env(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> dict[str, str]:
-    """What every process of a PS job gets, whatever its role."""
-    servers, trainers = layout.servers, layout.trainers
-    heters = (ep for s in layout.heter_stages for ep in s)
-    node_hosts = layout.node_hosts or tuple(
-        dict.fromkeys(netaddr.split(e)[0] for e in (*servers, *trainers, *heters))
-    )
-    return {
-        contract.PSERVERS_IP_PORT_LIST: ",".join(servers),
-        contract.TRAINER_ENDPOINTS: ",".join(trainers),
-        contract.TRAINERS_NUM: str(len(trainers)),
-        contract.NNODES: str(layout.nnodes),
-        contract.GROUP_RANK: str(layout.node_index),
-        contract.NODE_RANK: str(layout.node_index),
-        contract.DISTRI_BACKEND: "gloo",
-        **_paddle_gloo_env(layout),
-        **_no_proxy_env(facts, node_hosts),
-        **_ifname_env(facts),
-        **_launcher_env(options, facts, node_hosts),
-    }
-
-
-def plan_ps(options: LaunchOptions, layout: PsLayout, facts: JobFacts) -> LaunchPlan:
-    """This node's servers (first, so they listen before trainers connect) and trainers
-    (`plan.heter.plan_ps_heter` adds the heter stages on top)."""
-    servers, trainers = layout.servers, layout.trainers
-    local_trainers = [i for i, e in enumerate(trainers) if netaddr.split(e)[0] == layout.host]
-    common = ps_common_env(options, layout, facts)
-    argv = _command(options, facts.python)
-    split = options.redirect_stdout_and_stderr
-    processes = []
-    local = 0
-    for rank, ep in enumerate(servers):
-        host, port = netaddr.split(ep)
-        if host != layout.host:
-            continue
-        env = {
-            **common,
-            contract.TRAINING_ROLE: contract.ROLE_PSERVER,
-            contract.PADDLE_ROLE: contract.ROLE_PSERVER,
-            contract.PADDLE_PORT: port,
-            contract.POD_IP: host,
-            contract.CURRENT_ENDPOINT: ep,
-        }
-        log, err = _log_names(Role.SERVER, local, split)
-        env.update(_error_file_env(facts, log))
-        processes.append(
-            ProcessSpec(Role.SERVER, rank, local, (), ep, dict(sorted(env.items())), argv, log, err)
-        )
-        local += 1
-    for local, rank in enumerate(local_trainers):
-        ep = trainers[rank]
-        host, port = netaddr.split(ep)
-        env = {
-            **common,
-            contract.TRAINING_ROLE: contract.ROLE_TRAINER,
-            contract.PADDLE_ROLE: contract.ROLE_TRAINER,
-            contract.TRAINER_ID: str(rank),
-            contract.GLOBAL_RANK: str(rank),
-            contract.RANK: str(rank),
-            contract.WORLD_SIZE: str(len(trainers)),
-            contract.GLOBAL_SIZE: str(len(trainers)),
-            contract.RANK_IN_NODE: str(local),
-            contract.PADDLE_LOCAL_RANK: str(local),
-            contract.LOCAL_RANK: str(local),
-            contract.PADDLE_LOCAL_SIZE: str(len(local_trainers)),
-            contract.LOCAL_WORLD_SIZE: str(len(local_trainers)),
-            contract.PADDLE_PORT: port,  # Paddle's fleet.init() requires it of trainers too
-            contract.POD_IP: host,
-            contract.CURRENT_ENDPOINT: ep,
-        }
-        log, err = _log_names(Role.TRAINER, local, split)
-        env.update(_error_file_env(facts, log))
-        processes.append(
-            ProcessSpec(
-                Role.TRAINER, rank, local, (), ep, dict(sorted(env.items())), argv, log, err
-            )
-        )
-    return LaunchPlan(
-        job_id=facts.job_id,
-        run_mode="ps",
-        node_index=layout.node_index,
-        nnodes=layout.nnodes,
-        host=layout.host,
-        processes=tuple(processes),
-        trainer_endpoints=trainers,
-        server_endpoints=servers,
-    )
 
 
 def _shown(name: str, value: str) -> str:

@@ -1,31 +1,21 @@
-"""The decisions of a job, pure and tested as tables: how a process's exit counts, which
-cause is the job's, what exit code a cause gives, and whether another round follows.
-
-Restart rounds (--max_restarts N), decided from the round's job-wide root cause:
-
-| the round ended with                      | next                                  |
-| ----------------------------------------- | ------------------------------------- |
-| success (no root cause)                   | stop, exit code of the round (0)      |
-| a failed process (trainer, server, ...)   | a new round, while restarts remain    |
-| a signal to a launcher, a lost node, a    | stop: restarting cannot fix it, and   |
-| rendezvous error                          | the user (or scheduler) wants it over |
-| a hang (--on_hang abort), even one that   | stop: the same job would hang again   |
-| names its odd rank                        |                                       |
+"""The causes of a job, pure and tested as tables: how a process's exit counts, which
+cause is the job's, and each kind of cause (a lost node, lost contact, a launcher's signal,
+a hang) as the report names it. What exit code a cause gives is `plan.exitcode`; what
+round follows it, `plan.next_round`.
 
 Every node of a job sees the same root cause, so every node decides the same way.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from paddlike import netaddr
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.signames import signal_name
 from paddlike.launch.plan.world import node_label, store_node
-from paddlike.summary import ProcessStatus, RootCause
+from paddlike.summary import HANG_EXIT_CODE, ProcessStatus, RootCause
 
 # --- a process's exit --------------------------------------------------------------------
 
@@ -79,17 +69,6 @@ def exit_verdict(
     if tearing_down:
         return ExitVerdict(ProcessStatus.FAILED)
     return ExitVerdict(ProcessStatus.FAILED, f"{label} {how_ended(code)}")
-
-
-def cause_exit_code(cause: RootCause) -> int:
-    """What a launcher exits with for a root cause, on every node: the failed process's
-    own code, 128+N for death by (or a launcher's receipt of) signal N, else 1."""
-    if cause.exit_code:
-        return cause.exit_code
-    if cause.signal:
-        with contextlib.suppress(KeyError):
-            return 128 + int(signal.Signals[cause.signal])
-    return 1
 
 
 # --- the job-wide root cause ---------------------------------------------------------------
@@ -309,9 +288,11 @@ def store_contact_cause(
 
 
 def launcher_signal_cause(
-    host: str, node_index: int, name: str, what: str, now: float
+    host: str, node_index: int, signum: int, what: str, now: float
 ) -> RootCause:
-    """A launcher received SIGINT/SIGTERM/SIGHUP; `what` it was doing ("" while supervising)."""
+    """A launcher received signal `signum` (SIGINT/SIGTERM/SIGHUP); `what` it was doing (""
+    while supervising). The cause names it, as summary.json and the report spell it."""
+    name = signal_name(signum)
     while_ = f" while {what}" if what else ""
     return RootCause(
         reason=f"launcher on {host} received {name}{while_}",
@@ -323,9 +304,6 @@ def launcher_signal_cause(
 
 
 # --- hangs ---------------------------------------------------------------------------------
-
-# What a launcher exits with when --on_hang abort ended the job (as timeout(1) does).
-HANG_EXIT_CODE = 124
 
 
 def hang_cause(
@@ -344,36 +322,3 @@ def hang_cause(
         tail=[*summary, stalled],
         time=now,
     )
-
-
-# --- rounds ------------------------------------------------------------------------------
-
-
-class RoundEnd(NamedTuple):
-    """How one round ended: this launcher's exit code and the job-wide root cause."""
-
-    exit_code: int
-    cause: RootCause | None  # None when the round succeeded everywhere
-
-
-def restartable(cause: RootCause) -> bool:
-    """A process of the job failed (rather than a launcher, a node or the rendezvous). A
-    hang's cause names its odd rank but is not that process's failure: a restart would
-    hang the same way."""
-    return cause.role is not None and not cause.hung
-
-
-def run_rounds(
-    max_restarts: int, run_round: Callable[[int], RoundEnd], say: Callable[[str], None]
-) -> int:
-    """Call `run_round(0)`, then `run_round(1)`, ... until one succeeds, ends for a reason a
-    restart cannot fix, or `max_restarts` restarts are used up; return the exit code."""
-    end = run_round(0)
-    for round_ in range(1, max_restarts + 1):
-        if end.cause is None or not restartable(end.cause):
-            return end.exit_code
-        say(f"restart {round_} of {max_restarts} after: {end.cause.reason}")
-        end = run_round(round_)
-    if end.cause is not None and max_restarts and restartable(end.cause):
-        say(f"giving up after {max_restarts} restart(s); last root cause: {end.cause.reason}")
-    return end.exit_code

@@ -12,3 +12,11 @@ def signal_name(number: int) -> str:
     except ValueError:
         return f"SIG{number}"
 
+
+def signal_number(name: str) -> int | None:
+    """`signal_name`'s inverse, for a cause read as data (another node's, summary.json's);
+    None for a name this machine does not know."""
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        return None

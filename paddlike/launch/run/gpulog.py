@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from paddlike.logformat import append_fd
@@ -34,6 +34,9 @@ from paddlike.logformat import append_fd
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import TextIO
+
+    from paddlike.launch.console.output import Console
+    from paddlike.launch.run.runspec import GpuLogSpec
 
 INFO_FIELDS = "index,uuid,driver_version,name,serial,display_active,display_mode"
 INFO_HEADER = "index,uuid,driver_version,name,gpu_serial,display_active,display_mode"
@@ -163,3 +166,19 @@ def gpu_log(
         yield log
     finally:
         log.stop()
+
+
+def job_gpu_log(
+    spec: GpuLogSpec,
+    environ: Mapping[str, str],
+    log_dir: str | os.PathLike[str],
+    job_id: str,
+    console: Console,
+) -> AbstractContextManager[object]:
+    """Paddle's --enable_gpu_log (--gpu_log_interval): <job id>.gpu.log while the job runs,
+    for GPU jobs; one line for CPU workers."""
+    if spec.cpu_workers:
+        console.say(f"{spec.named}: CPU workers, no GPU log")
+        return nullcontext()
+    gpus = job_gpus(spec.gpus, environ)
+    return gpu_log(spec.interval, log_dir, job_id, gpus, environ, console.warn, spec.named)

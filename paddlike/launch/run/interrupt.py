@@ -13,6 +13,7 @@ import time
 from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
 from paddlike.launch.peers.api import Peers
+from paddlike.launch.plan.exitcode import signal_exit_code
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.policy import launcher_signal_cause
 from paddlike.launch.run.signals import LauncherSignal
@@ -61,7 +62,7 @@ def stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: 
         with contextlib.suppress(LauncherSignal):
             _write_stopped(where.unsettled, sig, job, what)
     if peers is not None:
-        cause = launcher_signal_cause(job.host, job.index, sig.name, what, time.time())
+        cause = launcher_signal_cause(job.host, job.index, sig.signum, what, time.time())
         with contextlib.suppress(LauncherSignal):  # a second signal: stop trying
             told = peers.publish_stop(cause)
     tail = "; told the other nodes" if told else ""
@@ -72,7 +73,7 @@ def stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: 
                 peers.wait_readers()
         with contextlib.suppress(LauncherSignal):
             peers.close(linger=False)
-    return 128 + sig.signum
+    return signal_exit_code(sig.signum)
 
 
 def _write_stopped(round_: Unsettled, sig: LauncherSignal, job: NodeJob, what: str) -> None:
@@ -80,12 +81,12 @@ def _write_stopped(round_: Unsettled, sig: LauncherSignal, job: NodeJob, what: s
     this launcher's signal), exit code 128+N."""
     cause = round_.watch.root_cause or round_.outcome.root_cause
     if cause is None:
-        cause = launcher_signal_cause(job.host, job.index, sig.name, what, time.time())
+        cause = launcher_signal_cause(job.host, job.index, sig.signum, what, time.time())
     round_.record.finished(
         round_.plan,
         round_.outcome.records,
         round_.restarts,
         status=RunStatus.INTERRUPTED,
-        exit_code=128 + sig.signum,
+        exit_code=signal_exit_code(sig.signum),
         cause=cause,
     )

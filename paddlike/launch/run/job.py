@@ -9,8 +9,8 @@
       -> the exit code
 
 Where a round is carried out: here (`JobRun.round`). What the next round is (restart,
-new members, give up) is decided by the pure rules `plan.policy.run_rounds` and
-`plan.elastic.run_elastic`.
+new members, give up) is decided by the pure rules of `plan.next_round`, one loop for fixed
+and elastic jobs; the exit code by `plan.exitcode`.
 
 Signals: from the start SIGINT, SIGTERM and SIGHUP end the launcher with 130, 143 or
 129 and one line saying what it was waiting for. While the workers run the supervisor
@@ -33,23 +33,19 @@ from collections.abc import Mapping, Sequence
 from paddlike.launch.console.banner import format_banner, rank_span, round_header
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
-from paddlike.launch.context.master import uses_etcd
 from paddlike.launch.context.node import resolve_ipv4
-from paddlike.launch.context.options.record import LaunchOptions
 from paddlike.launch.peers.api import Peers, RoundWatch
 from paddlike.launch.peers.notice import deliver_notice
 from paddlike.launch.peers.one_node import LocalPeers
 from paddlike.launch.peers.protocol import decode_cause
 from paddlike.launch.peers.rendezvous_errors import RendezvousAborted, RendezvousError
-from paddlike.launch.plan.elastic import ElasticRoundEnd, ElasticSpec, run_elastic
+from paddlike.launch.plan.exitcode import CANNOT_START, cause_exit_code, error_exit_code
 from paddlike.launch.plan.layout import ports_given_everywhere
+from paddlike.launch.plan.membership import ElasticSpec
+from paddlike.launch.plan.next_round import RoundEnd, may_restart, run_rounds
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
+from paddlike.launch.plan.placement import place
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
-from paddlike.launch.plan.policy import (
-    RoundEnd,
-    cause_exit_code,
-    run_rounds,
-)
 from paddlike.launch.plan.world import RendezvousResult
 from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
@@ -65,6 +61,7 @@ from paddlike.launch.run.roundend import (
     report_own_failure,
     write_failure_cause,
 )
+from paddlike.launch.run.runspec import RunSpec
 from paddlike.launch.run.signals import LauncherSignal, signal_policy, signals_raise
 from paddlike.launch.run.stragglerwatch import straggler_watch
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
@@ -74,7 +71,7 @@ __all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.ro
 
 
 def run_job(
-    options: LaunchOptions,
+    spec: RunSpec,
     job: NodeJob,
     environ: Mapping[str, str],
     *,
@@ -92,9 +89,9 @@ def run_job(
     # stays locked forever in the child.
     guardian = Guardian.start(deliver=deliver_notice if job.nnodes > 1 else None)
     try:
-        with signals_raise(signal_policy(options.signals_to_handle, environ)):
+        with signals_raise(signal_policy(spec.signals_to_handle, environ)):
             try:
-                return _run(options, job, environ, python, console, progress, where, guardian, logs)
+                return _run(spec, job, environ, python, console, progress, where, guardian, logs)
             except LauncherSignal as sig:
                 return stopped_by_signal(sig, where, job, console)
     finally:
@@ -103,7 +100,7 @@ def run_job(
 
 
 def _run(
-    options: LaunchOptions,
+    spec: RunSpec,
     job: NodeJob,
     environ: Mapping[str, str],
     python: str,
@@ -113,18 +110,18 @@ def _run(
     guardian: Guardian | None,
     logs: Sequence[str] = (),
 ) -> int:
-    log_dir = os.path.abspath(options.log_dir)
+    log_dir = os.path.abspath(spec.log_dir)
     where.waiting = f"opening the log directory {log_dir}"
     try:
         logdir = LogDir.open(
             log_dir,
-            overwrite=options.log_overwrite,
+            overwrite=spec.log_overwrite,
             host=job.host,
-            job=_job_claim(options, job),
+            job=_job_claim(spec, job),
             logs=logs,
         )
     except (LogDirBusy, LogDirError) as exc:
-        return _cannot_start(f"--log_dir: {exc}", options, job, environ, console, where)
+        return _cannot_start(f"--log_dir: {exc}", spec, job, environ, console, where)
     if logdir.shared_with is not None:
         holder = logdir.shared_with
         console.say(
@@ -132,23 +129,23 @@ def _run(
             f"{holder.get('host')} of this job: this node writes to {logdir.path}"
         )
     with logdir:
-        if (job.workers_port is not None or ports_given_everywhere(options.start_port_from)) and (
-            job.nnodes > 1
-        ):
+        if (
+            job.workers_port is not None or ports_given_everywhere(spec.ports.start_port_from)
+        ) and (job.nnodes > 1):
             try:  # node 0 claims --master_port (each node PaddleCloud's) before the rendezvous
-                round_ports(options, job)
+                round_ports(spec.ports, job)
             except PortError as exc:
-                return _cannot_start(str(exc), options, job, environ, console, where)
+                return _cannot_start(str(exc), spec, job, environ, console, where)
         try:
-            peers = _open_peers(options, job, progress, where)
+            peers = _open_peers(spec, job, progress, where)
         except RendezvousError as exc:
             console.error(str(exc))
-            return getattr(exc, "exit_code", 1)
+            return error_exit_code(exc)
         finally:
             progress.clear()
         where.peers = peers
         run = JobRun(
-            options,
+            spec,
             job,
             environ,
             python=python,
@@ -160,7 +157,12 @@ def _run(
             where=where,
         )
         try:
-            with _gpu_log(options, environ, logdir, run.job_id, console):
+            gpus: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+            if spec.gpu_log is not None:  # Paddle's --enable_gpu_log: <job id>.gpu.log
+                from paddlike.launch.run.gpulog import job_gpu_log
+
+                gpus = job_gpu_log(spec.gpu_log, environ, logdir.path, run.job_id, console)
+            with gpus:
                 code = run.run()
         except LauncherSignal:
             raise  # run_job tells the others first, then closes the peers
@@ -171,37 +173,9 @@ def _run(
         return code
 
 
-def _gpu_log(
-    options: LaunchOptions,
-    environ: Mapping[str, str],
-    logdir: LogDir,
-    job_id: str,
-    console: Console,
-) -> contextlib.AbstractContextManager[object]:
-    """Paddle's --enable_gpu_log (--gpu_log_interval): <job id>.gpu.log while the job runs,
-    for GPU jobs (`run.gpulog`)."""
-    if options.gpu_log_interval is None:
-        return contextlib.nullcontext()
-    from paddlike.launch.run.gpulog import gpu_log, job_gpus
-
-    if options.cpu_only or options.nproc_per_node_kind == "cpu":
-        console.say(f"{options.gpu_log_from}: CPU workers, no GPU log")
-        return contextlib.nullcontext()
-    gpus = job_gpus(options.gpus, environ)
-    return gpu_log(
-        options.gpu_log_interval,
-        logdir.path,
-        job_id,
-        gpus,
-        environ,
-        console.warn,
-        options.gpu_log_from,
-    )
-
-
 def _cannot_start(
     message: str,
-    options: LaunchOptions,
+    spec: RunSpec,
     job: NodeJob,
     environ: Mapping[str, str],
     console: Console,
@@ -215,18 +189,20 @@ def _cannot_start(
 
         where.waiting = "telling the other nodes why this launcher cannot start"
         index = job.index if job.rank_known else None  # else a placeholder until then
-        tell_start_failure(options, environ, message, node_index=index, address=job.host)
-    return 2
+        tell_start_failure(  # peers/ takes the options record today (`RunSpec.peers_options`)
+            spec.peers_options, environ, message, node_index=index, address=job.host
+        )
+    return CANNOT_START
 
 
-def _job_claim(options: LaunchOptions, job: NodeJob) -> JobClaim | None:
+def _job_claim(spec: RunSpec, job: NodeJob) -> JobClaim | None:
     """Which job this is, for the log directory, before the rendezvous (None on one
     node: a one-node job never shares its directory). Every node of one job computes
     the same: the job id, else where the launchers meet and the fingerprint."""
     if job.nnodes == 1:
         return None
-    if uses_etcd(options):
-        meeting = options.master or ""
+    if spec.etcd_master:
+        meeting = spec.etcd_master
     elif job.master is not None:
         host, port = job.master
         with contextlib.suppress(OSError, UnicodeError):
@@ -234,12 +210,10 @@ def _job_claim(options: LaunchOptions, job: NodeJob) -> JobClaim | None:
         meeting = f"{host}:{port}"
     else:
         meeting = ""
-    return JobClaim.of(job_id=options.job_id, meeting=meeting, fingerprint=job.fingerprint)
+    return JobClaim.of(job_id=spec.job_id, meeting=meeting, fingerprint=job.fingerprint)
 
 
-def _open_peers(
-    options: LaunchOptions, job: NodeJob, progress: ProgressLine, where: Where
-) -> Peers:
+def _open_peers(spec: RunSpec, job: NodeJob, progress: ProgressLine, where: Where) -> Peers:
     """LocalPeers on one node; else node 0's store or etcd, connected, with the job's
     rounds (fixed or elastic)."""
     if job.nnodes == 1:
@@ -252,11 +226,11 @@ def _open_peers(
     def waiting(what: str) -> None:
         where.waiting = what
 
-    link = open_link(peers_spec(options), job, progress=progress.show, waiting=waiting)
+    link = open_link(peers_spec(spec.peers_options), job, progress=progress.show, waiting=waiting)
     rounds = rounds_for(
         link,
         job.elastic,
-        timeout=options.rdzv_timeout,
+        timeout=spec.rdzv_timeout,
         progress=progress.show,
         assign=job.assign_ranks,
     )
@@ -265,19 +239,19 @@ def _open_peers(
         rounds,
         node_index=job.index,
         hosts=job.hosts,
-        heartbeat_timeout=options.heartbeat_timeout,
+        heartbeat_timeout=spec.heartbeat_timeout,
     )
 
 
 class JobRun:
     """The job's run of rounds on this node: rounds until one succeeds on every node, or
-    the rules say stop. It owns what lasts across rounds (options, log directory,
+    the rules say stop. It owns what lasts across rounds (its spec, log directory,
     console, guardian, peers, summary record, hang watch); each round's things (its
     plan, watch, supervisor) are made by the step that needs them."""
 
     def __init__(
         self,
-        options: LaunchOptions,
+        spec: RunSpec,
         job: NodeJob,
         environ: Mapping[str, str],
         *,
@@ -289,7 +263,7 @@ class JobRun:
         peers: Peers,
         where: Where,
     ) -> None:
-        self.options = options
+        self.spec = spec
         self.job = job
         self.environ = environ
         self.python = python
@@ -300,7 +274,7 @@ class JobRun:
         self.peers = peers
         self.where = where
         self.hostname = socket.gethostname()
-        self.job_id = options.job_id or new_job_id()
+        self.job_id = spec.job_id or new_job_id()
         self.record = RunRecord(logdir.path, warn=console.warn)
         self.hangs = HangWatch(
             logdir.path,
@@ -308,42 +282,42 @@ class JobRun:
             host=job.host,
             node_index=job.index,
             host_label=self.hostname if job.nnodes == 1 else job.host,
-            timeout=options.hang_timeout,
-            on_hang=options.on_hang,
+            timeout=spec.hang_timeout,
+            on_hang=spec.on_hang,
             on_diagnosis=self.record.hang_diagnosed,
         )
         # One node without --job_token: a secret of its own, so that another local user
         # cannot use this job's stores or parameter servers over loopback. (Many nodes need
         # the same secret everywhere: there it comes only from --job_token / --job_token_file.)
-        self.job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
+        self.job_token = "" if spec.job_token_given or job.nnodes > 1 else os.urandom(16).hex()
         self.leaving = False  # elastic: this node's launcher got a signal and left the job
+        self.last_cause: RootCause | None = None  # the cause of the round before
 
     @property
     def elastic(self) -> ElasticSpec | None:
         return self.job.elastic
 
     def run(self) -> int:
-        """The rounds (`policy.run_rounds`, or `elastic.run_elastic`); the exit code."""
+        """The rounds (`next_round.run_rounds`, fixed and elastic jobs alike); the exit code."""
+        code = run_rounds(self.elastic, self.spec.max_restarts, self.round, self.console.say)
         if self.elastic is None:
-            ends: list[RoundEnd] = []
-
-            def run_round(r: int) -> RoundEnd:
-                if r and ends and ends[-1].cause is not None:  # a restart: say why in the summary
-                    self.record.restarted(r, ends[-1].cause)
-                ends.append(RoundEnd(*self.round(r, r)[:2]))
-                return ends[-1]
-
-            return run_rounds(self.options.max_restarts, run_round, self.console.say)
-        code = run_elastic(self.elastic, self.options.max_restarts, self.round, self.console.say)
+            return code
         if self.record.rounds and not self.leaving:  # the job ended for all its members
             self.peers.end_elastic(self.record.outcome_text())  # (nodes waiting to join stop)
         return code
 
-    def round(self, round_: int, restarts: int) -> ElasticRoundEnd:
+    def round(self, round_: int, restarts: int) -> RoundEnd:
         """Round `round_` (an elastic job's rendezvous may place this node in a later one),
         after `restarts` failure restarts."""
+        if self.elastic is None and restarts and self.last_cause is not None:
+            self.record.restarted(restarts, self.last_cause)  # a restart: why, in the summary
+        end = self._round(round_, restarts)
+        self.last_cause = end.cause
+        return end
+
+    def _round(self, round_: int, restarts: int) -> RoundEnd:
         met = self.meet(round_)
-        if isinstance(met, ElasticRoundEnd):
+        if isinstance(met, RoundEnd):
             return met
         round_ = met.round
         self.place(met)
@@ -367,14 +341,14 @@ class JobRun:
             self.record.round_ended(round_, restarts, met.hosts, cause)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
         self.where.unsettled = None
-        return ElasticRoundEnd(end.exit_code, end.cause, round_, survivors)
+        return end._replace(round=round_, survivors=survivors)
 
     # -- the steps of a round --
 
-    def meet(self, round_: int) -> RendezvousResult | ElasticRoundEnd:
+    def meet(self, round_: int) -> RendezvousResult | RoundEnd:
         """This round's ports, then the rendezvous; how the round ended when it failed."""
         try:
-            ports = round_ports(self.options, self.job)
+            ports = round_ports(self.spec.ports, self.job)
             entry = self.job.entry(
                 ports, hostname=self.hostname, pid=os.getpid(), job_id=self.job_id
             )
@@ -385,11 +359,11 @@ class JobRun:
         except RendezvousAborted as exc:
             cause = decode_cause(exc.cause)
             self.console.say(f"the job stopped during the rendezvous: {cause.reason}")
-            return ElasticRoundEnd(cause_exit_code(cause), cause, round_, 0)
+            return RoundEnd(cause_exit_code(cause), cause, round_, 0)
         except (RendezvousError, PortError) as exc:
             self.console.error(str(exc))
-            code = getattr(exc, "exit_code", 1)
-            return ElasticRoundEnd(code, RootCause(reason=str(exc)), round_, 0)
+            code = error_exit_code(exc)
+            return RoundEnd(code, RootCause(reason=str(exc)), round_, 0)
 
     def place(self, result: RendezvousResult) -> None:
         """A rank assigned at the rendezvous is kept from then on."""
@@ -397,6 +371,8 @@ class JobRun:
         self.hangs.node_index, self.hangs.host = job.index, job.host
 
     def plan(self, result: RendezvousResult, restarts: int) -> LaunchPlan:
+        """The round's plan: the planner of the job's mode (`plan.planners`) from the world
+        the rendezvous agreed, then placed (--numa_binding, -t/-r: `plan.placement`)."""
         facts = JobFacts(
             result.job_id,
             self.python,
@@ -406,7 +382,8 @@ class JobRun:
             restart_count=restarts,
             job_token=self.job_token,
         )
-        return self.job.plan(result, facts)
+        plan = self.job.planner.plan(result, facts)  # every process's rank, env, argv
+        return place(plan, self.job.placement)  # where each runs, what the console shows
 
     def announce(self, result: RendezvousResult, plan: LaunchPlan) -> None:
         """endpoints.log; the banner on a job's first round, else an elastic round's line."""
@@ -447,15 +424,15 @@ class JobRun:
             base_env=self.environ,
             console=self.console,
             guardian=self.guardian,
-            kill_timeout=self.options.kill_timeout,
-            tee=self.options.tee_indices,
+            kill_timeout=self.spec.kill_timeout,
+            tee=self.spec.tee,
             tee_among_hosts=self.job.started_by_cluster,
-            signals=signal_policy(self.options.signals_to_handle, self.environ),
+            signals=signal_policy(self.spec.signals_to_handle, self.environ),
         )
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
         stragglers = straggler_watch(
-            self.options,
+            self.spec,
             plan,
             self.logdir.path,
             self.console,
@@ -476,7 +453,7 @@ class JobRun:
                 services_stop=watch.services,
                 on_started=started,
                 hangs=self.hangs,
-                hold=consequence_hold(plan.nnodes, self.options.heartbeat_timeout),
+                hold=consequence_hold(plan.nnodes, self.spec.heartbeat_timeout),
                 on_notice=notice.start,
             )
         finally:
@@ -485,7 +462,7 @@ class JobRun:
 
     def cannot_write(
         self, exc: OSError, result: RendezvousResult, plan: LaunchPlan, restarts: int
-    ) -> ElasticRoundEnd:
+    ) -> RoundEnd:
         """This node cannot write its log directory: nothing starts here; the others are
         told through the round's watch (they stop), and the round ends everywhere with it."""
         cause = write_failure_cause(exc, self.job.host, self.job.index)
@@ -494,7 +471,7 @@ class JobRun:
         outcome = RunOutcome(1, [], cause, RunStatus.FAILED, 0.0)
         cause, survivors = self.settle(watch, outcome, restarts)
         end = conclude_round(self.console, self.record, plan, outcome, cause, restarts)
-        return ElasticRoundEnd(end.exit_code, end.cause, result.round, survivors)
+        return end._replace(round=result.round, survivors=survivors)
 
     def settle(
         self, watch: RoundWatch, outcome: RunOutcome, restarts: int = 0
@@ -505,7 +482,7 @@ class JobRun:
         if self.elastic is None:
             if own is not None:  # before waiting for the others: that may be long
                 # then one line; the rounds say more (a hang is not restarted)
-                left = restarts < self.options.max_restarts and not own.hung
+                left = may_restart(own, restarts, self.spec.max_restarts)
                 report_own_failure(
                     self.console, own, watch.root_cause, self.logdir.path, restarts_left=left
                 )

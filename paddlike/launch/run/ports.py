@@ -31,7 +31,7 @@ from paddlike.launch.run.portregistry import Warn, warn_on_stderr
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
-    from paddlike.launch.context.options import LaunchOptions
+    from paddlike.launch.plan.jobspec import GivenPorts
     from paddlike.launch.plan.nodejob import NodeJob
 
 TTL = 60.0
@@ -250,7 +250,7 @@ def claim_ports(
         return wanted
 
 
-def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
+def round_ports(given: GivenPorts, job: NodeJob) -> tuple[int, ...]:
     """This round's ports, as `plan.layout.port_request` says: on one node the consecutive
     ones from a given start (--start_port, PADDLE_START_PORT, PaddleCloud's PADDLE_PORT),
     else free ones reserved here (many nodes trade them at the rendezvous). A --master_port
@@ -265,9 +265,9 @@ def round_ports(options: LaunchOptions, job: NodeJob) -> tuple[int, ...]:
         nnodes=job.nnodes,
         workers_port=job.workers_port,
         hosts_workers_store=job.nnodes > 1 and _hosts_workers_store(job),
-        start_port=options.start_port,
-        start_port_from=options.start_port_from,
-        ports_num=options.ports_num,
+        start_port=given.start_port,
+        start_port_from=given.start_port_from,
+        ports_num=given.ports_num,
     )
     if request.start is not None:
         ports = claim_ports(

@@ -14,9 +14,11 @@ from paddlike.launch.console.report import (
     report_remote_failure,
     report_success,
 )
-from paddlike.launch.plan.elastic import ElasticSpec, below_min_cause, is_membership_change
+from paddlike.launch.plan.exitcode import round_exit_code
+from paddlike.launch.plan.membership import ElasticSpec, below_min_cause, is_membership_change
+from paddlike.launch.plan.next_round import RoundEnd
 from paddlike.launch.plan.plan import LaunchPlan
-from paddlike.launch.plan.policy import RoundEnd, as_seen_from, cause_exit_code, same_cause
+from paddlike.launch.plan.policy import as_seen_from, same_cause
 from paddlike.launch.run.record import RunRecord
 from paddlike.summary import RootCause, RunStatus
 
@@ -85,10 +87,8 @@ def conclude_round(
     the round ended. (This node's own failure report was printed when its round ended.)"""
     own = outcome.root_cause
     theirs = cause is not None and own is not None and not same_cause(own, cause)
-    if theirs:  # this node's failure was a consequence: the job's cause is another
-        exit_code = cause_exit_code(cause)  # type: ignore[arg-type]
-    else:
-        exit_code = outcome.exit_code or (cause_exit_code(cause) if cause is not None else 0)
+    # theirs: this node's failure was a consequence, the job's cause is another
+    exit_code = round_exit_code(outcome.exit_code, cause, consequence=theirs)
     failed = cause is not None and outcome.status == RunStatus.SUCCEEDED  # another node failed
     status = RunStatus.FAILED if failed else outcome.status
     if cause is not None and cause.stopped:  # a launcher's signal stopped the job: every node

@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     from os import PathLike
     from typing import Any, Protocol
 
-    from paddlike.launch.context.options.record import LaunchOptions
     from paddlike.launch.peers.stackreq import StackChannel
     from paddlike.launch.plan.plan import LaunchPlan
     from paddlike.launch.run.record import RunRecord
+    from paddlike.launch.run.runspec import RunSpec
     from paddlike.logs.lateness import Arrival, Lateness
 
     class Channel(Protocol):
@@ -335,29 +335,29 @@ def _sigterm_self() -> None:
 
 
 def straggler_watch(
-    options: LaunchOptions,
+    spec: RunSpec,
     plan: LaunchPlan,
     log_dir: str | PathLike[str],
     console: Console,
     record: RunRecord,
     stacks: StackChannel | None = None,
 ) -> StragglerWatch:
-    """The round's watch from the options (a period of 0: one that never checks); on
+    """The round's watch from the job's spec (a period of 0: one that never checks); on
     many nodes its channel goes beside the round's stack requests (`stacks`)."""
     channel = None
-    if stacks is not None and options.straggler_check > 0:
+    if stacks is not None and spec.straggler_check > 0:
         from paddlike.launch.peers.stragglers import store_channel
 
         channel = store_channel(stacks)
     return StragglerWatch(
         str(log_dir),
         console,
-        period=options.straggler_check,
-        threshold=options.straggler_threshold,
+        period=spec.straggler_check,
+        threshold=spec.straggler_threshold,
         node_index=plan.node_index,
         # one node: its hostname, as the hang report names it; many: its --ips entry
         node=os.uname().nodename if plan.nnodes == 1 else plan.host,
         channel=channel,
         on_table=record.stragglers_found,
-        on_straggler=options.on_straggler,
+        on_straggler=spec.on_straggler,
     )

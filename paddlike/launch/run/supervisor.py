@@ -39,9 +39,9 @@ from paddlike import contract
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.tee import TeeEcho
 from paddlike.launch.peers.services import ServicesStop
+from paddlike.launch.plan.exitcode import cause_exit_code
 from paddlike.launch.plan.plan import LaunchPlan, Role
 from paddlike.launch.plan.policy import (
-    cause_exit_code,
     exit_verdict,
     launcher_signal_cause,
     signal_name,
@@ -352,7 +352,7 @@ class Supervisor:
                 continue
             rnd.status = RunStatus.INTERRUPTED
             cause = launcher_signal_cause(
-                self.plan.host, self.plan.node_index, name, "", time.time()
+                self.plan.host, self.plan.node_index, signum, "", time.time()
             )
             # Ctrl-C reaches only the launcher (the workers have sessions of their own):
             # the workers get it as SIGINT first, as in a terminal or under torchrun.

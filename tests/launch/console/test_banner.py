@@ -9,8 +9,8 @@ import pytest
 from paddlike.launch.console.banner import format_banner
 from paddlike.launch.context.devices import DeviceAssignment
 from paddlike.launch.context.options import parse_options
-from paddlike.launch.plan.placement import virtual_local_ranks
 from paddlike.launch.plan.plan import EndpointLayout, JobFacts, plan_collective
+from paddlike.launch.specs import plan_spec
 
 FACTS = JobFacts(job_id="j", python="/py", log_dir="/abs/log", environ={}, interface="")
 LAYOUT = EndpointLayout(("10.0.0.1",), 0, ((6070, 6071),), 6072)
@@ -21,9 +21,8 @@ def gpus(seen: tuple[str, ...], physical: tuple[str, ...]) -> DeviceAssignment:
 
 
 def banner(devices: DeviceAssignment, *argv: str) -> str:
-    plan = plan_collective(parse_options([*argv, "train.py"], {}), LAYOUT, devices, FACTS)
-    if "--virtual_local_rank" in argv:
-        plan = virtual_local_ranks(plan)
+    spec = plan_spec(parse_options([*argv, "train.py"], {}))
+    plan = plan_collective(spec, LAYOUT, devices, FACTS)
     return format_banner(plan, "/abs/log")
 
 
@@ -38,12 +37,13 @@ def test_the_banner_names_the_physical_gpus_not_the_workers_view():
 
 
 def test_ps_mode_calls_its_trainers_workers_as_the_last_line_does():
-    from paddlike.launch.plan.plan import PsLayout, plan_ps
+    from paddlike.launch.plan.plan import PsLayout
+    from paddlike.launch.plan.ps_plan import plan_ps
 
     options = parse_options(["--server_num", "1", "--worker_num", "2", "train.py"], {})
     ep = ("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002")
     layout = PsLayout(ep[:1], ep[1:], "127.0.0.1", 0, 1)
-    text = format_banner(plan_ps(options, layout, FACTS), "/abs/log")
+    text = format_banner(plan_ps(plan_spec(options), layout, FACTS), "/abs/log")
     assert "1 server, 2 workers on this node, devices cpu," in text  # "OK: 2 workers finished"
 
 
@@ -72,6 +72,6 @@ NO_TOKEN = (
 )
 def test_node_0_of_a_job_of_several_nodes_without_a_token_warns_once(layout, argv, warned):
     options = parse_options([*argv, "--nproc_per_node", "1", "train.py"], {})
-    plan = plan_collective(options, layout, DeviceAssignment("cpu", ((),)), FACTS)
+    plan = plan_collective(plan_spec(options), layout, DeviceAssignment("cpu", ((),)), FACTS)
     lines = format_banner(plan, "/abs/log").splitlines()
     assert [line for line in lines if "warning" in line] == ([NO_TOKEN] if warned else [])

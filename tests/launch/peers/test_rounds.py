@@ -15,7 +15,7 @@ from paddlike.launch.peers.one_node import LocalPeers
 from paddlike.launch.peers.rendezvous import Rendezvous
 from paddlike.launch.peers.rendezvous_errors import FingerprintMismatch, RendezvousTimeout
 from paddlike.launch.peers.watch import JobWatch, WatchSpec
-from paddlike.launch.plan.elastic import ElasticSpec
+from paddlike.launch.plan.membership import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause

@@ -14,7 +14,7 @@ from paddlike.launch.peers.links import OwnTable, StoreLink
 from paddlike.launch.peers.rendezvous_errors import RendezvousError, RendezvousTimeout
 from paddlike.launch.peers.rounds import rounds_for
 from paddlike.launch.peers.session import PeersState, StorePeers
-from paddlike.launch.plan.elastic import ElasticSpec
+from paddlike.launch.plan.membership import ElasticSpec
 from paddlike.launch.plan.nodejob import fingerprint
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause

@@ -11,11 +11,11 @@ import pytest
 from paddlike.distributed.ps.stage import stage_role_from_env
 from paddlike.launch.context.node import LocalAddresses, match_ps_node
 from paddlike.launch.context.options import UsageError, parse_options
-from paddlike.launch.plan.heter import plan_ps_heter as plan_ps
+from paddlike.launch.plan.heter import plan_ps_heter
 from paddlike.launch.plan.layout import ps_counts_layout, ps_lists_layout
-from paddlike.launch.plan.nodejob import ps_node_job
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan, Role, format_plan
 from paddlike.launch.run.logdir import endpoints_text
+from paddlike.launch.specs import plan_spec, ps_job
 from tests.launch.test_cli import assert_rejected, launch
 from tests.support.ps_workers.heter_cluster import heter_env
 
@@ -61,7 +61,7 @@ def counts_plan(servers: int, trainers: int, sizes: tuple[int, ...], devices: tu
     argv += ["--heter_worker_num", ";".join(map(str, sizes)), "--heter_devices", ";".join(devices)]
     n = servers + trainers + 1 + sum(sizes)
     layout = ps_counts_layout(HOST, servers, trainers, range(7000, 7000 + n), sizes, devices)
-    return plan_ps(options(*argv), layout, FACTS)
+    return plan_ps_heter(plan_spec(options(*argv)), layout, FACTS)
 
 
 def test_one_heter_stage_on_one_node_gets_the_issue_table():
@@ -125,7 +125,8 @@ def _lists_plans(servers: str, workers: str, heters: str, devices: str) -> list[
     for host in hosts:
         o = options(*argv, "--host", host)
         node = match_ps_node(o, {}, local=LocalAddresses({}), resolve=lambda name: name)
-        plans.append(plan_ps(o, ps_lists_layout(o, node), FACTS))
+        layout = ps_lists_layout(node, o.start_port, o.heter_devices)
+        plans.append(plan_ps_heter(plan_spec(o), layout, FACTS))
     return plans
 
 
@@ -152,7 +153,7 @@ def test_the_many_node_fingerprint_names_the_heter_list_and_the_store_skips_its_
     argv += ["--heter_workers", "10.9.0.1:6171", "--heter_devices", "cpu", "--host", "10.9.0.2"]
     o = options(*argv)
     node = match_ps_node(o, {}, local=LocalAddresses({}), resolve=lambda name: name)
-    job = ps_node_job(o, ps_lists_layout(o, node), "eth0", "test")
+    job = ps_job(o, ps_lists_layout(node, o.start_port, o.heter_devices), "eth0", "test")
     assert job.fingerprint["heter workers"] == "10.9.0.1:6171"
     assert job.fingerprint["heter devices"] == "cpu"
     assert job.master == ("10.9.0.1", 6172)  # 6170 a server's, 6171 the heter trainer's
@@ -161,7 +162,7 @@ def test_the_many_node_fingerprint_names_the_heter_list_and_the_store_skips_its_
 def test_a_plain_ps_fingerprint_has_no_heter_fields():
     o = options("--servers", "10.9.0.1:6170", "--workers", "10.9.0.1", "--host", "10.9.0.1")
     node = match_ps_node(o, {}, local=LocalAddresses({}), resolve=lambda name: name)
-    job = ps_node_job(o, ps_lists_layout(o, node), "eth0", "test")
+    job = ps_job(o, ps_lists_layout(node, o.start_port, o.heter_devices), "eth0", "test")
     assert not any("heter" in k for k in job.fingerprint)
 
 

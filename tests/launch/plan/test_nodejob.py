@@ -11,9 +11,9 @@ from paddlike.launch.context.nodematch import NodeMatch
 from paddlike.launch.context.options import parse_options
 from paddlike.launch.peers.protocol import decode_entry, decode_world, encode_entry, encode_world
 from paddlike.launch.plan.agreement import check_fingerprints
-from paddlike.launch.plan.nodejob import collective_node_job, ps_counts_node_job
 from paddlike.launch.plan.plan import JobFacts, format_plan
 from paddlike.launch.plan.world import RendezvousResult
+from paddlike.launch.specs import collective_job, ps_counts_job
 
 HOSTS = ("10.0.0.1", "10.0.0.2", "10.0.0.3")
 FACTS = JobFacts(job_id="job-t", python="/py", log_dir="/abs/log", environ={})
@@ -33,7 +33,7 @@ def node(i: int) -> NodeMatch:
 
 def jobs(devices):
     options = parse_options(["--ips", ",".join(HOSTS), "train.py"], {})
-    return [collective_node_job(options, node(i), d) for i, d in enumerate(devices)]
+    return [collective_job(options, node(i), d) for i, d in enumerate(devices)]
 
 
 def meet(node_jobs) -> RendezvousResult:
@@ -49,7 +49,7 @@ def test_nodes_with_1_2_3_gpus_agree_and_form_one_world_of_6_ranks_node_major():
     node_jobs = jobs([gpus("0"), gpus("0", "1"), gpus("1", "2", "3")])
     world = meet(node_jobs)
     assert check_fingerprints(world.nodes) is None  # counts are not part of the agreement
-    plans = [job.plan(world, FACTS) for job in node_jobs]
+    plans = [job.planner.plan(world, FACTS) for job in node_jobs]
     assert [[p.rank for p in plan.processes] for plan in plans] == [[0], [1, 2], [3, 4, 5]]
     envs = [p.env for plan in plans for p in plan.processes]
     for name in (contract.TRAINER_ENDPOINTS, contract.WORLD_DEVICE_IDS, contract.PADDLE_MASTER):
@@ -82,7 +82,8 @@ def test_a_node_publishes_its_own_devices_and_no_count_in_the_fingerprint():
 
 def test_equal_counts_print_no_per_node_line():
     node_jobs = jobs([cpus(2), cpus(2), cpus(2)])
-    assert "trainers per node" not in format_plan(node_jobs[0].plan(meet(node_jobs), FACTS), "/l")
+    plan = node_jobs[0].planner.plan(meet(node_jobs), FACTS)
+    assert "trainers per node" not in format_plan(plan, "/l")
 
 
 @pytest.mark.parametrize("argv", [["--ips", ",".join(HOSTS[:2])], ["--nnodes", "2"]])
@@ -90,11 +91,11 @@ def test_ps_counts_on_two_nodes_give_one_job_of_two_servers_and_two_trainers(arg
     options = parse_options([*argv, "--server_num", "1", "--trainer_num", "1", "train.py"], {})
     hosts = HOSTS[:2]
     node_jobs = [
-        ps_counts_node_job(options, NodeMatch(hosts, hosts, i, "eth0", "matched")) for i in range(2)
+        ps_counts_job(options, NodeMatch(hosts, hosts, i, "eth0", "matched")) for i in range(2)
     ]
     world = meet(node_jobs)
     assert check_fingerprints(world.nodes) is None
-    plans = [job.plan(world, FACTS) for job in node_jobs]
+    plans = [job.planner.plan(world, FACTS) for job in node_jobs]
     for i, plan in enumerate(plans):
         envs = {p.role.value: p.env for p in plan.processes}
         assert envs["server"][contract.PSERVERS_IP_PORT_LIST] == "10.0.0.1:1000,10.0.0.2:2000"
@@ -108,7 +109,7 @@ def test_ps_counts_on_two_nodes_give_one_job_of_two_servers_and_two_trainers(arg
 def test_ps_counts_nodes_must_agree_on_the_counts():
     hosts = HOSTS[:2]
     node_jobs = [
-        ps_counts_node_job(
+        ps_counts_job(
             parse_options(["--ips", ",".join(hosts), "--server_num", n, "train.py"], {}),
             NodeMatch(hosts, hosts, i, "eth0", "matched"),
         )
@@ -136,8 +137,8 @@ def _preview(local_addr: str):
         options, {}, local=machine((local_addr, "eth0")), resolve=fake_resolve,
         route=lambda a, p: "10.0.0.2",
     )  # fmt: skip
-    job = collective_node_job(options, node, cpus(1))
-    return job.plan(job.preview_world(lambda i: (6070, 6071), "job-t"), FACTS)
+    job = collective_job(options, node, cpus(1))
+    return job.planner.plan(job.preview_world(lambda i: (6070, 6071), "job-t"), FACTS)
 
 
 def test_a_node_not_at_the_master_address_is_previewed_as_another_node_than_node_0():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from paddlike import contract
 from paddlike.launch.context.devices import DeviceAssignment, assign_devices
 from paddlike.launch.context.options import parse_options
+from paddlike.launch.plan.jobspec import PlanSpec
 from paddlike.launch.plan.plan import (
     EndpointLayout,
     JobFacts,
@@ -18,14 +19,15 @@ from paddlike.launch.plan.plan import (
     Role,
     format_plan,
     plan_collective,
-    plan_ps,
 )
+from paddlike.launch.plan.ps_plan import plan_ps
+from paddlike.launch.specs import plan_spec
 
 FACTS = JobFacts(job_id="job-test", python="/py", log_dir="/abs/log", environ={}, interface="eth0")
 
 
-def options(*argv: str):
-    return parse_options([*argv, "train.py", "--lr", "0.1"], {})
+def options(*argv: str) -> PlanSpec:
+    return plan_spec(parse_options([*argv, "train.py", "--lr", "0.1"], {}))
 
 
 def two_node_layout(node: int, nproc: int = 2) -> EndpointLayout:

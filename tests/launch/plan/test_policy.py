@@ -1,5 +1,6 @@
-"""The job's decisions, as tables: how an exit counts, which exit code a cause gives, which
-cause is the job's, and whether another round follows. No processes, no store, no clock."""
+"""The job's causes, as tables: how an exit counts, which cause is the job's, how each
+kind of cause is named. No processes, no store, no clock. (Exit codes: test_exitcode.py;
+what follows a round: test_next_round.py.)"""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ import pytest
 
 from paddlike.launch.plan.policy import (
     JobCause,
-    RoundEnd,
     as_seen_from,
-    cause_exit_code,
     exit_verdict,
     launcher_signal_cause,
     lost_contact_cause,
     lost_node_cause,
-    run_rounds,
 )
 from paddlike.summary import RootCause
 
@@ -54,22 +52,6 @@ def test_an_exit_counts_by_who_asked_for_it_and_when(
         assert verdict.failure is None
     else:
         assert verdict.failure is not None and verdict.failure.startswith(failure)
-
-
-@pytest.mark.parametrize(
-    ("cause", "code"),
-    [
-        (RootCause(reason="x", exit_code=3), 3),
-        (RootCause(reason="x", signal="SIGKILL"), 137),
-        (RootCause(reason="x", signal="SIGTERM"), 143),  # a launcher that got SIGTERM
-        (RootCause(reason="x", signal="SIGINT"), 130),
-        (RootCause(reason="x", signal="SIGHUP"), 129),
-        (RootCause(reason="x", signal="SIGBOGUS"), 1),
-        (RootCause(reason="node 1 stopped sending heartbeats"), 1),
-    ],
-)
-def test_a_cause_gives_the_same_exit_code_on_every_node(cause, code):
-    assert cause_exit_code(cause) == code
 
 
 def _cause(node: int, reason: str = "trainer rank 0 exited with code 3") -> RootCause:
@@ -128,47 +110,6 @@ def test_losing_the_store_names_what_stopped_answering(store, says, never):
 
 
 def test_a_launcher_signal_names_the_host_and_what_it_was_doing():
-    cause = launcher_signal_cause("10.0.0.2", 1, "SIGTERM", "waiting for node 0", now=1.0)
+    cause = launcher_signal_cause("10.0.0.2", 1, 15, "waiting for node 0", now=1.0)
     assert cause.reason == "launcher on 10.0.0.2 received SIGTERM while waiting for node 0"
-    assert cause_exit_code(cause) == 143
-
-
-def _rounds(ends: list[RoundEnd], max_restarts: int) -> tuple[int, list[int], list[str]]:
-    ran: list[int] = []
-    said: list[str] = []
-
-    def one(round_: int) -> RoundEnd:
-        ran.append(round_)
-        return ends[round_]
-
-    return run_rounds(max_restarts, one, said.append), ran, said
-
-
-FAILED = RoundEnd(3, _cause(0))
-OK = RoundEnd(0, None)
-SIGNALLED = RoundEnd(143, RootCause(reason="launcher on a received SIGTERM", signal="SIGTERM"))
-LOST = RoundEnd(1, RootCause(reason="node 1 stopped sending heartbeats"))
-
-
-@pytest.mark.parametrize(
-    ("ends", "max_restarts", "code", "ran"),
-    [
-        ([OK], 0, 0, [0]),
-        ([FAILED], 0, 3, [0]),
-        ([FAILED, OK], 1, 0, [0, 1]),
-        ([FAILED, FAILED, FAILED], 2, 3, [0, 1, 2]),
-        ([SIGNALLED], 3, 143, [0]),  # a restart cannot fix what the user asked for
-        ([LOST], 3, 1, [0]),
-        ([FAILED, LOST], 3, 1, [0, 1]),
-    ],
-)
-def test_rounds_follow_while_a_process_failed_and_restarts_remain(ends, max_restarts, code, ran):
-    got_code, got_ran, said = _rounds(ends, max_restarts)
-    assert (got_code, got_ran) == (code, ran)
-    restarts = [s for s in said if s.startswith("restart ")]
-    assert len(restarts) == len(ran) - 1
-
-
-def test_giving_up_names_the_last_root_cause():
-    _, _, said = _rounds([FAILED, FAILED], 1)
-    assert said[-1] == "giving up after 1 restart(s); last root cause: " + FAILED.cause.reason
+    assert cause.signal == "SIGTERM" and cause.stopped

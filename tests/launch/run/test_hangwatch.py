@@ -282,23 +282,3 @@ def test_a_job_wide_hang_names_the_odd_ranks_node_and_log_in_its_cause(job, cloc
     assert cause.stacks is not None and os.path.isabs(cause.stacks)
     assert Path(cause.stacks).read_text().splitlines()[0] == cause.reason
     assert "stacks of 2 ranks of this node in " in out.getvalue()
-
-
-def test_a_hang_whose_cause_names_its_odd_rank_is_not_restarted():
-    from paddlike.launch.plan.policy import RoundEnd, run_rounds
-    from paddlike.summary import RootCause
-
-    cause = RootCause(
-        "rank 1 (vm, workerlog.1) is in `load_batch` at train.py:41", role="trainer", rank=1,
-        exit_code=124, log_file="workerlog.1", stacks="stacks/20261125-215905/summary.txt",
-    )  # fmt: skip
-    assert cause.hung
-    rounds: list[int] = []
-    said: list[str] = []
-
-    def one(r: int) -> RoundEnd:
-        rounds.append(r)
-        return RoundEnd(124, cause)
-
-    assert run_rounds(2, one, said.append) == 124
-    assert rounds == [0] and said == []  # --max_restarts restarts failed processes only

@@ -170,7 +170,7 @@ def test_ps_workers_without_ports_skip_the_ports_listed_on_their_host():
         servers=(("10.0.0.1", 6070), ("10.0.0.2", 7000)),
         trainers=(("10.0.0.1", None), ("10.0.0.1", 6072), ("10.0.0.1", None)),
     )  # fmt: skip
-    layout = ps_lists_layout(options, node)
+    layout = ps_lists_layout(node, options.start_port)
     assert layout.trainers == ("10.0.0.1:6071", "10.0.0.1:6072", "10.0.0.1:6073")
     assert (layout.node_index, layout.nnodes) == (0, 2)
 

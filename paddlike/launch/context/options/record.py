@@ -65,7 +65,7 @@ class LaunchOptions(NamedTuple):
     heartbeat_timeout: float = 10.0
     max_restarts: int = 0
     # elastic (--nnodes MIN:MAX, --elastic_level 0|1): `nnodes` is MAX, this is MIN;
-    # None for a fixed set of nodes (plan/elastic.py)
+    # None for a fixed set of nodes (plan/membership.py)
     min_nnodes: int | None = None
     rdzv_last_call: float = 30.0  # seconds without a new arrival before a round closes
     elastic_level: int = -1  # Paddle's: -1 off, 0 fault tolerance, 1 scale

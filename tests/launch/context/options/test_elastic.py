@@ -16,7 +16,8 @@ import pytest
 from paddlike.launch.context.node import LocalAddresses, match_node
 from paddlike.launch.context.options import LaunchOptions, UsageError, parse_options
 from paddlike.launch.main import describe
-from paddlike.launch.plan.elastic import ElasticSpec, elastic_spec
+from paddlike.launch.plan.membership import ElasticSpec
+from paddlike.launch.specs import elastic_spec
 
 ROOT = Path(__file__).resolve().parents[4]
 MASTER = ("--master", "127.0.0.1:7000")

@@ -1,4 +1,4 @@
-"""Elastic jobs' decisions (plan/elastic.py) as tables, and the elastic rendezvous
+"""Elastic jobs' decisions (plan/membership.py) as tables, and the elastic rendezvous
 (peers/elastic_rendezvous.py) over an in-memory store with real threads."""
 
 from __future__ import annotations
@@ -10,15 +10,12 @@ import pytest
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.elastic_rendezvous import ElasticRendezvous, JobEnded
 from paddlike.launch.peers.rendezvous_errors import RendezvousTimeout
-from paddlike.launch.plan.elastic import (
+from paddlike.launch.plan.membership import (
     JOINED,
     LOST,
-    ElasticRoundEnd,
     ElasticSpec,
-    below_min_cause,
     elastic_order,
     may_close,
-    run_elastic,
 )
 from paddlike.launch.plan.world import NodeEntry
 from paddlike.summary import RootCause
@@ -75,55 +72,12 @@ def test_previous_members_keep_their_order_and_newcomers_follow_by_address() -> 
     assert elastic_order(arrivals) == [2, 3, 5, 4, 1]
 
 
-def _rounds(ends: list[ElasticRoundEnd], spec: ElasticSpec, max_restarts: int):
-    calls: list[tuple[int, int]] = []
-    said: list[str] = []
-
-    def run_round(round_: int, restarts: int) -> ElasticRoundEnd:
-        calls.append((round_, restarts))
-        return ends[len(calls) - 1]
-
-    code = run_elastic(spec, max_restarts, run_round, said.append)
-    return code, calls, said
-
-
 def _membership(kind: str) -> RootCause:
     return RootCause(reason=f"node {kind}", membership=kind)
 
 
 def _failed() -> RootCause:
     return RootCause(reason="trainer rank 1 exited with code 3", role="trainer", exit_code=3)
-
-
-def test_membership_changes_do_not_use_up_max_restarts_but_failures_do() -> None:
-    ends = [
-        ElasticRoundEnd(1, _membership(JOINED), 0, 2),
-        ElasticRoundEnd(3, _failed(), 1, 3),
-        ElasticRoundEnd(1, _membership(LOST), 2, 2),
-        ElasticRoundEnd(3, _failed(), 3, 2),
-    ]
-    code, calls, said = _rounds(ends, SPEC, max_restarts=1)
-    assert calls == [(0, 0), (1, 0), (2, 1), (3, 1)]
-    assert code == 3
-    assert said[0].startswith("new round (membership change)")
-    assert said[1].startswith("restart 1 of 1")
-    assert said[-1].startswith("giving up after 1 restart")
-
-
-def test_a_late_node_placed_in_a_later_round_continues_from_that_round() -> None:
-    ends = [ElasticRoundEnd(1, _membership(JOINED), 5, 3), ElasticRoundEnd(0, None, 6, 3)]
-    code, calls, _ = _rounds(ends, SPEC, max_restarts=0)
-    assert (code, calls) == (0, [(0, 0), (6, 0)])
-
-
-def test_fewer_survivors_than_min_end_the_job_naming_who_went() -> None:
-    lost = RootCause(reason="node 2 (10.0.0.3) stopped sending heartbeats", membership=LOST)
-    cause = below_min_cause(lost, 1, SPEC)
-    assert cause.membership is None
-    assert "node 2 (10.0.0.3)" in cause.reason
-    assert "1 node left, fewer than the 2 that --nnodes 2:4 needs" in cause.reason
-    code, calls, _ = _rounds([ElasticRoundEnd(1, lost, 0, 1)], SPEC, max_restarts=3)
-    assert (code, calls) == (1, [(0, 0)])
 
 
 # --- the rendezvous over an in-memory store ---------------------------------------------

@@ -1,5 +1,7 @@
-"""Elastic jobs (``--nnodes MIN:MAX``, ``--elastic_level``): the pure decisions, tested as
-tables. The rendezvous that uses them is `peers.elastic`; the rounds loop is `run_elastic`.
+"""Membership of an elastic job (``--nnodes MIN:MAX``, ``--elastic_level``): the pure
+decisions, tested as tables. The rendezvous that uses them is
+`peers.elastic_rendezvous`; what follows a round (a new round, a restart, the end) is
+`plan.next_round`, for every job.
 
 A round closes (its members are fixed, its ranks assigned):
 
@@ -20,15 +22,11 @@ unless `--elastic_level 0` holds them for a replacement (up to --rdzv_timeout).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.plan.world import NodeEntry, address_key
 from paddlike.summary import RootCause
-
-TYPE_CHECKING = False  # typing's, without importing typing
-if TYPE_CHECKING:
-    from paddlike.launch.context.options import LaunchOptions
 
 DEFAULT_LAST_CALL = 30.0  # seconds; torchrun's last_call_timeout default is 30 s too
 
@@ -39,7 +37,8 @@ JOINED = "joined"  # a node waits to join a job below MAX
 
 
 class ElasticSpec(NamedTuple):
-    """How an elastic job grows and shrinks; the same on every node."""
+    """How an elastic job grows and shrinks; the same on every node (built from the
+    options by `launch.specs.elastic_spec`)."""
 
     min_nodes: int
     max_nodes: int
@@ -59,28 +58,6 @@ class ElasticSpec(NamedTuple):
         """Whether a membership change that left `survivors` nodes ends the job: fewer
         than MIN, and none may wait for others (level 1)."""
         return survivors < self.min_nodes and self.hold <= 0
-
-
-def elastic_spec(options: LaunchOptions) -> ElasticSpec | None:
-    """The job's elastic settings, None for a fixed job. `options.nnodes` is MAX and
-    `options.min_nnodes` MIN (set for a range or an --elastic_level of 0 or 1).
-
-    Paddle's --elastic_timeout is how long a job with MIN..MAX-1 nodes waits before it
-    starts: our last call, which it sets when given. Level 0 (fault tolerance) holds
-    survivors below MIN for a replacement up to --rdzv_timeout; level 1 ends at once."""
-    if options.min_nnodes is None or options.nnodes is None:
-        return None
-    level = options.elastic_level if options.elastic_level >= 0 else 1
-    last_call = options.rdzv_last_call
-    if options.elastic_timeout is not None:
-        last_call = options.elastic_timeout
-    return ElasticSpec(
-        min_nodes=options.min_nnodes,
-        max_nodes=options.nnodes,
-        last_call=last_call,
-        hold=options.rdzv_timeout if level == 0 else 0.0,
-        level=level,
-    )
 
 
 # --- closing a round --------------------------------------------------------------------
@@ -140,44 +117,6 @@ def below_min_cause(cause: RootCause, survivors: int, spec: ElasticSpec) -> Root
     )
 
 
-class ElasticRoundEnd(NamedTuple):
-    """How one elastic round ended on this node."""
-
-    exit_code: int
-    cause: RootCause | None  # None: the round succeeded everywhere
-    round: int  # the store's round number it ran as (a late node skips ahead)
-    survivors: int  # members that may take part in the next round
-
-
-def run_elastic(
-    spec: ElasticSpec,
-    max_restarts: int,
-    run_round: Callable[[int, int], ElasticRoundEnd],
-    say: Callable[[str], None],
-) -> int:
-    """Rounds until one succeeds everywhere, a failure cannot be restarted, restarts run
-    out, or a membership change leaves fewer than MIN nodes (and none came in time).
-
-    `run_round(round, failure_restarts)` runs one round (the store's round number, at least
-    `round`) and says how it ended. Membership changes do not count as restarts."""
-    round_, restarts = 0, 0
-    while True:
-        end = run_round(round_, restarts)
-        cause = end.cause
-        if cause is None:
-            return end.exit_code
-        if is_membership_change(cause):
-            if spec.ends_with(end.survivors):
-                return end.exit_code or 1
-            say(f"new round (membership change): {cause.reason}")
-        elif cause.role is not None and not cause.hung and restarts < max_restarts:
-            restarts += 1
-            say(f"restart {restarts} of {max_restarts} after: {cause.reason}")
-        else:
-            if cause.role is not None and not cause.hung and max_restarts:
-                say(f"giving up after {max_restarts} restart(s); last root cause: {cause.reason}")
-            return end.exit_code
-        round_ = end.round + 1
 
 
 def elastic_order(arrivals: Sequence[tuple[int, NodeEntry]]) -> list[int]:
