@@ -51,6 +51,7 @@ from paddlike.launch.plan.policy import (
     run_rounds,
 )
 from paddlike.launch.plan.world import RendezvousResult
+from paddlike.launch.preload.start import Preload, start_preload
 from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
@@ -89,16 +90,23 @@ def run_job(
     # Forked once, before any thread exists (the store's and the watches' come later):
     # a fork copies only the forking thread, and a lock held by another thread then
     # stays locked forever in the child.
+    preload = start_preload(options, environ, python, console)  # --preload's zygote, or None
+    if isinstance(preload, int):
+        return preload  # a module that does not exist: exit 2, nothing started
     guardian = Guardian.start(deliver=deliver_notice if job.nnodes > 1 else None)
     try:
         with signals_raise(signal_policy(options.signals_to_handle, environ)):
             try:
-                return _run(options, job, environ, python, console, progress, where, guardian, logs)
+                return _run(
+                    options, job, environ, python, console, progress, where, guardian, logs, preload
+                )
             except LauncherSignal as sig:
                 return stopped_by_signal(sig, where, job, console)
     finally:
         if guardian is not None:
             guardian.close()
+        if preload is not None:
+            preload.close()
 
 
 def _run(
@@ -111,6 +119,7 @@ def _run(
     where: Where,
     guardian: Guardian | None,
     logs: Sequence[str] = (),
+    preload: Preload | None = None,
 ) -> int:
     log_dir = os.path.abspath(options.log_dir)
     where.waiting = f"opening the log directory {log_dir}"
@@ -158,6 +167,7 @@ def _run(
             peers=peers,
             where=where,
         )
+        run.preload = preload
         try:
             with _gpu_log(options, environ, logdir, run.job_id, console):
                 code = run.run()
@@ -315,6 +325,7 @@ class JobRun:
         # the same secret everywhere: there it comes only from --job_token / --job_token_file.)
         self.job_token = "" if options.job_token or job.nnodes > 1 else os.urandom(16).hex()
         self.leaving = False  # elastic: this node's launcher got a signal and left the job
+        self.preload: Preload | None = None  # --preload's zygote (launch/preload/)
 
     @property
     def elastic(self) -> ElasticSpec | None:
@@ -439,6 +450,8 @@ class JobRun:
         self, plan: LaunchPlan, watch: RoundWatch, restarts: int, round_: int
     ) -> RunOutcome:
         """This node's processes, from start to end, under the round's watch."""
+        if self.preload is not None:
+            self.preload.wait_ready()  # its imports done (or one warning: cold starts)
         supervisor = Supervisor(
             plan,
             self.logdir,
@@ -448,6 +461,7 @@ class JobRun:
             kill_timeout=self.options.kill_timeout,
             tee=self.options.tee_indices,
             signals=signal_policy(self.options.signals_to_handle, self.environ),
+            preload=self.preload,
         )
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)

@@ -91,6 +91,8 @@ class LaunchOptions(NamedTuple):
     # hangs
     hang_timeout: float | None = None  # seconds without a sign of life from any worker
     on_hang: str = "dump"  # "dump" | "abort"
+    # --preload: modules a zygote imports once; workers start as its forks (launch/preload/)
+    preload: tuple[str, ...] = ()
     # other launchers' options (see others.py)
     # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
     # "PADDLE_PORT"): one node then uses the ports from it instead of free ones

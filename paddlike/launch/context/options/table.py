@@ -287,6 +287,16 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
         ),
     ),
     (
+        "restarts",
+        (
+            (
+                ("--preload",),
+                "MODULE[,MODULE...]: import these once in a zygote process and start every "
+                "worker (first round and restarts) as a fork of it (docs/cli.md#restarts)",
+            ),
+        ),
+    ),
+    (
         "signals",
         (
             (

@@ -322,6 +322,18 @@ def signal_list(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
+def module_names(text: str) -> tuple[str, ...]:
+    """--preload: dotted module names, comma-separated ("torch,transformers.models")."""
+    names = tuple(word.strip() for word in text.split(","))
+    for name in names:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise BadValue(
+                f"{name or 'an empty entry'} is not a module name; expected a comma-separated "
+                "list of modules such as torch,numpy"
+            )
+    return tuple(dict.fromkeys(names))
+
+
 # option dest -> checker, for every option that takes a value (in the order they are read)
 CHECKS: dict[str, Callable[[str], object]] = {
     "ips": name_list,
@@ -357,6 +369,7 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
     "signals_to_handle": signal_list,
+    "preload": lambda text: module_names(text),
     "numa_binding": numa_mode,
     "bind_core_list": cpu_list,
     "gpu_log_interval": POSITIVE_SECONDS,
