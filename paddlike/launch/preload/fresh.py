@@ -14,9 +14,8 @@ What a fresh interpreter is, and what is done here to match it:
     sys.argv, sys.orig_argv, sys.path[0] script: [script, args], dirname(realpath);
                                         -m: runpy sets argv[0], sys.path[0] = cwd
     __main__                            a new module: __file__ absolute, __spec__ None
-    exit                                SystemExit's code; an uncaught exception's
-                                        traceback and 1; KeyboardInterrupt: SIGINT
-                                        death; non-daemon threads joined, atexit run
+    exit                                the interpreter's own: the script runs at the
+                                        zygote's top level, outside its loop's frames
 
 What stays the zygote's: the hash seed (PYTHONHASHSEED), interpreter flags, variables a
 module read at import, and anything the preloaded modules did at import.
@@ -62,7 +61,8 @@ def become(
     inherited: Sequence[int],
     handlers: Mapping[int, object],
 ) -> None:
-    """Never returns: set the process up as `request` says, run the script, exit."""
+    """Set this fork up as `request` says (its script runs next: `run`); a failure here is
+    written to the worker's log and ends it with 127."""
     try:
         os.setsid()
         stdout, stderr = fds[0], fds[1]
@@ -91,11 +91,9 @@ def become(
             if signal.getsignal(sig) is not handler:
                 with contextlib.suppress(OSError, ValueError, TypeError):
                     signal.signal(sig, handler)  # type: ignore[arg-type]
-        argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
     except BaseException as exc:  # the worker's log says why it never ran
         os.write(2, f"paddlike.launch: preloaded start failed: {exc!r}\n".encode())
         os._exit(127)
-    _run(argv)
 
 
 def _bind(cpus: object, memory_node: object) -> None:
@@ -112,8 +110,11 @@ def _bind(cpus: object, memory_node: object) -> None:
         _libc.syscall(number, 1, mask, _MASK_LONGS * 64 + 1)  # MPOL_PREFERRED
 
 
-def _run(argv: list[str]) -> None:
-    """Run `argv` ([python, flags..., script | -m module, args...]) in this process, exit."""
+def run(argv: list[str]) -> None:
+    """Run `argv` ([python, flags..., script | -m module, args...]) here. SystemExit and
+    KeyboardInterrupt go up to the interpreter, which ends the process with them as it
+    would a fresh one; any other exception is printed with the script's frames only (not
+    the zygote's), as the interpreter prints it, and ends the process with exit code 1."""
     rest = argv[1:]
     while rest and rest[0].startswith("-") and rest[0] != "-m":
         rest = rest[1:]  # -u: the zygote runs with the workers' flags already
@@ -121,8 +122,6 @@ def _run(argv: list[str]) -> None:
     main = types.ModuleType("__main__")
     main.__dict__.update(__annotations__={}, __builtins__=builtins)
     sys.modules["__main__"] = main
-    interrupted = False
-    code = 0
     try:
         if rest[0] == "-m":
             import runpy
@@ -132,13 +131,16 @@ def _run(argv: list[str]) -> None:
             runpy._run_module_as_main(rest[1], alter_argv=True)  # what `python -m` calls
         else:
             _run_file(argv[0], rest[0], rest[1:], main)
-    except SystemExit as exc:
-        code = _system_exit_code(exc)
+    except (SystemExit, KeyboardInterrupt):
+        raise
     except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-        code = 1
-    _finish(code, interrupted)
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next  # this module's frames: a fresh interpreter has none
+        exc.__traceback__ = tb  # hooks that format the exception itself read this
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
+        sys.excepthook(type(exc), exc, tb)
+        raise SystemExit(1) from None
 
 
 def _run_file(python: str, script: str, args: list[str], main: types.ModuleType) -> None:
@@ -152,7 +154,7 @@ def _run_file(python: str, script: str, args: list[str], main: types.ModuleType)
         sys.stderr.write(
             f"{python}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n"
         )
-        _finish(2, False)
+        raise SystemExit(2) from None
     main.__dict__.update(
         __file__=path,
         __cached__=None,
@@ -160,36 +162,3 @@ def _run_file(python: str, script: str, args: list[str], main: types.ModuleType)
     )
     code = compile(source, path, "exec", dont_inherit=True)
     exec(code, main.__dict__)
-
-
-def _system_exit_code(exc: SystemExit) -> int:
-    """As the interpreter reads SystemExit: None 0, an int itself, anything else printed
-    and 1."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"{exc.code}\n")
-    return 1
-
-
-def _finish(code: int, interrupted: bool) -> None:
-    """The interpreter's shutdown: non-daemon threads joined, atexit, streams flushed."""
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        with contextlib.suppress(BaseException):
-            threading._shutdown()  # type: ignore[attr-defined]
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except Exception:
-            code = code or 120  # as the interpreter does when flushing fails at exit
-    if interrupted:  # an uncaught KeyboardInterrupt ends the process by SIGINT
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code)

@@ -7,8 +7,9 @@ is safe, then forks one worker per request until the launcher closes its end.
     2. each module's top-level package looked up without importing: one missing is
        answered at once ("missing"), so the launcher exits 2 before anything starts
     3. the imports, then the safety check: a second thread (/proc/self/task, native
-       threads too), torch's CUDA initialized, a GPU device file open: "unsafe", naming
-       the module after whose import it was seen; else "ready"
+       threads too) still running after a fork's handlers ran, torch's CUDA initialized, a
+       GPU device file open: "unsafe", naming the module after whose import it was seen;
+       else "ready"
     4. per request: fork a middle process, which forks the worker and exits; once the
        middle one is reaped the worker's parent is the launcher (PR_SET_CHILD_SUBREAPER),
        which then waits for it, signals and reaps it as any worker it started itself
@@ -24,6 +25,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 
 def _sibling(here: str, name: str):
@@ -66,6 +68,22 @@ def _threads() -> int:
         return threading.active_count()
 
 
+def _threads_after_a_fork() -> int:
+    """The threads left once a fork's handlers ran: a library that stops its thread pool
+    before a fork (OpenBLAS, loaded by numpy and torch, starts one at import and stops it
+    in its pthread_atfork handler, restarting it at its next call) is safe to fork after;
+    a thread still running then is not."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12's multi-threaded fork
+        pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return _threads()
+
+
 def _gpu_touched() -> str | None:
     """Why forking now would copy a GPU context into every worker, or None."""
     torch = sys.modules.get("torch")
@@ -94,7 +112,7 @@ def _import_all(modules: list[str]) -> str | None:
             importlib.import_module(name)
         except BaseException as exc:  # the workers would raise it themselves, cold
             return f"importing {name} raised {type(exc).__name__}: {exc}"
-        if _threads() > 1:
+        if _threads() > 1 and _threads_after_a_fork() > 1:
             import threading
 
             names = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
@@ -106,22 +124,25 @@ def _import_all(modules: list[str]) -> str | None:
     return None
 
 
-def _fork_worker(fresh, sock: socket.socket, request: dict, fds: list[int], handlers) -> int:
-    """Fork the worker through a middle process; its pid, once the launcher is its parent."""
+def _fork_worker(request: dict) -> tuple[int, int]:
+    """Fork the worker through a middle process: (its pid, -1) here once the launcher is its
+    parent; (0, the read end of its go-ahead pipe) in the worker."""
     go_r, go_w = os.pipe()
     pid_r, pid_w = os.pipe()
     middle = os.fork()
     if middle == 0:
+        worker = -1
         try:
             os.close(go_w)
             os.close(pid_r)
             worker = os.fork()
-            if worker == 0:
-                os.close(pid_w)
-                fresh.become(request, fds, go_r, [sock.fileno()], handlers)
-            os.write(pid_w, str(worker).encode())
         finally:
-            os._exit(0)
+            if worker != 0:  # the middle process: say the pid, go
+                if worker > 0:
+                    os.write(pid_w, str(worker).encode())
+                os._exit(0)
+        os.close(pid_w)
+        return 0, go_r
     os.close(go_r)
     os.close(pid_w)
     try:
@@ -135,10 +156,12 @@ def _fork_worker(fresh, sock: socket.socket, request: dict, fds: list[int], hand
         os.write(go_w, b"g")
     finally:
         os.close(go_w)
-    return int(data)
+    return int(data), -1
 
 
-def main() -> None:
+def main() -> Callable[[], None] | None:
+    """Serve until the launcher closes its end (None); in a worker, return what runs the
+    script, to be called outside every frame of the zygote's loop (`__main__` below)."""
     here = sys.path.pop(0)  # this file's directory: never the workers'
     wire = _sibling(here, "wire")
     fresh = _sibling(here, "fresh")
@@ -146,33 +169,42 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     config, _ = wire.receive(sock)
     if config is None:
-        return
+        return None
     modules = list(config["modules"])
     sys.path.insert(0, script_path0(config["argv"], config["cwd"]))
     missing = _missing(modules)
     if missing is not None:
         wire.send(sock, {"missing": missing, "path": sys.path})
-        return
+        return None
     wire.send(sock, {"found": True})
     began = time.monotonic()
     unsafe = _import_all(modules)
     if unsafe is not None:
         wire.send(sock, {"unsafe": unsafe})
-        return
+        return None
     wire.send(sock, {"ready": round(time.monotonic() - began, 3)})
     while True:
         request, fds = wire.receive(sock)
         if request is None:
-            return
+            return None
         try:
-            reply = {"pid": _fork_worker(fresh, sock, request, fds, handlers)}
+            pid, go = _fork_worker(request)
         except OSError as exc:
+            pid, go = -1, -1
             reply = {"error": str(exc)}
-        finally:
-            for fd in fds:
-                os.close(fd)
-        wire.send(sock, reply)
+        if pid == 0:  # the worker
+            fresh.become(request, fds, go, [sock.fileno()], handlers)
+            return lambda: fresh.run(request["argv"])
+        for fd in fds:
+            os.close(fd)
+        wire.send(sock, {"pid": pid} if pid > 0 else reply)
 
 
 if __name__ == "__main__":
-    main()
+    # A worker runs its script here, at the top: the interpreter's own shutdown then ends
+    # it, as it ends a fresh one (SystemExit's code, KeyboardInterrupt's SIGINT, non-daemon
+    # threads joined, atexit, module and C++ static teardown).
+    worker = main()
+    if worker is not None:
+        del main, _fork_worker, _import_all
+        worker()

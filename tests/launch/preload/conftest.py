@@ -49,6 +49,10 @@ if how.startswith("exit:"):
     sys.exit(int(how[5:]))
 if how == "raise":
     raise ValueError("the probe raises")
+if how == "interrupt":
+    raise KeyboardInterrupt
+if how == "exit-text":
+    sys.exit("the probe says why")
 if how.startswith("kill:"):
     os.kill(os.getpid(), getattr(signal, how[5:]))
 if how == "sleep":
