@@ -85,6 +85,7 @@ def become(
             os.kill(os.getpid(), signal.SIGKILL)
         _bind(request.get("cpus"), request.get("memory_node"))
         os.chdir(str(request["cwd"]))
+        zygote_path = os.environ.get("PYTHONPATH", "")
         os.environ.clear()
         os.environ.update(request["env"])  # type: ignore[arg-type]
         for sig, handler in handlers.items():
@@ -94,6 +95,36 @@ def become(
     except BaseException as exc:  # the worker's log says why it never ran
         os.write(2, f"paddlike.launch: preloaded start failed: {exc!r}\n".encode())
         os._exit(127)
+    _rank_pythonpath(zygote_path, os.environ.get("PYTHONPATH", ""))
+
+
+def _entries(pythonpath: str) -> list[str]:
+    return [p for p in pythonpath.split(os.pathsep) if p]
+
+
+def _rank_pythonpath(zygote: str, rank: str) -> None:
+    """The rank's PYTHONPATH where it differs from the zygote's (--hang_timeout's probe
+    directory, above all): its entries where a fresh interpreter has them (after
+    sys.path[0]), and the sitecustomize a fresh interpreter would import run here, before
+    the script, when it is not the one the zygote imported."""
+    if zygote == rank:
+        return
+    old, new = _entries(zygote), _entries(rank)
+    rest = sys.path[1:]
+    for entry in old:
+        if entry in rest:
+            rest.remove(entry)
+    sys.path[1:] = [*new, *rest]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path[1:])
+    loaded = sys.modules.get("sitecustomize")
+    if spec is None or getattr(loaded, "__file__", None) == spec.origin:
+        return
+    sys.modules.pop("sitecustomize", None)
+    try:
+        import sitecustomize  # noqa: F401
+    except Exception as exc:  # as site.py says it
+        said = f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{said}\n")
 
 
 def _bind(cpus: object, memory_node: object) -> None:

@@ -37,7 +37,8 @@ seen = {
     "spec": __spec__ and [__spec__.name, __spec__.origin], "package": __package__,
     "loader": type(__loader__).__name__,
     "main": sys.modules["__main__"].__dict__ is globals(), "preloaded": preloaded,
-    "pid": os.getpid(),
+    "pid": os.getpid(), "sys_path": sys.path,
+    "sitecustomize": getattr(sys.modules.get("sitecustomize"), "__file__", None),
 }
 rank, restart = os.environ["RANK"], os.environ["PADDLIKE_RESTART_COUNT"]
 path = os.path.join(sys.argv[1], f"probe.{rank}.{restart}.json")

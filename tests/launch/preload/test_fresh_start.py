@@ -20,8 +20,8 @@ PER_JOB = ("PADDLE_JOB_ID", "PADDLIKE_JOB_ID", "PADDLIKE_JOB_TOKEN", "TORCHELAST
 PER_JOB_WORDS = ("PORT", "ENDPOINT", "MASTER")  # free ports, chosen per job
 
 
-def _seen(tmp: Path, *args: str) -> dict:
-    done = launch(tmp, "--nproc_per_node", "2", *args)
+def _seen(tmp: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    done = launch(tmp, "--nproc_per_node", "2", *args, env=env)
     assert done.returncode == 0, done.stderr
     seen = probes(tmp)
     assert sorted(seen) == ["0.0", "1.0"], seen.keys()
@@ -52,6 +52,24 @@ def test_a_preloaded_worker_sees_what_a_cold_one_sees(scripts: Path, module: boo
         assert warm[rank]["own_group"] and warm[rank]["own_session"]
         assert warm[rank]["pdeathsig"] == 9
         assert warm[rank]["name"] == "__main__"
+
+
+def test_a_preloaded_worker_gets_the_ranks_pythonpath_and_hang_probe_as_a_cold_one(
+    scripts: Path,
+) -> None:
+    """--hang_timeout puts its probe first on the workers' PYTHONPATH (a sitecustomize a
+    fresh interpreter imports at start-up); the zygote started without it."""
+    lib = scripts / "lib"
+    lib.mkdir()
+    run_args = ["--hang_timeout", "60", "probe.py", str(scripts / "out"), "exit:0"]
+    cold = _seen(scripts, *run_args, env={"PYTHONPATH": str(lib)})
+    warm = _seen(scripts, "--preload", "heavy", *run_args, env={"PYTHONPATH": str(lib)})
+    for rank in ("0.0", "1.0"):
+        assert warm[rank]["preloaded"]
+        assert cold[rank]["sitecustomize"].endswith("worker_probe/sitecustomize.py")
+        for key in ("sys_path", "sitecustomize", "signals"):
+            assert warm[rank][key] == cold[rank][key], key
+        assert warm[rank]["env"]["PYTHONPATH"] == cold[rank]["env"]["PYTHONPATH"] == str(lib)
 
 
 def test_the_preloaded_worker_is_the_launchers_child(scripts: Path) -> None:
