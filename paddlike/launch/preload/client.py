@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
 from paddlike.launch.preload import wire
+from paddlike.launch.preload.lookup import missing_module, same_interpreter, search_path
 from paddlike.launch.run.linux import parent_death_preexec
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -110,6 +111,7 @@ class Preload:
         self._sessions: set[int] = set()  # every worker forked: its session id is its pid
         self._running: set[int] = set()  # forked and not reaped yet
         self._warn: Callable[[str], None] = warn
+        self._found_read = False  # the zygote's look-up answer read
 
     @classmethod
     def start(
@@ -123,6 +125,13 @@ class Preload:
     ) -> Preload:
         """Start the zygote with the workers' interpreter and environment; it answers at once
         whether every module exists (PreloadMissing: one that does not), then imports."""
+        workdir = cwd or os.getcwd()
+        looked_up = same_interpreter(argv[0])
+        if looked_up:  # at once, here: the zygote's answer would wait for its start-up
+            path = search_path(argv, workdir, environ)
+            missing = missing_module(modules, path)
+            if missing is not None:
+                raise PreloadMissing(_missing_line(missing, path))
         become_subreaper()  # before the zygote is forked: its forks inherit the search
         ours, theirs = wire.pair()
         try:
@@ -138,19 +147,20 @@ class Preload:
         finally:
             theirs.close()
         preload = cls(popen, ours, modules, warn)
-        workdir = cwd or os.getcwd()
         wire.send(ours, {"modules": list(modules), "argv": list(argv), "cwd": workdir})
-        answer = preload._answer(FOUND_TIMEOUT)
-        if answer is not None and "missing" in answer:
-            preload.close()
-            where = ", ".join(p or "''" for p in answer.get("path", [])[:3])
-            raise PreloadMissing(
-                f"--preload: no module named {answer['missing']!r} (searched as the script's "
-                f"imports would: {where}, ...)"
-            )
-        if answer is None or "found" not in answer:
-            preload._go_cold(preload._gone("before it looked up the modules"))
+        if not looked_up:
+            preload._check_found()
         return preload
+
+    def _check_found(self) -> None:
+        """The zygote's look-up: PreloadMissing, or on (cold, when it did not answer)."""
+        self._found_read = True
+        answer = self._answer(FOUND_TIMEOUT)
+        if answer is not None and "missing" in answer:
+            self.close()
+            raise PreloadMissing(_missing_line(answer["missing"], answer.get("path", [])))
+        if answer is None or "found" not in answer:
+            self._go_cold(self._gone("before it looked up the modules"))
 
     # -- the zygote's answers --
 
@@ -185,6 +195,13 @@ class Preload:
         self.reap_strays()
         if self.cold is not None or self.ready:
             return self.ready
+        if not self._found_read:  # the launcher found them; the zygote agrees, or says why not
+            try:
+                self._check_found()
+            except PreloadMissing as exc:
+                self._go_cold(str(exc))
+            if self.cold is not None:
+                return False
         answer = self._answer(READY_TIMEOUT)
         if answer is not None and "ready" in answer:
             self.ready = True
@@ -256,6 +273,14 @@ class Preload:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
+
+
+def _missing_line(name: str, path: Sequence[str]) -> str:
+    where = ", ".join(p or "''" for p in list(path)[:3])
+    return (
+        f"--preload: no module named {name!r} (searched as the script's imports would: "
+        f"{where}, ...)"
+    )
 
 
 def _session(pid: int) -> int | None:
