@@ -92,3 +92,14 @@ def test_a_zygote_that_dies_leaves_later_starts_cold_with_one_warning(scripts: P
     seen = probes(scripts)
     assert seen["0.0"]["preloaded"] and seen["1.0"]["preloaded"]
     assert not seen["0.1"]["preloaded"] and not seen["1.1"]["preloaded"]
+
+
+def test_processes_a_failed_worker_left_are_reaped_before_the_next_round(scripts: Path) -> None:
+    """The launcher is a child subreaper: a worker's children that outlive it come to it."""
+    done = launch(
+        scripts, *RESTART, "--preload", "heavy", "probe.py", str(scripts / "out"), "steps-orphan"
+    )
+    assert done.returncode == 0, done.stderr
+    seen = probes(scripts)
+    assert seen["0.1"]["preloaded"] and seen["1.1"]["preloaded"]
+    assert seen["0.1"]["launcher_zombies"] == [] and seen["1.1"]["launcher_zombies"] == []
