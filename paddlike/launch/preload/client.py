@@ -25,6 +25,7 @@ import ctypes
 import os
 import select
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from paddlike.launch.preload import wire
@@ -40,6 +41,7 @@ ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 FOUND_TIMEOUT = 60.0  # the zygote's start and its look-up of the modules (no import)
 READY_TIMEOUT = 600.0  # the imports (torch and model libraries: seconds to a minute)
 REPLY_TIMEOUT = 30.0  # one fork
+STRAY_WAIT = 1.0  # for a worker's SIGKILLed children to end, before a new round
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -112,6 +114,7 @@ class Preload:
         self._running: set[int] = set()  # forked and not reaped yet
         self._warn: Callable[[str], None] = warn
         self._found_read = False  # the zygote's look-up answer read
+        self._closed = False  # its end of the socket closed (it exited, or is exiting)
 
     @classmethod
     def start(
@@ -174,9 +177,14 @@ class Preload:
             return None
         for fd in fds:
             os.close(fd)
+        if message is None:
+            self._closed = True
         return message
 
     def _gone(self, when: str) -> str:
+        if self._closed:  # its end closed as it exited: how it ended comes a moment later
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=2.0)
         code = self.popen.poll()
         if code is None:
             return f"the preload zygote (pid {self.popen.pid}) did not answer {when}"
@@ -233,7 +241,8 @@ class Preload:
         try:
             wire.send(self.sock, request, (log.stdout, log.stderr))  # type: ignore[arg-type]
         except OSError:
-            self._go_cold(self._gone("when a worker was to start"))
+            self._closed = True
+            self._go_cold(self._gone(f"when {spec.label} was to start"))
             return None
         answer = self._answer(REPLY_TIMEOUT)
         if answer is None or "pid" not in answer:
@@ -250,19 +259,23 @@ class Preload:
         return ForkedWorker(pid, spec.argv, self._running.discard)
 
     def reap_strays(self) -> None:
-        """Reap the zombies of processes the workers started and left (they came here as
-        the subreaper's); stops at the first zombie that is not one of those."""
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid in self._running:
-                return
-            if _session(info.si_pid) not in self._sessions:
-                return
+        """Reap what the workers started and left: processes of their sessions that came
+        here as the subreaper's, dead, or in a worker's process group (SIGKILLed with it at
+        the round's end: waited for up to STRAY_WAIT in all). A process that left its
+        worker's group and still runs is left alone (reaped once it ends, a round later)."""
+        deadline = time.monotonic() + STRAY_WAIT
+        for pid, state, group, session in _children(os.getpid()):
+            if session not in self._sessions or pid in self._running:
+                continue
+            if state != "Z" and group in self._sessions:
+                with contextlib.suppress(OSError):
+                    pidfd = os.pidfd_open(pid)
+                    try:
+                        select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+                    finally:
+                        os.close(pidfd)
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(info.si_pid, os.WNOHANG)
+                os.waitpid(pid, os.WNOHANG)
 
     def close(self) -> None:
         """The zygote ends when its end of the socket closes; reaped (killed after 5 s)."""
@@ -283,13 +296,21 @@ def _missing_line(name: str, path: Sequence[str]) -> str:
     )
 
 
-def _session(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[3])  # state ppid pgrp session
-    except (OSError, ValueError, IndexError):
-        return None
+def _children(parent: int) -> list[tuple[int, str, int, int]]:
+    """(pid, state, process group, session) of every child of `parent`, from /proc."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()  # state ppid pgrp session ...
+            if int(fields[1]) == parent:
+                found.append((int(name), fields[0].decode(), int(fields[2]), int(fields[3])))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 def workers_argv(python: str, script: str, module: bool, args: Sequence[str]) -> list[str]:

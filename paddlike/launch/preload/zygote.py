@@ -204,7 +204,10 @@ if __name__ == "__main__":
     # A worker runs its script here, at the top: the interpreter's own shutdown then ends
     # it, as it ends a fresh one (SystemExit's code, KeyboardInterrupt's SIGINT, non-daemon
     # threads joined, atexit, module and C++ static teardown).
-    worker = main()
+    try:
+        worker = main()
+    except (BrokenPipeError, ConnectionResetError):  # the launcher went first: nothing to say
+        worker = None
     if worker is not None:
         del main, _fork_worker, _import_all
         worker()

@@ -35,7 +35,8 @@ def _comparable(seen: dict) -> dict:
         k: "<per job>" if k in PER_JOB or any(w in k for w in PER_JOB_WORDS) else v
         for k, v in seen["env"].items()
     }
-    return {**seen, "env": env, "ppid": None, "pid": None, "preloaded": None}
+    timing = {"ppid": None, "pid": None, "preloaded": None, "launcher_zombies": None}
+    return {**seen, "env": env, **timing}
 
 
 @pytest.mark.parametrize("module", [False, True], ids=["script", "dash-m"])
