@@ -103,3 +103,19 @@ def test_processes_a_failed_worker_left_are_reaped_before_the_next_round(scripts
     seen = probes(scripts)
     assert seen["0.1"]["preloaded"] and seen["1.1"]["preloaded"]
     assert seen["0.1"]["launcher_zombies"] == [] and seen["1.1"]["launcher_zombies"] == []
+
+
+def test_a_module_that_leaves_a_cuda_context_falls_back_to_cold_starts(scripts: Path) -> None:
+    """No GPU here: a stand-in `torch` in the script's directory (found first, as the
+    script's own import would find it) whose CUDA says it is initialized."""
+    fake = scripts / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "class cuda:\n    @staticmethod\n    def is_initialized():\n        return True\n"
+    )
+    done = launch(scripts, "--preload", "heavy,torch", "probe.py", str(scripts / "out"))
+    assert done.returncode == 0, done.stderr
+    warnings = [ln for ln in done.stderr.splitlines() if "--preload" in ln]
+    assert len(warnings) == 1, done.stderr
+    assert "after importing torch, torch.cuda.is_initialized() is True" in warnings[0]
+    assert probes(scripts)["0.0"]["preloaded"] is False
