@@ -103,6 +103,7 @@ class Preload:
         sock: object,
         modules: Sequence[str],
         warn: Callable[[str], None],
+        say: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.popen = popen
         self.sock = sock
@@ -113,6 +114,7 @@ class Preload:
         self._sessions: set[int] = set()  # every worker forked: its session id is its pid
         self._running: set[int] = set()  # forked and not reaped yet
         self._warn: Callable[[str], None] = warn
+        self._say = say
         self._found_read = False  # the zygote's look-up answer read
         self._closed = False  # its end of the socket closed (it exited, or is exiting)
 
@@ -124,6 +126,7 @@ class Preload:
         environ: Mapping[str, str],
         *,
         warn: Callable[[str], None],
+        say: Callable[[str], None] = lambda line: None,
         cwd: str | None = None,
     ) -> Preload:
         """Start the zygote with the workers' interpreter and environment; it answers at once
@@ -149,7 +152,7 @@ class Preload:
             )
         finally:
             theirs.close()
-        preload = cls(popen, ours, modules, warn)
+        preload = cls(popen, ours, modules, warn, say)
         wire.send(ours, {"modules": list(modules), "argv": list(argv), "cwd": workdir})
         if not looked_up:
             preload._check_found()
@@ -214,6 +217,10 @@ class Preload:
         if answer is not None and "ready" in answer:
             self.ready = True
             self.import_seconds = float(answer["ready"])
+            self._say(
+                f"preloaded {', '.join(self.modules)} in {self.import_seconds:.2f} s (zygote pid "
+                f"{self.popen.pid}): workers start as its forks"
+            )
             return True
         if answer is not None and "unsafe" in answer:
             self._go_cold(f"not safe to fork after the imports: {answer['unsafe']}")

@@ -23,7 +23,7 @@ def start_preload(
         python, options.training_script, options.module, options.training_script_args
     )
     try:
-        return Preload.start(options.preload, argv, environ, warn=console.warn)
+        return Preload.start(options.preload, argv, environ, warn=console.warn, say=console.say)
     except PreloadMissing as exc:
         console.error(str(exc))
         return 2

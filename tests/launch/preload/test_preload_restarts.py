@@ -30,6 +30,10 @@ def test_rank_1_exiting_in_step_5_restarts_every_rank_from_the_zygote(
     assert done.returncode == 0, done.stderr
     assert "restart 1 of 1 after: trainer rank 1 exited with code 3" in done.stderr
     assert "--preload" not in done.stderr  # no warning
+    said = [ln for ln in done.stderr.splitlines() if "workers start as its forks" in ln]
+    assert len(said) == (1 if preload else 0), done.stderr  # once, not at the restart
+    if preload:
+        assert said[0].startswith("paddlike.launch: preloaded heavy in ")
     seen = probes(scripts)
     assert sorted(seen) == ["0.0", "0.1", "1.0", "1.1"]
     assert all(s["preloaded"] is preload for s in seen.values())
