@@ -78,6 +78,11 @@ if how.startswith("steps"):
     for step in range(8):
         print("STEP", step, "RESTART", restart, flush=True)
         if rank == "1" and restart == "0" and step == 5:
+            # only once rank 0 has written what it saw (else the teardown may come first)
+            end = time.monotonic() + 60
+            mine = os.path.join(sys.argv[1], "probe.0.0.json")
+            while not os.path.exists(mine) and time.monotonic() < end:
+                time.sleep(0.01)
             if how == "steps-kill-zygote":  # the launcher's other child: the zygote
                 for pid in filter(str.isdigit, os.listdir("/proc")):
                     try:
