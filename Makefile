@@ -126,6 +126,7 @@ bench: $(STAMP) torch-env
 	$(PY) bench/elastic.py
 	$(PY) bench/global_view.py
 	$(PY) bench/spawn.py
+	$(PY) bench/preload.py
 
 # The fault-injection suite (issue 27): every fault x mode of tests/support/faults.py on 4 namespace
 # nodes, 3 trials a cell from a fixed seed; minutes long, so not part of `make test`.

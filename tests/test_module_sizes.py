@@ -1,7 +1,8 @@
 """Modules stay small enough to read whole: under 500 lines each, split by concept when
 one grows past that (README's "Architecture" section lists what each one is).
 
-Checked for the runtime (`paddlike.distributed`) and the log reader (`paddlike.logs`);
+Checked for the runtime (`paddlike.distributed`), the log reader (`paddlike.logs`) and
+the launcher (`paddlike.launch`);
 the page's script and style are package data (paddlike/logs/page/assets/), not Python.
 """
 
@@ -13,7 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "paddlike"
 MAX_LINES = 500
-CHECKED = ("distributed", "logs")
+CHECKED = ("distributed", "logs", "launch")
 
 
 @pytest.mark.parametrize("folder", CHECKED)

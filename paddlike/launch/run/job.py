@@ -42,7 +42,7 @@ from paddlike.launch.peers.rendezvous_errors import RendezvousAborted, Rendezvou
 from paddlike.launch.plan.exitcode import CANNOT_START, cause_exit_code, error_exit_code
 from paddlike.launch.plan.layout import ports_given_everywhere
 from paddlike.launch.plan.membership import ElasticSpec
-from paddlike.launch.plan.next_round import RoundEnd, may_restart, run_rounds
+from paddlike.launch.plan.next_round import RoundEnd, run_rounds
 from paddlike.launch.plan.nodejob import NodeJob, new_job_id
 from paddlike.launch.plan.placement import place
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
@@ -54,11 +54,11 @@ from paddlike.launch.run.interrupt import Unsettled, Where, stopped_by_signal
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
 from paddlike.launch.run.preempt import Preemption
+from paddlike.launch.run.preload.start import Preload, start_preload
 from paddlike.launch.run.record import RunRecord
 from paddlike.launch.run.roundend import (
     conclude_round,
-    elastic_round_cause,
-    report_own_failure,
+    settle_round,
     write_failure_cause,
 )
 from paddlike.launch.run.runspec import RunSpec
@@ -87,16 +87,23 @@ def run_job(
     # Forked once, before any thread exists (the store's and the watches' come later):
     # a fork copies only the forking thread, and a lock held by another thread then
     # stays locked forever in the child.
+    preload = start_preload(spec.preload, spec.workers, python, environ, console)
+    if isinstance(preload, int):
+        return preload  # a module that does not exist: exit 2, nothing started
     guardian = Guardian.start(deliver=deliver_notice if job.nnodes > 1 else None)
     try:
         with signals_raise(signal_policy(spec.signals_to_handle, environ)):
             try:
-                return _run(spec, job, environ, python, console, progress, where, guardian, logs)
+                return _run(
+                    spec, job, environ, python, console, progress, where, guardian, logs, preload
+                )
             except LauncherSignal as sig:
                 return stopped_by_signal(sig, where, job, console)
     finally:
         if guardian is not None:
             guardian.close()
+        if preload is not None:
+            preload.close()
 
 
 def _run(
@@ -109,6 +116,7 @@ def _run(
     where: Where,
     guardian: Guardian | None,
     logs: Sequence[str] = (),
+    preload: Preload | None = None,
 ) -> int:
     log_dir = os.path.abspath(spec.log_dir)
     where.waiting = f"opening the log directory {log_dir}"
@@ -156,6 +164,7 @@ def _run(
             peers=peers,
             where=where,
         )
+        run.preload = preload
         try:
             gpus: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
             if spec.gpu_log is not None:  # Paddle's --enable_gpu_log: <job id>.gpu.log
@@ -292,6 +301,7 @@ class JobRun:
         self.job_token = "" if spec.job_token_given or job.nnodes > 1 else os.urandom(16).hex()
         self.leaving = False  # elastic: this node's launcher got a signal and left the job
         self.last_cause: RootCause | None = None  # the cause of the round before
+        self.preload: Preload | None = None  # --preload's zygote (launch/run/preload/)
 
     @property
     def elastic(self) -> ElasticSpec | None:
@@ -418,6 +428,8 @@ class JobRun:
         self, plan: LaunchPlan, watch: RoundWatch, restarts: int, round_: int
     ) -> RunOutcome:
         """This node's processes, from start to end, under the round's watch."""
+        if self.preload is not None:
+            self.preload.wait_ready()  # its imports done (or one warning: cold starts)
         supervisor = Supervisor(
             plan,
             self.logdir,
@@ -428,16 +440,12 @@ class JobRun:
             tee=self.spec.tee,
             tee_among_hosts=self.job.started_by_cluster,
             signals=signal_policy(self.spec.signals_to_handle, self.environ),
+            preload=self.preload,
         )
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
         stragglers = straggler_watch(
-            self.spec,
-            plan,
-            self.logdir.path,
-            self.console,
-            self.record,
-            watch.stacks,
+            self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:
@@ -476,24 +484,9 @@ class JobRun:
     def settle(
         self, watch: RoundWatch, outcome: RunOutcome, restarts: int = 0
     ) -> tuple[RootCause | None, int]:
-        """The round's job-wide cause (None: it succeeded everywhere) once every node
-        ended it, and (elastic) how many of its members may come back."""
-        own = outcome.root_cause
-        if self.elastic is None:
-            if own is not None:  # before waiting for the others: that may be long
-                # then one line; the rounds say more (a hang is not restarted)
-                left = may_restart(own, restarts, self.spec.max_restarts)
-                report_own_failure(
-                    self.console, own, watch.root_cause, self.logdir.path, restarts_left=left
-                )
-            return self.peers.finish(watch, outcome.exit_code == 0), 0
-        self.leaving = watch.leaving
-        if self.leaving:
-            what = own.reason if own is not None else "stopped"
-            self.console.say(f"{what}: this node leaves the elastic job; the others go on")
-        cause = self.peers.finish(watch, outcome.exit_code == 0)
-        survivors = len(self.peers.survivors or ())
-        cause = elastic_round_cause(
-            self.console, self.elastic, own, cause, survivors, self.leaving, self.logdir.path
-        )
+        """The round's job-wide cause and (elastic) its survivors (`run.roundend`)."""
+        cause, survivors, self.leaving = settle_round(
+            self.peers, watch, outcome, self.console, self.elastic, self.logdir.path,
+            restarts=restarts, max_restarts=self.spec.max_restarts,
+        )  # fmt: skip
         return cause, survivors

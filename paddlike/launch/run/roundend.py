@@ -16,7 +16,7 @@ from paddlike.launch.console.report import (
 )
 from paddlike.launch.plan.exitcode import round_exit_code
 from paddlike.launch.plan.membership import ElasticSpec, below_min_cause, is_membership_change
-from paddlike.launch.plan.next_round import RoundEnd
+from paddlike.launch.plan.next_round import RoundEnd, may_restart
 from paddlike.launch.plan.plan import LaunchPlan
 from paddlike.launch.plan.policy import as_seen_from, same_cause
 from paddlike.launch.run.record import RunRecord
@@ -24,6 +24,7 @@ from paddlike.summary import RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    from paddlike.launch.peers.api import Peers, RoundWatch
     from paddlike.launch.run.supervisor import RunOutcome
 
 
@@ -150,3 +151,34 @@ def _mount_point(path: str) -> str:
     except OSError:
         pass
     return path
+
+
+def settle_round(
+    peers: Peers,
+    watch: RoundWatch,
+    outcome: RunOutcome,
+    console: Console,
+    elastic: ElasticSpec | None,
+    log_dir: os.PathLike[str],
+    *,
+    restarts: int,
+    max_restarts: int,
+) -> tuple[RootCause | None, int, bool]:
+    """The round's job-wide cause (None: it succeeded everywhere) once every node ended
+    it, how many of its members may come back (elastic), and whether this node leaves
+    the job (elastic: its launcher got a signal)."""
+    own = outcome.root_cause
+    if elastic is None:
+        if own is not None:  # before waiting for the others: that may be long
+            # then one line; the rounds say more (a hang is not restarted)
+            left = may_restart(own, restarts, max_restarts)
+            report_own_failure(console, own, watch.root_cause, log_dir, restarts_left=left)
+        return peers.finish(watch, outcome.exit_code == 0), 0, False
+    leaving = watch.leaving
+    if leaving:
+        what = own.reason if own is not None else "stopped"
+        console.say(f"{what}: this node leaves the elastic job; the others go on")
+    cause = peers.finish(watch, outcome.exit_code == 0)
+    survivors = len(peers.survivors or ())
+    cause = elastic_round_cause(console, elastic, own, cause, survivors, leaving, log_dir)
+    return cause, survivors, leaving

@@ -10,7 +10,7 @@ from paddlike.launch import NamedTuple
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.options import LaunchOptions, TeeSelection
-    from paddlike.launch.plan.jobspec import GivenPorts
+    from paddlike.launch.plan.jobspec import GivenPorts, PlanSpec
 
 
 class GpuLogSpec(NamedTuple):
@@ -41,6 +41,8 @@ class RunSpec(NamedTuple):
     straggler_check: float = 0.0  # seconds between checks; 0: off
     straggler_threshold: float = 0.1  # a share of the step time
     on_straggler: str = "warn"
+    preload: tuple[str, ...] = ()  # --preload: modules its zygote imports (launch/run/preload/)
+    workers: PlanSpec | None = None  # what the workers run (the zygote's argv)
     etcd_master: str = ""  # --master etcd://...; "": the launchers meet at node 0's store
     gpu_log: GpuLogSpec | None = None
     # What the peers stage is given today (its store link, a start failure told to the

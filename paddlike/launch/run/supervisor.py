@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from paddlike.launch.context.options import TeeSelection
+    from paddlike.launch.run.preload.client import Preload
 
 __all__ = ["Phase", "RunOutcome", "Supervisor"]  # Phase, RunOutcome: run.roundstate's
 
@@ -101,8 +102,10 @@ class Supervisor:
         tee_out: TextIO | None = None,
         signals: SignalPolicy | None = None,
         tee_among_hosts: bool = False,
+        preload: Preload | None = None,
     ) -> None:
         self.plan = plan
+        self.preload = preload  # --preload: workers forked from its zygote (launch/run/preload/)
         # which signals end the round, go on to the workers, or take stacks (run.signals)
         self.signals = signals if signals is not None else SignalPolicy()
         self.logdir = logdir
@@ -270,7 +273,8 @@ class Supervisor:
         proc.record.start_time = time.time()
         proc.started = time.monotonic()
         try:
-            proc.popen = spawn.start(proc.spec, env, proc.log, preexec)
+            forked = self.preload.spawn(proc.spec, env, proc.log) if self.preload else None
+            proc.popen = forked or spawn.start(proc.spec, env, proc.log, preexec)  # type: ignore[assignment]
             if self.guardian is not None:
                 self.guardian.add(proc.popen.pid)  # its own session: pgid == pid
                 proc.guarded = True

@@ -371,6 +371,17 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
         ),
     ),
     (
+        "restarts",
+        (
+            Option(
+                ("--preload",),
+                "MODULE[,MODULE...]: import these once in a zygote process and start every "
+                "worker (first round and restarts) as a fork of it (docs/cli.md#restarts)",
+                v.module_names,
+            ),
+        ),
+    ),
+    (
         "signals",
         (
             Option(

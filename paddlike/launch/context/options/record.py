@@ -98,6 +98,8 @@ class LaunchOptions(NamedTuple):
     straggler_check: float = 60.0
     straggler_threshold: float = 0.1
     on_straggler: str = "warn"  # "warn" | "exclude" (an elastic job's straggling node leaves)
+    # --preload: modules a zygote imports once; workers start as its forks (launch/run/preload/)
+    preload: tuple[str, ...] = ()
     # other launchers' options (see others.py)
     # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
     # "PADDLE_PORT"): one node then uses the ports from it instead of free ones

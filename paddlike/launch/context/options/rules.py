@@ -135,6 +135,10 @@ def check_combinations(o: LaunchOptions) -> None:
     """Rules between options; each error names the options involved."""
     if o.module and o.no_python:
         raise UsageError("--module: cannot be combined with --no_python", "--module")
+    if o.preload and o.no_python:  # the zygote is a Python interpreter: workers must be too
+        raise UsageError(
+            "--preload: needs a Python script; --no_python runs a program", "--preload"
+        )
     if o.min_nnodes is not None:
         _check_elastic(o)
     elif o.on_straggler == "exclude":  # issue 37

@@ -336,6 +336,18 @@ def one_stage_workers(text: str) -> tuple[str, ...]:
     return workers(one_stage(text))
 
 
+def module_names(text: str) -> tuple[str, ...]:
+    """--preload: dotted module names, comma-separated ("torch,transformers.models")."""
+    names = tuple(word.strip() for word in text.split(","))
+    for name in names:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise BadValue(
+                f"{name or 'an empty entry'} is not a module name; expected a comma-separated "
+                "list of modules such as torch,numpy"
+            )
+    return tuple(dict.fromkeys(names))
+
+
 # torchrun's words for "a worker per GPU", given to --gpus (or --devices): where they go
 _WORKER_PER_GPU = frozenset({"gpu", "gpus", "cuda", "auto", "all"})
 
