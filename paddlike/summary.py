@@ -32,6 +32,13 @@ Schema (version 1) — `summary.json`:
          "rank": 2 | null,                # the rank the summary's first line names
          "stacks": "stacks/20261122-105800" | null}   # the dump, relative to log_dir
       ],
+      "preflight": {                      # the pre-flight check (--preflight), or null
+        "round": 0, "ok": false, "seconds": 0.61,
+        "bandwidth_median": 1100000000, "rtt_median": 0.00005,   # bytes/s, seconds
+        "bad_nodes": [3], "findings": ["node 3 (198.18.0.4): 2.5 MB/s to node 0, ..."],
+        "nodes": [{"index": 0, "host": "198.18.0.1", "gpus": 8 | null, "problems": [],
+                   "links": [{"to": 1, "up": 1.1e9, "down": 1.2e9, "rtt": 5e-05}, ...]}]
+      },
       "restart_causes": [                 # --max_restarts: why each restart happened
         {"round": 1, "cause": "trainer rank 1 exited with code 3",
          "error": "ValueError: bad batch" | null}   # the cause's first error line
@@ -332,6 +339,7 @@ class RunSummary(_Record):
         "hangs",
         "schema",
         "preemption",
+        "preflight",
     )
     __slots__ = FIELDS
 
@@ -358,6 +366,8 @@ class RunSummary(_Record):
         # a preemption notice ended the job: who sent it, the stop step, this node's ranks
         # that did not stop at it, seconds from the notice to the last rank's exit
         preemption: dict[str, Any] | None = None,
+        # the pre-flight check (issue 35): every node's figures and the verdict
+        preflight: dict[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -380,6 +390,7 @@ class RunSummary(_Record):
         # --hang_timeout: every hang diagnosed (the dump's report and directory)
         self.hangs = [] if hangs is None else hangs
         self.preemption = preemption
+        self.preflight = preflight
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

@@ -346,6 +346,11 @@ class JobRun:
         round_ = met.round
         self.place(met)
         plan = self.plan(met, restarts)
+        if self.job.nnodes > 1 or self.options.preflight not in (None, "off"):  # issue 35
+            from paddlike.launch.health.gate import check_before_start
+
+            if (unstarted := check_before_start(self, met, plan, restarts)) is not None:
+                return unstarted
         try:
             self.announce(met, plan)
         except OSError as exc:  # a full disk, above all: the job ends, saying which

@@ -91,6 +91,10 @@ class LaunchOptions(NamedTuple):
     # hangs
     hang_timeout: float | None = None  # seconds without a sign of life from any worker
     on_hang: str = "dump"  # "dump" | "abort"
+    # the pre-flight check (issue 35, launch/health/): off | on | full; None: on for jobs of
+    # more than one node; its thresholds as (name, value) pairs (health.limits)
+    preflight: str | None = None
+    preflight_limits: tuple[tuple[str, float], ...] = ()
     # other launchers' options (see others.py)
     # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
     # "PADDLE_PORT"): one node then uses the ports from it instead of free ones

@@ -322,6 +322,34 @@ def signal_list(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
+PREFLIGHT_LIMITS = ("bandwidth", "rtt", "rtt_floor_ms", "disk_gb", "memory_gb")
+
+
+def preflight_limits(text: str) -> tuple[tuple[str, float], ...]:
+    """--preflight_limits: "bandwidth=0.4,rtt=5" -> (("bandwidth", 0.4), ("rtt", 5.0));
+    what the names mean: `launch.health.limits`."""
+    pairs = []
+    for item in text.split(","):
+        name, eq, value = (t.strip() for t in item.partition("="))
+        if not eq or name not in PREFLIGHT_LIMITS:
+            raise BadValue(
+                f"expected name=value pairs with names {', '.join(PREFLIGHT_LIMITS)} "
+                "(e.g. bandwidth=0.5,rtt=4)"
+            )
+        try:
+            number = float(value)
+        except ValueError:
+            raise BadValue(f"expected a number for {name}") from None
+        if not 0 <= number < INF:
+            raise BadValue(f"expected a finite number >= 0 for {name}")
+        if name == "bandwidth" and number > 1:
+            raise BadValue("expected bandwidth as a fraction of the median, at most 1")
+        if name == "rtt" and 0 < number < 1:
+            raise BadValue("expected rtt as a multiple of the median, at least 1")
+        pairs.append((name, number))
+    return tuple(pairs)
+
+
 # option dest -> checker, for every option that takes a value (in the order they are read)
 CHECKS: dict[str, Callable[[str], object]] = {
     "ips": name_list,
@@ -356,6 +384,8 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "kill_timeout": NON_NEGATIVE_SECONDS,
     "hang_timeout": POSITIVE_SECONDS,
     "on_hang": one_of("dump", "abort", expected="expected dump or abort"),
+    "preflight": one_of("off", "on", "full", expected="expected off, on or full"),
+    "preflight_limits": preflight_limits,
     "signals_to_handle": signal_list,
     "numa_binding": numa_mode,
     "bind_core_list": cpu_list,

@@ -1,0 +1,194 @@
+"""The hook the job pipeline calls once a round's nodes have met and before any worker
+starts (`JobRun.round`): run the check, say the verdict on every node, and decide.
+
+| --preflight | job                          | check                                  |
+| ----------- | ---------------------------- | -------------------------------------- |
+| (default)   | one node                     | none                                   |
+| (default)   | more than one node           | on                                     |
+| off         | any                          | none                                   |
+| on          | any                          | node check; links 0.25 s each          |
+| full        | any                          | node check; links 1 s each             |
+
+A fixed job checks its first round; an elastic job every round (its members change).
+A failed verdict ends a fixed job with exit 2 on every node before any worker starts;
+an elastic job with more members than MIN starts without the nodes at fault, which exit
+with `LEFT_OUT_EXIT_CODE` (`plan.elastic` rules; see `elastic_outcome`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from paddlike.launch.health.limits import Limits
+from paddlike.launch.health.node import node_problems, read_facts
+from paddlike.launch.health.nvml import NvmlSource
+from paddlike.launch.health.verdict import NodeReport, Verdict, duration, judge, rate
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.health.nvml import GpuSource
+    from paddlike.launch.plan.world import RendezvousResult
+
+CHECK_EXIT_CODE = 2  # a fixed job whose check failed: on every node, nothing started
+LEFT_OUT_EXIT_CODE = 69  # an elastic job's node left out by the check (sysexits' UNAVAILABLE)
+
+
+def preflight_mode(given: str | None, nnodes: int) -> str:
+    """off | on | full: `--preflight` as given, else on for jobs of more than one node."""
+    if given is not None:
+        return given
+    return "on" if nnodes > 1 else "off"
+
+
+def gpu_source(environ: Mapping[str, str]) -> GpuSource | None:
+    """NVML where a driver is (as `context.devices` decides), else None."""
+    from paddlike.launch.context.devices import GPU_PROBE, NVIDIA_CTL
+
+    how = environ.get(GPU_PROBE, "auto").strip().lower()
+    if how == "nvml" or (how in ("", "auto") and os.path.exists(NVIDIA_CTL)):
+        return NvmlSource()
+    return None
+
+
+def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seconds: float) -> dict:
+    """summary.json's "preflight": every node's figures and the verdict."""
+
+    def link(f):
+        return {
+            "to": f.b,
+            "up": round(f.up),
+            "down": round(f.down),
+            "rtt": None if f.rtt == float("inf") else f.rtt,
+        }
+
+    return {
+        "round": round_,
+        "ok": verdict.ok,
+        "seconds": round(seconds, 3),
+        "bandwidth_median": round(verdict.bandwidth),
+        "rtt_median": verdict.rtt if verdict.rtt != float("inf") else None,
+        "bad_nodes": list(verdict.bad_nodes),
+        "findings": list(verdict.lines),
+        "nodes": [
+            {
+                "index": r.index,
+                "host": r.host,
+                "gpus": r.gpus,
+                "problems": list(r.problems),
+                "links": [link(f) for f in r.links],
+            }
+            for r in reports
+        ],
+    }
+
+
+def healthy_line(verdict: Verdict, n: int, seconds: float) -> str:
+    """The one line of a check that found nothing."""
+    if n < 2 or not verdict.bandwidth:
+        return f"pre-flight check: {n} node{'s' if n != 1 else ''} healthy ({seconds:.2f} s)"
+    return (
+        f"pre-flight check: {n} nodes healthy; links median {rate(verdict.bandwidth)}, "
+        f"round trip {duration(verdict.rtt)} ({seconds:.2f} s)"
+    )
+
+
+def run_check(
+    *,
+    kv: object | None,
+    result: RendezvousResult,
+    index: int,
+    mode: str,
+    limits: Limits,
+    log_dir: str,
+    interface: str,
+    environ: Mapping[str, str],
+    timeout: float,
+    source: GpuSource | None = None,
+) -> tuple[Verdict, list[NodeReport], float]:
+    """This node's check and the job's verdict (the same on every node)."""
+    from paddlike.launch.health.preflight import FULL_SECONDS, LINK_SECONDS, exchange
+
+    started = time.monotonic()
+    facts = read_facts(log_dir, interface, source if source is not None else gpu_source(environ))
+    problems = node_problems(facts, limits, log_dir, interface)
+    hosts = list(result.hosts)
+    if kv is None or len(hosts) < 2:
+        reports = [
+            NodeReport(index, hosts[index] if hosts else "", (), tuple(problems), facts.gpus)
+        ]
+    else:
+        seconds = FULL_SECONDS if mode == "full" else LINK_SECONDS
+        reports = exchange(
+            kv,  # type: ignore[arg-type]
+            result.round,
+            index,
+            hosts,
+            problems,
+            facts.gpus,
+            timeout=timeout,
+            seconds=seconds,
+        )
+    return judge(reports, limits), reports, time.monotonic() - started
+
+
+def check_before_start(run, met: RendezvousResult, plan, restarts: int):
+    """`JobRun.round`'s hook (issue 35): None when the round may start its workers, else
+    how the round ended (`plan.elastic.ElasticRoundEnd`) without starting any."""
+    from paddlike.launch.health.preflight import PreflightError, mark_read
+    from paddlike.launch.plan.elastic import ElasticRoundEnd
+    from paddlike.summary import RootCause, RunStatus
+
+    options, job = run.options, run.job
+    mode = preflight_mode(options.preflight, job.nnodes)
+    if mode == "off" or (run.elastic is None and met.round > 0):
+        return None  # (a fixed job's restart runs on the nodes the check passed)
+    kv = getattr(run.peers, "kv", None)
+    index = met.own_index(job.index)
+    n = len(met.nodes)
+    run.where.waiting = "the pre-flight check of every node and link"
+    try:
+        verdict, reports, seconds = run_check(
+            kv=kv,
+            result=met,
+            index=index,
+            mode=mode,
+            limits=Limits.of(options.preflight_limits),
+            log_dir=str(run.logdir.path),
+            interface=job.interface,
+            environ=run.environ,
+            timeout=options.heartbeat_timeout + 10.0,
+        )
+    except PreflightError as exc:
+        cause = RootCause(reason=str(exc), host=job.host, node_index=index)
+        run.console.error(str(exc))
+        run.record.finished(
+            plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
+        )
+        return ElasticRoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+    run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
+    if verdict.ok:
+        if kv is not None:
+            mark_read(kv, met.round, index, n, wait=False)  # type: ignore[arg-type]
+        run.console.say(healthy_line(verdict, n, seconds))
+        return None
+    for line in verdict.lines:
+        run.console.error(f"pre-flight check: {line}")
+    first_bad = verdict.bad_nodes[0] if verdict.bad_nodes else None
+    cause = RootCause(
+        reason=f"pre-flight check: {verdict.lines[0]}",
+        host=met.hosts[first_bad] if first_bad is not None else "",
+        node_index=first_bad,
+    )
+    run.console.error(
+        "pre-flight check failed: the job does not start, no spare node can take the place "
+        f"of the node at fault (exit {CHECK_EXIT_CODE} on every node; --preflight_limits sets "
+        "the thresholds, --preflight off skips the check)"
+    )
+    if kv is not None:
+        mark_read(kv, met.round, index, n, wait=True)  # type: ignore[arg-type]
+    run.record.finished(
+        plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
+    )
+    return ElasticRoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
