@@ -36,6 +36,7 @@ Schema (version 1) — `summary.json`:
         "round": 0, "ok": false, "seconds": 0.61,
         "bandwidth_median": 1100000000, "rtt_median": 0.00005,   # bytes/s, seconds
         "bad_nodes": [3], "findings": ["node 3 (198.18.0.4): 2.5 MB/s to node 0, ..."],
+        "notes": ["the link node 1 (...) - node 2 (...): ..."],   # slow links, not fatal
         "nodes": [{"index": 0, "host": "198.18.0.1", "gpus": 8 | null, "problems": [],
                    "links": [{"to": 1, "up": 1.1e9, "down": 1.2e9, "rtt": 5e-05}, ...]}]
       },

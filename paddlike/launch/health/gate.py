@@ -71,6 +71,7 @@ def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seco
         "rtt_median": verdict.rtt if verdict.rtt != float("inf") else None,
         "bad_nodes": list(verdict.bad_nodes),
         "findings": list(verdict.lines),
+        "notes": list(verdict.notes),
         "nodes": [
             {
                 "index": r.index,
@@ -168,6 +169,8 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         )
         return ElasticRoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
     run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
+    for note in verdict.notes:
+        run.console.warn(f"pre-flight check: {note}")
     if verdict.ok:
         if kv is not None:
             mark_read(kv, met.round, index, n, wait=False)  # type: ignore[arg-type]

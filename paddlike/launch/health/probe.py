@@ -6,13 +6,13 @@ time, not a fixed size, so that a slow link costs no more time than a fast one).
 is the client. One connection per direction:
 
     "U" + duration: the client sends for `duration`, shuts its side; the server answers
-                    with the byte count (8 bytes) once it read to the end
-    "D" + duration: the server sends for `duration` and closes; the client counts
+                    with the rate it received at (`_receive_rate`, 8 bytes)
+    "D" + duration: the server sends for `duration` and closes; the client measures
     "P" + count:    `count` one-byte echoes
 
 A sender's socket buffer is kept small (`SEND_BUFFER`) so that what is queued when its
-time is up drains in a moment even on a slow link: the figure is bytes over the time to
-the last byte's arrival. Only the job's hosts are served.
+time is up drains in a moment even on a slow link. The receiver's figure is the best
+20 ms window's rate (`_receive_rate`). Only the job's hosts are served.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ SEND_BUFFER = 128 * 1024  # bytes a sender may have queued when its time is up
 CHUNK = 64 * 1024
 PINGS = 5
 _HEADER = struct.Struct("!cd")  # kind, seconds (or a count for "P")
-_COUNT = struct.Struct("!Q")
+_RATE = struct.Struct("!d")
+WINDOW = 0.02  # seconds: the receiver's figure is the best window's rate
 IO_GRACE = 5.0  # seconds a probe waits beyond its own duration before it gives up
 
 
@@ -105,10 +106,7 @@ class ProbeServer:
                 for _ in range(min(int(value), 100)):
                     conn.sendall(_read_exact(conn, 1))
             elif kind == b"U":
-                total = 0
-                while data := conn.recv(CHUNK):
-                    total += len(data)
-                conn.sendall(_COUNT.pack(total))
+                conn.sendall(_RATE.pack(_receive_rate(conn)))
             elif kind == b"D":
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
                 _send_for(conn, min(value, 2.0))
@@ -129,6 +127,26 @@ def _read_exact(conn: socket.socket, n: int) -> bytes:
             raise OSError("the peer closed the connection")
         buf += data
     return buf
+
+
+def _receive_rate(conn: socket.socket) -> float:
+    """Read to the end; the highest rate over any `WINDOW` of wall-clock time (the whole
+    transfer's when shorter). On a machine whose CPUs are busy, a sender or receiver that
+    waits for a CPU makes the average a figure of the CPUs, not the link: the best window
+    is what the link carried while both ends ran. A window is timed from its start, so
+    bytes that piled up while the receiver waited count over the time they took to come."""
+    best = 0.0
+    first = start = time.perf_counter()
+    total = window = 0
+    while data := conn.recv(CHUNK):
+        now = time.perf_counter()
+        total += len(data)
+        window += len(data)
+        if now - start >= WINDOW:
+            best = max(best, window / (now - start))
+            start, window = now, 0
+    whole = total / max(time.perf_counter() - first, 1e-9)
+    return max(best, whole) if best else whole
 
 
 def _send_for(conn: socket.socket, duration: float) -> int:
@@ -165,17 +183,11 @@ def measure_link(a: int, b: int, host: str, port: int, duration: float) -> LinkF
     half = duration / 2
     with _connect(host, port, timeout) as conn:
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        start = time.perf_counter()
         conn.sendall(_HEADER.pack(b"U", half))
         _send_for(conn, half)
         conn.shutdown(socket.SHUT_WR)
-        (received,) = _COUNT.unpack(_read_exact(conn, _COUNT.size))
-        up = received / max(time.perf_counter() - start, 1e-9)
+        (up,) = _RATE.unpack(_read_exact(conn, _RATE.size))
     with _connect(host, port, timeout) as conn:
         conn.sendall(_HEADER.pack(b"D", half))
-        start = time.perf_counter()
-        got = 0
-        while data := conn.recv(CHUNK):
-            got += len(data)
-        down = got / max(time.perf_counter() - start, 1e-9)
+        down = _receive_rate(conn)
     return LinkFigure(a, b, up, down, rtts[len(rtts) // 2])

@@ -15,9 +15,12 @@ measurements of one pair) is under `Limits.bandwidth` x the reference, or its ro
 is over `Limits.rtt` x the reference and over `Limits.rtt_floor`.
 
 Blame (`judge`): a node is at fault when at least 2 of its links are slow and they are
-more than half of its links; a node with one slow link among fast ones is healthy. A
-slow link with no node at fault at either end is named as a link (it cannot be told
-which end is at fault, as in a 2-node job, or a cable between two healthy nodes).
+more than half of its links; a node with one slow link among fast ones is healthy. Nodes
+are blamed one at a time, the one with the most slow links first, and a link to a node
+at fault is explained by it: it no longer counts against the node at its other end. A
+slow link with no node at fault at either end is named as a link, in a note that does
+not stop the job (it cannot be told which end is at fault, as in a 2-node job, or a
+cable between two healthy nodes, and leaving either end out may not help).
 
 | links of node 1 (3-node job)  | node 1     | nodes 0, 2          | named            |
 | ----------------------------- | ---------- | ------------------- | ---------------- |
@@ -55,10 +58,13 @@ class Verdict(NamedTuple):
     bad_links: tuple[tuple[int, int], ...] = ()  # slow links no node explains
     bandwidth: float = 0.0  # the job's reference figures (bytes/s, seconds)
     rtt: float = 0.0
+    notes: tuple[str, ...] = ()  # the slow links no node explains: said, not fatal
 
     @property
     def ok(self) -> bool:
-        return not self.lines
+        """No node at fault (a slow link between healthy nodes is a note: leaving either
+        end out would not be known to help)."""
+        return not self.bad_nodes
 
 
 def targets(index: int, n: int) -> tuple[int, ...]:
@@ -166,22 +172,45 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
         if r.gpus is not None and r.gpus < usual:
             lines.append(f"{node_label(r.index, hosts)}: {r.gpus} GPUs, median {usual:g}")
             bad.add(r.index)
-    link_bad: set[int] = set()
-    for r in reports:
-        mine = {k: f for k, f in pairs.items() if r.index in k}
-        my_slow = {k: f for k, f in mine.items() if k in slow}
-        if len(my_slow) >= 2 and 2 * len(my_slow) > len(mine):
-            link_bad.add(r.index)
-            key, f = min(my_slow.items(), key=lambda kv: _worst(kv[1]))
-            peer = key[0] if key[1] == r.index else key[1]
-            text = _link_text(f, peer, bandwidth, rtt, limits)
-            lines.append(f"{node_label(r.index, hosts)}: {text}")
-    bad |= link_bad
-    unexplained = tuple(sorted(k for k in slow if not (set(k) & link_bad)))
+    link_bad = _blame(reports, pairs, slow)
+    for node in sorted(link_bad, key=lambda i: link_bad[i]):  # in the order they were blamed
+        key, f = link_bad[node][1], slow[link_bad[node][1]]
+        peer = key[0] if key[1] == node else key[1]
+        lines.append(f"{node_label(node, hosts)}: {_link_text(f, peer, bandwidth, rtt, limits)}")
+    bad |= set(link_bad)
+    unexplained = tuple(sorted(k for k in slow if not (set(k) & set(link_bad))))
+    notes = []
     for a, b in unexplained:
         text = _link_text(slow[(a, b)], b, bandwidth, rtt, limits)
-        lines.append(
+        notes.append(
             f"the link {node_label(a, hosts)} - {node_label(b, hosts)}: {text} "
             "(neither end is slow on its other links)"
         )
-    return Verdict(tuple(sorted(bad)), tuple(lines), unexplained, bandwidth, rtt)
+    return Verdict(tuple(sorted(bad)), tuple(lines), unexplained, bandwidth, rtt, tuple(notes))
+
+
+def _blame(
+    reports: Sequence[NodeReport],
+    pairs: dict[tuple[int, int], LinkFigure],
+    slow: dict[tuple[int, int], LinkFigure],
+) -> dict[int, tuple[int, tuple[int, int]]]:
+    """The nodes at fault for their links -> (the order they were found, their worst
+    slow link). One at a time, the node with the most slow links first: once a node is at
+    fault its links are explained, so that its neighbours' slow links to it count no more."""
+    blamed: dict[int, tuple[int, tuple[int, int]]] = {}
+    while True:
+        best: tuple[int, float, int, tuple[int, int]] | None = None
+        for r in reports:
+            if r.index in blamed:
+                continue
+            mine = [k for k in pairs if r.index in k and not (set(k) - {r.index}) & set(blamed)]
+            my_slow = [k for k in mine if k in slow]
+            if len(my_slow) < 2 or 2 * len(my_slow) <= len(mine):
+                continue
+            worst = min(my_slow, key=lambda k: _worst(slow[k]))
+            rank = (len(my_slow), -slow[worst].bandwidth, -r.index, worst)
+            if best is None or rank[:3] > best[:3]:
+                best = rank
+        if best is None:
+            return blamed
+        blamed[-best[2]] = (len(blamed), best[3])

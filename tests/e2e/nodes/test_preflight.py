@@ -5,6 +5,8 @@ and its figure, before any worker starts; a healthy job raises no alarm."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,13 @@ def test_a_fixed_job_with_a_throttled_node_exits_2_on_every_node_naming_it(tmp_p
         assert summary["preflight"]["bad_nodes"] == [2]
         assert len(summary["preflight"]["nodes"]) == 3
         assert summary["root_cause"]["node_index"] == 2
+    # python -m paddlike.logs shows the verdict and every node's figures
+    shown = subprocess.run([sys.executable, "-m", "paddlike.logs", str(ends[0][2])],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert shown.returncode == 2, shown.stderr
+    assert "pre-flight check, round 0 (" in shown.stdout and "): failed" in shown.stdout
+    assert f"  node 2 ({slow.addr}): " in shown.stdout and " MB/s to node " in shown.stdout
+    assert "each node's links (up / down, round trip):" in shown.stdout, shown.stdout
     # the healthy nodes are not named
     for _code, text, _ in ends:
         assert "pre-flight check: node 0" not in text and "pre-flight check: node 1" not in text

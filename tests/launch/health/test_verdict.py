@@ -64,14 +64,24 @@ def test_one_slow_node_is_named_with_its_figure_and_its_neighbours_are_not(n):
 
 
 @pytest.mark.parametrize("n", [3, 4, 8])
-def test_one_slow_link_between_healthy_nodes_names_the_link_not_a_node(n):
+def test_one_slow_link_between_healthy_nodes_names_the_link_in_a_note_not_a_node(n):
     v = judge(ring_reports(n, slow_links=[(0, 1)]), Limits())
-    assert v.bad_nodes == ()
+    assert v.ok and v.bad_nodes == () and v.lines == ()
     assert v.bad_links == ((0, 1),)
-    assert v.lines == (
+    assert v.notes == (
         "the link node 0 (198.18.0.1) - node 1 (198.18.0.2): 38 MB/s to node 1, median 1.1 GB/s"
         " (neither end is slow on its other links)",
     )
+
+
+def test_a_neighbours_slow_link_to_the_node_at_fault_does_not_count_against_it():
+    """4 nodes, node 3 slow; node 1's link to node 2 happened to be slow too (a busy CPU):
+    node 1 then has 2 slow links of 3, but its link to node 3 is node 3's fault."""
+    reports = ring_reports(4, slow_nodes=[3], slow_links=[(1, 2)])
+    v = judge(reports, Limits())
+    assert v.bad_nodes == (3,)
+    assert v.bad_links == ((1, 2),)  # named in a note
+    assert len(v.lines) == 1 and v.lines[0].startswith("node 3 (198.18.0.4): 38 MB/s")
 
 
 def test_a_two_node_job_has_one_link_and_names_no_node():
