@@ -129,6 +129,7 @@ def run_check(
             problems,
             facts.gpus,
             timeout=timeout,
+            limits=limits,
             seconds=seconds,
         )
     return judge(reports, limits), reports, time.monotonic() - started
@@ -178,6 +179,8 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         return None
     for line in verdict.lines:
         run.console.error(f"pre-flight check: {line}")
+    if kv is not None and can_leave_out(run, verdict, n):
+        return leave_out(run, met, plan, restarts, verdict, kv)
     first_bad = verdict.bad_nodes[0] if verdict.bad_nodes else None
     cause = RootCause(
         reason=f"pre-flight check: {verdict.lines[0]}",
@@ -195,3 +198,62 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
     )
     return ElasticRoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+
+
+def can_leave_out(run, verdict: Verdict, n: int) -> bool:
+    """An elastic job with more members than MIN goes on without the nodes at fault,
+    unless one of them hosts the launchers' store (node 0's own: the job cannot go on
+    without it; with etcd every node may leave)."""
+    from paddlike.launch.context.master import uses_etcd
+
+    spec = run.elastic
+    if spec is None or n - len(verdict.bad_nodes) < spec.min_nodes:
+        return False
+    return uses_etcd(run.options) or 0 not in verdict.bad_nodes
+
+
+def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict, kv):
+    """The nodes at fault leave (their launchers exit `LEFT_OUT_EXIT_CODE`, no worker
+    started); the others end this round unstarted and meet again without them."""
+    from paddlike.launch.health.preflight import mark_read
+    from paddlike.launch.plan.elastic import LEFT, ElasticRoundEnd
+    from paddlike.launch.plan.world import node_label
+    from paddlike.summary import RootCause, RunStatus
+
+    index, n, bad = run.job.index, len(met.nodes), verdict.bad_nodes
+    keep = n - len(bad)
+    names = ", ".join(node_label(i, met.hosts) for i in bad)
+    spec = run.elastic
+    if index in bad:
+        run.console.error(
+            f"pre-flight check: this node is left out of the elastic job, which goes on with "
+            f"{keep} node{'s' if keep != 1 else ''} (--nnodes {spec.range_text}); its launcher "
+            f"starts no worker and exits {LEFT_OUT_EXIT_CODE}"
+        )
+        mark_read(kv, met.round, index, n, wait=True)  # (etcd: its keys go with its lease)
+        own = next(line for line in verdict.lines if line.startswith(f"node {index} "))
+        cause = RootCause(
+            reason=f"pre-flight check left this node out: {own}",
+            host=run.job.host,
+            node_index=index,
+        )
+        run.leaving = True  # (nodes waiting to join are not told that the job ended)
+        run.record.finished(
+            plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT_EXIT_CODE, cause=cause
+        )
+        return ElasticRoundEnd(LEFT_OUT_EXIT_CODE, cause, met.round, 0)
+    run.console.warn(
+        f"pre-flight check: the job goes on without {names}: a new round of {keep} "
+        f"node{'s' if keep != 1 else ''} (--nnodes {spec.range_text})"
+    )
+    mark_read(kv, met.round, index, n, wait=False)
+    first = bad[0]
+    cause = RootCause(
+        reason=f"the pre-flight check left out {names}",
+        host=met.hosts[first],
+        node_index=first,
+        membership=LEFT,
+    )
+    survivors = {(e.host, e.pid) for i, e in enumerate(met.nodes) if i not in bad}
+    run.peers.rounds.left_out(met.round, survivors, cause.reason)
+    return ElasticRoundEnd(0, cause, met.round, keep)

@@ -6,13 +6,15 @@ every node reaches the same verdict. Keys, per round ``r`` and node ``i``:
 | ---------------------------- | ---------- | -------------------------------------- |
 | ``preflight/<r>/port/<i>``   | node i     | its probe server's port (decimal)      |
 | ``preflight/<r>/fig/<i>``    | node i     | its `NodeReport` (JSON)                |
+| ``preflight/<r>/again/<i>``  | node i     | its second look at suspect links, when |
+|                              |            | any link looked slow (`recheck`)       |
 | ``preflight/<r>/read/<i>``   | node i     | it read every figure (a failing job's  |
 |                              |            | store stays up until all have)         |
 
 Per node: 1 port, 1 report and 1 mark written, its targets' ports (2) and every
-node's report read in one `get_all` call: the calls are constant as the job grows, the
-bytes read grow with the number of nodes (a report is ~200 bytes), like the
-rendezvous's world.
+node's report read in one `get_all` call (a second look adds 1 write and 1-2 reads):
+the calls are constant as the job grows, the bytes read grow with the number of nodes
+(a report is ~200 bytes), like the rendezvous's world.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from paddlike.distributed.store import StoreError
 from paddlike.launch.health.limits import Limits
 from paddlike.launch.health.probe import LinkFigure, ProbeServer, measure_link
-from paddlike.launch.health.verdict import NodeReport, targets
+from paddlike.launch.health.verdict import NodeReport, suspect_pairs, targets
 from paddlike.launch.peers.kv import KV, get_all, wait_keys
 
 LINK_SECONDS = 0.25  # per link measured, both directions together (--preflight on)
@@ -42,6 +44,10 @@ def port_key(round_: int, i: int) -> str:
 
 def figures_key(round_: int, i: int) -> str:
     return f"preflight/{round_}/fig/{i}"
+
+
+def second_key(round_: int, i: int) -> str:
+    return f"preflight/{round_}/again/{i}"
 
 
 def read_key(round_: int, i: int) -> str:
@@ -86,10 +92,12 @@ def exchange(
     gpus: int | None,
     *,
     timeout: float,
+    limits: Limits | None = None,
     links: bool = True,
     seconds: float = LINK_SECONDS,
 ) -> list[NodeReport]:
-    """Serve, measure, publish and read: every node's report, in node order.
+    """Serve, measure, publish and read: every node's report, in node order. Links that
+    look slow are measured again (`recheck`) before anything is judged.
 
     PreflightError naming the nodes whose figures did not come within `timeout`."""
     n = len(hosts)
@@ -106,10 +114,42 @@ def exchange(
         own = NodeReport(index, hosts[index], measured, tuple(problems), gpus)
         kv.set(figures_key(round_, index), encode_report(own))
         raw = _get(kv, [figures_key(round_, i) for i in range(n)], timeout, range(n), hosts)
-        return [decode_report(x) for x in raw]
+        reports = [decode_report(x) for x in raw]
+        again = suspect_pairs(reports, limits or Limits()) if server is not None else ()
+        if not again:
+            return reports
+        return recheck(kv, round_, index, hosts, reports, again, timeout=timeout, seconds=seconds)
     finally:  # every node's figures are in: nobody measures this node any more
         if server is not None:
             server.close()
+
+
+def recheck(
+    kv: KV,
+    round_: int,
+    index: int,
+    hosts: Sequence[str],
+    reports: list[NodeReport],
+    again: Sequence[tuple[int, int]],
+    *,
+    timeout: float,
+    seconds: float,
+) -> list[NodeReport]:
+    """The second look: the lower end of each suspect pair measures it once more, while
+    only those links are measured (a first figure may be a busy CPU's, not the link's).
+    Every node computes the same `again` from the same figures, so every node publishes
+    a second report (empty when it measures nothing) and reads all of them; each pair
+    then counts with the better of its figures (`verdict.pair_figures`)."""
+    n = len(hosts)
+    mine = [b for a, b in again if a == index]
+    measured: tuple[LinkFigure, ...] = ()
+    if mine:
+        raw = _get(kv, [port_key(round_, b) for b in mine], timeout, mine, hosts)
+        measured = measure_targets(index, hosts, [int(x) for x in raw], mine, seconds)
+    kv.set(second_key(round_, index), encode_report(NodeReport(index, hosts[index], measured)))
+    raw = _get(kv, [second_key(round_, i) for i in range(n)], timeout, range(n), hosts)
+    second = {r.index: r.links for r in map(decode_report, raw)}
+    return [r._replace(links=r.links + second.get(r.index, ())) for r in reports]
 
 
 def mark_read(kv: KV, round_: int, index: int, n: int, *, wait: bool) -> None:

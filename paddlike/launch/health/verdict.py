@@ -123,6 +123,14 @@ def is_slow(f: LinkFigure, bandwidth: float, rtt: float, limits: Limits) -> bool
     return f.rtt > limits.rtt * rtt and f.rtt > limits.rtt_floor
 
 
+def suspect_pairs(reports: Sequence[NodeReport], limits: Limits) -> tuple[tuple[int, int], ...]:
+    """The pairs (low index first) that look slow now: each is measured once more before
+    the verdict (`preflight.recheck`)."""
+    pairs = pair_figures(reports)
+    bandwidth, rtt = reference(pairs)
+    return tuple(sorted(k for k, f in pairs.items() if is_slow(f, bandwidth, rtt, limits)))
+
+
 def rate(bytes_per_s: float) -> str:
     """38 MB/s, 1.1 GB/s (decimal units)."""
     for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.multinode_common import start_launcher, write_worker
+from tests.support.multinode_common import LAUNCH, start_launcher, write_worker
 from tests.support.netns import Cluster, Node, netns_cluster
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
@@ -82,7 +82,9 @@ def test_a_healthy_job_raises_no_alarm(tmp_path, attempt):
         assert "pre-flight check: 3 nodes healthy" in text, text
         summary = json.loads((log / "summary.json").read_text())
         assert summary["preflight"]["ok"] is True
-        assert all(len(n["links"]) == 2 for n in summary["preflight"]["nodes"])
+        for node in summary["preflight"]["nodes"]:  # its 2 peers (and a second look, if any)
+            assert {f["to"] for f in node["links"]} == {(node["index"] + 1) % 3,
+                                                        (node["index"] + 2) % 3}  # fmt: skip
 
 
 def test_preflight_off_starts_the_job_on_a_throttled_node(tmp_path):
@@ -92,3 +94,41 @@ def test_preflight_off_starts_the_job_on_a_throttled_node(tmp_path):
     for code, text, _ in ends:
         assert code == 0, text
         assert "pre-flight" not in text, text
+
+
+ELASTIC_WORKER = """
+import os
+print("ROUND", os.environ["RANK"], os.environ["WORLD_SIZE"], flush=True)
+"""
+
+
+def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_path):
+    from paddlike.launch.health.gate import LEFT_OUT_EXIT_CODE
+
+    script = tmp_path / "w.py"
+    script.write_text(ELASTIC_WORKER)
+    with netns_cluster(4) as cluster:
+        slow = cluster.nodes[3]
+        throttle(slow)
+        master = f"{cluster.nodes[0].addr}:6391"
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            log = str(tmp_path / f"log{i}")
+            argv = [*LAUNCH, "--nnodes", "3:4", "--master", master, "--nproc_per_node", "1",
+                    "--rdzv_last_call", "5", "--log_dir", log, str(script)]  # fmt: skip
+            procs.append(node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        ends = [(p.communicate(timeout=90)[0].decode(), p.returncode) for p in procs]
+    for i, (text, code) in enumerate(ends[:3]):
+        assert code == 0, text
+        assert f"pre-flight check: node 3 ({slow.addr}): " in text, text
+        assert f"the job goes on without node 3 ({slow.addr}): a new round of 3 nodes" in text
+        assert "pre-flight check: 3 nodes healthy" in text, text  # the new round's check
+        log = (tmp_path / f"log{i}" / "workerlog.0").read_text()
+        assert "ROUND" in log and log.split("ROUND")[-1].split()[1] == "3", log  # WORLD_SIZE 3
+    text, code = ends[3]
+    assert code == LEFT_OUT_EXIT_CODE, text
+    assert "this node is left out of the elastic job, which goes on with 3 nodes" in text, text
+    assert not list((tmp_path / "log3").glob("workerlog.*")), text
+    summary = json.loads((tmp_path / "log3" / "summary.json").read_text())
+    assert summary["exit_code"] == LEFT_OUT_EXIT_CODE
+    assert summary["root_cause"]["reason"].startswith("pre-flight check left this node out: ")
