@@ -180,7 +180,7 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
         if r.gpus is not None and r.gpus < usual:
             lines.append(f"{node_label(r.index, hosts)}: {r.gpus} GPUs, median {usual:g}")
             bad.add(r.index)
-    link_bad = _blame(reports, pairs, slow)
+    link_bad = _blame(pairs, slow)
     for node in sorted(link_bad, key=lambda i: link_bad[i]):  # in the order they were blamed
         key, f = link_bad[node][1], slow[link_bad[node][1]]
         peer = key[0] if key[1] == node else key[1]
@@ -198,7 +198,6 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
 
 
 def _blame(
-    reports: Sequence[NodeReport],
     pairs: dict[tuple[int, int], LinkFigure],
     slow: dict[tuple[int, int], LinkFigure],
 ) -> dict[int, tuple[int, tuple[int, int]]]:
@@ -206,17 +205,22 @@ def _blame(
     slow link). One at a time, the node with the most slow links first: once a node is at
     fault its links are explained, so that its neighbours' slow links to it count no more."""
     blamed: dict[int, tuple[int, tuple[int, int]]] = {}
+    links_of: dict[int, list[tuple[int, int]]] = {}
+    for k in pairs:
+        for node in k:
+            links_of.setdefault(node, []).append(k)
+    # only a node with 2 slow links may be at fault, and only its neighbours' counts change
+    # when it is: a handful of nodes to look at, whatever the job's size
+    suspects = {node for k in slow for node in k}
     while True:
         best: tuple[int, float, int, tuple[int, int]] | None = None
-        for r in reports:
-            if r.index in blamed:
-                continue
-            mine = [k for k in pairs if r.index in k and not (set(k) - {r.index}) & set(blamed)]
+        for node in sorted(suspects - set(blamed)):
+            mine = [k for k in links_of.get(node, ()) if not (set(k) - {node}) & set(blamed)]
             my_slow = [k for k in mine if k in slow]
             if len(my_slow) < 2 or 2 * len(my_slow) <= len(mine):
                 continue
             worst = min(my_slow, key=lambda k: _worst(slow[k]))
-            rank = (len(my_slow), -slow[worst].bandwidth, -r.index, worst)
+            rank = (len(my_slow), -slow[worst].bandwidth, -node, worst)
             if best is None or rank[:3] > best[:3]:
                 best = rank
         if best is None:
