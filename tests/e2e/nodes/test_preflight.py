@@ -102,33 +102,46 @@ print("ROUND", os.environ["RANK"], os.environ["WORLD_SIZE"], flush=True)
 """
 
 
-def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_path):
+@pytest.mark.parametrize("backend", ["store", "etcd"])
+def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_path, backend):
+    """Node 0's store: node 3 is left out. etcd: node 0 is an ordinary node, left out too."""
     from paddlike.launch.health.gate import LEFT_OUT_EXIT_CODE
+    from tests.e2e.elastic.test_nodes import ETCD, _etcd_on
 
+    if backend == "etcd" and ETCD is None:
+        pytest.skip("etcd is not installed (Debian: etcd-server)")
     script = tmp_path / "w.py"
     script.write_text(ELASTIC_WORKER)
-    with netns_cluster(4) as cluster:
-        slow = cluster.nodes[3]
+    with netns_cluster(5 if backend == "etcd" else 4) as cluster:
+        nodes = cluster.nodes[:4]
+        if backend == "etcd":
+            _, master = _etcd_on(cluster.nodes[4], tmp_path)
+            extra = ["--job_id", "preflight-etcd", "--heartbeat_timeout", "4"]
+            bad = 0
+        else:
+            master, extra, bad = f"{nodes[0].addr}:6391", [], 3
+        slow = nodes[bad]
         throttle(slow)
-        master = f"{cluster.nodes[0].addr}:6391"
         procs = []
-        for i, node in enumerate(cluster.nodes):
+        for i, node in enumerate(nodes):
             log = str(tmp_path / f"log{i}")
             argv = [*LAUNCH, "--nnodes", "3:4", "--master", master, "--nproc_per_node", "1",
-                    "--rdzv_last_call", "5", "--log_dir", log, str(script)]  # fmt: skip
+                    "--rdzv_last_call", "5", "--log_dir", log, *extra, str(script)]  # fmt: skip
             procs.append(node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         ends = [(p.communicate(timeout=90)[0].decode(), p.returncode) for p in procs]
-    for i, (text, code) in enumerate(ends[:3]):
+    for i, (text, code) in enumerate(ends):
+        if i == bad:
+            continue
         assert code == 0, text
-        assert f"pre-flight check: node 3 ({slow.addr}): " in text, text
-        assert f"the job goes on without node 3 ({slow.addr}): a new round of 3 nodes" in text
+        assert f"pre-flight check: node {bad} ({slow.addr}): " in text, text
+        assert f"the job goes on without node {bad} ({slow.addr}): a new round of 3 nodes" in text
         assert "pre-flight check: 3 nodes healthy" in text, text  # the new round's check
         log = (tmp_path / f"log{i}" / "workerlog.0").read_text()
         assert "ROUND" in log and log.split("ROUND")[-1].split()[1] == "3", log  # WORLD_SIZE 3
-    text, code = ends[3]
+    text, code = ends[bad]
     assert code == LEFT_OUT_EXIT_CODE, text
     assert "this node is left out of the elastic job, which goes on with 3 nodes" in text, text
-    assert not list((tmp_path / "log3").glob("workerlog.*")), text
-    summary = json.loads((tmp_path / "log3" / "summary.json").read_text())
+    assert not list((tmp_path / f"log{bad}").glob("workerlog.*")), text
+    summary = json.loads((tmp_path / f"log{bad}" / "summary.json").read_text())
     assert summary["exit_code"] == LEFT_OUT_EXIT_CODE
     assert summary["root_cause"]["reason"].startswith("pre-flight check left this node out: ")
