@@ -149,6 +149,7 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     kv = getattr(run.peers, "kv", None)
     index = met.own_index(job.index)
     n = len(met.nodes)
+    limits = Limits.of(options.preflight_limits)
     run.where.waiting = "the pre-flight check of every node and link"
     try:
         verdict, reports, seconds = run_check(
@@ -156,7 +157,7 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
             result=met,
             index=index,
             mode=mode,
-            limits=Limits.of(options.preflight_limits),
+            limits=limits,
             log_dir=str(run.logdir.path),
             interface=job.interface,
             environ=run.environ,
@@ -169,6 +170,7 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
             plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
         )
         return ElasticRoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+    verdict = with_quarantine(run, met, verdict, kv, limits)
     run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
     for note in verdict.notes:
         run.console.warn(f"pre-flight check: {note}")
@@ -257,3 +259,36 @@ def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict,
     survivors = {(e.host, e.pid) for i, e in enumerate(met.nodes) if i not in bad}
     run.peers.rounds.left_out(met.round, survivors, cause.reason)
     return ElasticRoundEnd(0, cause, met.round, keep)
+
+
+def with_quarantine(run, met: RendezvousResult, verdict: Verdict, kv, limits: Limits) -> Verdict:
+    """An elastic job's verdict with its quarantined nodes (`quarantine`) at fault, where
+    the job can do without them; else they stay, named in a note."""
+    if run.elastic is None or kv is None:
+        return verdict
+    from paddlike.launch.health.quarantine import quarantined, read_rounds
+
+    held = quarantined(read_rounds(kv, met.hosts), met.hosts, int(limits.quarantine_rounds))
+    held = [(i, line) for i, line in held if i not in verdict.bad_nodes]
+    if not held:
+        return verdict
+    merged = verdict._replace(
+        bad_nodes=tuple(sorted({*verdict.bad_nodes, *(i for i, _ in held)})),
+        lines=verdict.lines + tuple(line for _, line in held),
+    )
+    if can_leave_out(run, merged, len(met.nodes)):
+        return merged
+    return verdict._replace(
+        notes=verdict.notes
+        + tuple(f"{line}; the job cannot do without it: it stays" for _, line in held)
+    )
+
+
+def note_round_end(run, round_: int, cause) -> None:
+    """`JobRun.round`'s hook after a round's end (elastic): the round is held against the
+    node its cause names (`quarantine.note_round_end`)."""
+    kv = getattr(run.peers, "kv", None)
+    if kv is not None and run.elastic is not None:
+        from paddlike.launch.health.quarantine import note_round_end as note
+
+        note(kv, round_, cause)

@@ -10,13 +10,17 @@ text is checked by `context.options.values.preflight_limits`).
 | rtt_floor_ms | 1       | ... and over this many milliseconds (noise on fast networks)|
 | disk_gb      | 1       | the log directory's file system has less free (GB, 10^9)    |
 | memory_gb    | 0.5     | the node has less memory available (MemAvailable, GB)       |
+| quarantine_rounds | 2  | (elastic) the node's processes or launcher ended this many  |
+|              |         | rounds: left out where the job can do without it (0: never) |
 """
 
 from __future__ import annotations
 
 from paddlike.launch import NamedTuple
 
-DEFAULT_LIMITS_TEXT = "bandwidth=0.5,rtt=4,rtt_floor_ms=1,disk_gb=1,memory_gb=0.5"
+DEFAULT_LIMITS_TEXT = (
+    "bandwidth=0.5,rtt=4,rtt_floor_ms=1,disk_gb=1,memory_gb=0.5,quarantine_rounds=2"
+)
 
 
 class Limits(NamedTuple):
@@ -27,6 +31,7 @@ class Limits(NamedTuple):
     rtt_floor: float = 0.001  # seconds: a round trip under this is never slow
     disk: float = 1e9  # bytes free where the logs go
     memory: float = 0.5e9  # bytes of memory available
+    quarantine_rounds: float = 2  # elastic: rounds a node may end before it is left out
 
     @classmethod
     def of(cls, pairs: tuple[tuple[str, float], ...] | None) -> Limits:
@@ -46,4 +51,5 @@ _NAMES = {
     "rtt_floor_ms": ("rtt_floor", 1e-3),
     "disk_gb": ("disk", 1e9),
     "memory_gb": ("memory", 1e9),
+    "quarantine_rounds": ("quarantine_rounds", 1.0),
 }

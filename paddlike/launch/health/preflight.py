@@ -6,8 +6,8 @@ every node reaches the same verdict. Keys, per round ``r`` and node ``i``:
 | ---------------------------- | ---------- | -------------------------------------- |
 | ``preflight/<r>/port/<i>``   | node i     | its probe server's port (decimal)      |
 | ``preflight/<r>/fig/<i>``    | node i     | its `NodeReport` (JSON)                |
-| ``preflight/<r>/again/<i>``  | node i     | its second look at suspect links, when |
-|                              |            | any link looked slow (`recheck`)       |
+| ``preflight/<r>/again/<k>/<i>`` | node i  | its look k (up to `LOOKS`) at the links|
+|                              |            | still slow, when any is (`recheck`)    |
 | ``preflight/<r>/read/<i>``   | node i     | it read every figure (a failing job's  |
 |                              |            | store stays up until all have)         |
 
@@ -31,6 +31,7 @@ from paddlike.launch.peers.kv import KV, get_all, wait_keys
 
 LINK_SECONDS = 0.25  # per link measured, both directions together (--preflight on)
 FULL_SECONDS = 1.0  # --preflight full
+LOOKS = 3  # more looks at the links still slow: a busy CPU passes, a slow link stays slow
 READ_GRACE = 5.0  # seconds a node waits for the others to read the figures
 
 
@@ -46,8 +47,8 @@ def figures_key(round_: int, i: int) -> str:
     return f"preflight/{round_}/fig/{i}"
 
 
-def second_key(round_: int, i: int) -> str:
-    return f"preflight/{round_}/again/{i}"
+def second_key(round_: int, i: int, look: int = 0) -> str:
+    return f"preflight/{round_}/again/{look}/{i}"
 
 
 def read_key(round_: int, i: int) -> str:
@@ -115,10 +116,14 @@ def exchange(
         kv.set(figures_key(round_, index), encode_report(own))
         raw = _get(kv, [figures_key(round_, i) for i in range(n)], timeout, range(n), hosts)
         reports = [decode_report(x) for x in raw]
-        again = suspect_pairs(reports, limits or Limits()) if server is not None else ()
-        if not again:
-            return reports
-        return recheck(kv, round_, index, hosts, reports, again, timeout=timeout, seconds=seconds)
+        for look in range(LOOKS if server is not None else 0):
+            again = suspect_pairs(reports, limits or Limits())
+            if not again:
+                break
+            reports = recheck(
+                kv, round_, index, hosts, reports, again, look, timeout=timeout, seconds=seconds
+            )
+        return reports
     finally:  # every node's figures are in: nobody measures this node any more
         if server is not None:
             server.close()
@@ -131,11 +136,12 @@ def recheck(
     hosts: Sequence[str],
     reports: list[NodeReport],
     again: Sequence[tuple[int, int]],
+    look: int = 0,
     *,
     timeout: float,
     seconds: float,
 ) -> list[NodeReport]:
-    """The second look: the lower end of each suspect pair measures it once more, while
+    """Another look: the lower end of each suspect pair measures it once more, while
     only those links are measured (a first figure may be a busy CPU's, not the link's).
     Every node computes the same `again` from the same figures, so every node publishes
     a second report (empty when it measures nothing) and reads all of them; each pair
@@ -146,8 +152,9 @@ def recheck(
     if mine:
         raw = _get(kv, [port_key(round_, b) for b in mine], timeout, mine, hosts)
         measured = measure_targets(index, hosts, [int(x) for x in raw], mine, seconds)
-    kv.set(second_key(round_, index), encode_report(NodeReport(index, hosts[index], measured)))
-    raw = _get(kv, [second_key(round_, i) for i in range(n)], timeout, range(n), hosts)
+    own = encode_report(NodeReport(index, hosts[index], measured))
+    kv.set(second_key(round_, index, look), own)
+    raw = _get(kv, [second_key(round_, i, look) for i in range(n)], timeout, range(n), hosts)
     second = {r.index: r.links for r in map(decode_report, raw)}
     return [r._replace(links=r.links + second.get(r.index, ())) for r in reports]
 

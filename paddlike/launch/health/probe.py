@@ -12,7 +12,7 @@ is the client. One connection per direction:
 
 A sender's socket buffer is kept small (`SEND_BUFFER`) so that what is queued when its
 time is up drains in a moment even on a slow link. The receiver's figure is the best
-20 ms window's rate (`_receive_rate`). Only the job's hosts are served.
+10 ms window's rate (`_receive_rate`). Only the job's hosts are served.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ CHUNK = 64 * 1024
 PINGS = 5
 _HEADER = struct.Struct("!cd")  # kind, seconds (or a count for "P")
 _RATE = struct.Struct("!d")
-WINDOW = 0.02  # seconds: the receiver's figure is the best window's rate
+WINDOW = 0.01  # seconds: the receiver's figure is the best window's rate
 IO_GRACE = 5.0  # seconds a probe waits beyond its own duration before it gives up
 
 

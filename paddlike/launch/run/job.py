@@ -364,6 +364,10 @@ class JobRun:
         outcome = self.supervise(plan, watch, restarts, round_)
         self.where.unsettled = Unsettled(self.record, plan, outcome, restarts, watch)
         cause, survivors = self.settle(watch, outcome, restarts)
+        if self.elastic is not None and cause is not None:  # issue 35: quarantine
+            from paddlike.launch.health.gate import note_round_end
+
+            note_round_end(self, round_, cause)
         if notify:
             self.guardian.note(None)  # type: ignore[union-attr]  (a death now is the next round's)
         if self.elastic is not None:

@@ -145,3 +145,34 @@ def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_pat
     summary = json.loads((tmp_path / f"log{bad}" / "summary.json").read_text())
     assert summary["exit_code"] == LEFT_OUT_EXIT_CODE
     assert summary["root_cause"]["reason"].startswith("pre-flight check left this node out: ")
+
+
+def test_an_elastic_job_quarantines_a_node_whose_worker_failed_two_rounds(tmp_path):
+    """Node 3's worker exits 3 in rounds 0 and 1 (restarts); round 2 starts without it."""
+    from paddlike.launch.health.gate import LEFT_OUT_EXIT_CODE
+
+    script = write_worker(tmp_path)
+    with netns_cluster(4) as cluster:
+        master = f"{cluster.nodes[0].addr}:6391"
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            argv = [*LAUNCH, "--nnodes", "3:4", "--master", master, "--nproc_per_node", "1",
+                    "--rdzv_last_call", "5", "--max_restarts", "3", "--log_dir",
+                    str(tmp_path / f"log{i}"), str(script), "--fail", "3",
+                    "--fail_rounds", "2"]  # fmt: skip
+            procs.append(node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        ends = [(p.communicate(timeout=100)[0].decode(), p.returncode) for p in procs]
+    addr = cluster.nodes[3].addr
+    for text, code in ends[:3]:
+        assert code == 0, text
+        assert (
+            f"pre-flight check: node 3 ({addr}): quarantined: its processes or launcher ended "
+            "2 rounds (0, 1)" in text
+        ), text
+        assert f"the job goes on without node 3 ({addr}): a new round of 3 nodes" in text
+    text, code = ends[3]
+    assert code == LEFT_OUT_EXIT_CODE, text
+    assert "this node is left out of the elastic job" in text, text
+    summary = json.loads((tmp_path / "log0" / "summary.json").read_text())
+    assert summary["status"] == "succeeded"
+    assert summary["preflight"]["ok"] is True  # the last round's check: 3 healthy nodes

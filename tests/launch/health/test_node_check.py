@@ -73,7 +73,7 @@ def test_little_disk_or_memory_and_a_down_interface_are_named():
 
 def test_limits_parse_and_scale():
     pairs = parse_limits("bandwidth=0.3, rtt=8,rtt_floor_ms=2,disk_gb=5,memory_gb=1")
-    assert Limits.of(pairs) == Limits(0.3, 8.0, 0.002, 5e9, 1e9)
+    assert Limits.of(pairs) == Limits(0.3, 8.0, 0.002, 5e9, 1e9, 2)
     assert Limits.of(()) == Limits()
 
 

@@ -298,7 +298,8 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[tuple[str, ...], str], ...]], ...] = (
             (
                 ("--preflight_limits",),
                 "the check's thresholds as name=value pairs: bandwidth=0.5 (of the median), "
-                "rtt=4 (times the median), rtt_floor_ms=1, disk_gb=1, memory_gb=0.5",
+                "rtt=4 (times the median), rtt_floor_ms=1, disk_gb=1, memory_gb=0.5, "
+                "quarantine_rounds=2 (elastic: rounds a node may end before it is left out)",
             ),
         ),
     ),

@@ -322,7 +322,14 @@ def signal_list(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
-PREFLIGHT_LIMITS = ("bandwidth", "rtt", "rtt_floor_ms", "disk_gb", "memory_gb")
+PREFLIGHT_LIMITS = (
+    "bandwidth",
+    "rtt",
+    "rtt_floor_ms",
+    "disk_gb",
+    "memory_gb",
+    "quarantine_rounds",
+)
 
 
 def preflight_limits(text: str) -> tuple[tuple[str, float], ...]:
