@@ -182,7 +182,7 @@ def simulate(n: int) -> tuple[float, float, float, float]:
     results: dict[int, list] = {}
 
     def node(i: int) -> None:
-        reports = preflight.exchange(kv, 0, i, hosts, (), 8, timeout=120, limits=Limits())  # type: ignore[arg-type]
+        reports = preflight.exchange(kv, 0, i, hosts, (), 8, timeout=900, limits=Limits())  # type: ignore[arg-type]
         preflight.mark_read(kv, 0, i, n, wait=False)  # type: ignore[arg-type]
         results[i] = reports
 

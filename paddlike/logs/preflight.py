@@ -52,6 +52,8 @@ def preflight_lines(entry: Mapping[str, object] | None) -> list[str]:
             for f in n.get("links") or ()
         )
         gpus = f", {n['gpus']} GPUs" if n.get("gpus") is not None else ""
+        if n.get("own"):
+            gpus += f", {_rate(n['own'])} to itself"
         if links or gpus:
             out.append(f"  node {n.get('index')} ({n.get('host')}){gpus}: {links or 'no links'}")
     if len(shown) < len(nodes):

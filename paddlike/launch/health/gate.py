@@ -78,6 +78,7 @@ def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seco
                 "host": r.host,
                 "gpus": r.gpus,
                 "problems": list(r.problems),
+                "own": None if r.loop is None else round(r.loop),  # bytes/s to itself
                 "links": [link(f) for f in r.links],
             }
             for r in reports

@@ -31,6 +31,7 @@ from paddlike.launch.peers.kv import KV, get_all, wait_keys
 
 LINK_SECONDS = 0.25  # per link measured, both directions together (--preflight on)
 FULL_SECONDS = 1.0  # --preflight full
+OWN_SECONDS = 0.06  # this node to itself, before its links
 LOOKS = 3  # more looks at the links still slow: a busy CPU passes, a slow link stays slow
 READ_GRACE = 5.0  # seconds a node waits for the others to read the figures
 
@@ -57,7 +58,8 @@ def read_key(round_: int, i: int) -> str:
 
 def encode_report(r: NodeReport) -> bytes:
     links = [[f.b, f.up, f.down, None if f.rtt == float("inf") else f.rtt] for f in r.links]
-    data = {"i": r.index, "h": r.host, "l": links, "p": list(r.problems), "g": r.gpus}
+    data = {"i": r.index, "h": r.host, "l": links, "p": list(r.problems), "g": r.gpus,
+            "o": r.loop}  # fmt: skip
     return json.dumps(data, separators=(",", ":")).encode()
 
 
@@ -67,7 +69,16 @@ def decode_report(raw: bytes) -> NodeReport:
         LinkFigure(d["i"], b, up, down, float("inf") if rtt is None else rtt)
         for b, up, down, rtt in d["l"]
     )
-    return NodeReport(d["i"], d["h"], links, tuple(d["p"]), d["g"])
+    return NodeReport(d["i"], d["h"], links, tuple(d["p"]), d["g"], d.get("o"))
+
+
+def own_rate(index: int, host: str, port: int) -> float | None:
+    """What this node moves to itself through its own probe server (`OWN_SECONDS`): the
+    most its CPUs let any link carry right now (`verdict.is_slow`)."""
+    try:
+        return measure_link(index, index, host, port, OWN_SECONDS).bandwidth
+    except OSError:
+        return None
 
 
 def measure_targets(
@@ -112,7 +123,8 @@ def exchange(
                 raw = _get(kv, [port_key(round_, p) for p in peers], timeout, peers, hosts)
                 ports = [int(x) for x in raw]
                 measured = measure_targets(index, hosts, ports, peers, seconds)
-        own = NodeReport(index, hosts[index], measured, tuple(problems), gpus)
+        loop = own_rate(index, hosts[index], server.port) if server is not None else None
+        own = NodeReport(index, hosts[index], measured, tuple(problems), gpus, loop)
         kv.set(figures_key(round_, index), encode_report(own))
         raw = _get(kv, [figures_key(round_, i) for i in range(n)], timeout, range(n), hosts)
         reports = [decode_report(x) for x in raw]
@@ -152,11 +164,23 @@ def recheck(
     if mine:
         raw = _get(kv, [port_key(round_, b) for b in mine], timeout, mine, hosts)
         measured = measure_targets(index, hosts, [int(x) for x in raw], mine, seconds)
-    own = encode_report(NodeReport(index, hosts[index], measured))
+        loop = own_rate(index, hosts[index], int(_get(kv, [port_key(round_, index)], timeout,
+                                                       [index], hosts)[0]))  # fmt: skip
+    else:
+        loop = None
+    own = encode_report(NodeReport(index, hosts[index], measured, loop=loop))
     kv.set(second_key(round_, index, look), own)
     raw = _get(kv, [second_key(round_, i, look) for i in range(n)], timeout, range(n), hosts)
-    second = {r.index: r.links for r in map(decode_report, raw)}
-    return [r._replace(links=r.links + second.get(r.index, ())) for r in reports]
+    second = {r.index: r for r in map(decode_report, raw)}
+    out = []
+    for r in reports:
+        more = second.get(r.index)
+        if more is None:
+            out.append(r)
+            continue
+        loops = [x for x in (r.loop, more.loop) if x is not None]
+        out.append(r._replace(links=r.links + more.links, loop=min(loops) if loops else None))
+    return out
 
 
 def mark_read(kv: KV, round_: int, index: int, n: int, *, wait: bool) -> None:

@@ -11,8 +11,10 @@ figure down, so fewer than half the nodes being slow never moves the reference, 
 a median over links would (in a 3-node job a slow node is in 2 of the 3 links).
 
 A link is slow (`is_slow`) when its bandwidth (the slower direction, the better of two
-measurements of one pair) is under `Limits.bandwidth` x the reference, or its round trip
-is over `Limits.rtt` x the reference and over `Limits.rtt_floor`.
+measurements of one pair) is under `Limits.bandwidth` x the reference and under
+`Limits.bandwidth` x what either end moves to itself (`NodeReport.loop`: a node whose
+CPUs are busy moves little even to itself, and its healthy links' figures are its CPUs'),
+or its round trip is over `Limits.rtt` x the reference and over `Limits.rtt_floor`.
 
 Blame (`judge`): a node is at fault when at least 2 of its links are slow and they are
 more than half of its links; a node with one slow link among fast ones is healthy. Nodes
@@ -48,6 +50,7 @@ class NodeReport(NamedTuple):
     links: tuple[LinkFigure, ...] = ()  # the links this node measured (a = index)
     problems: tuple[str, ...] = ()  # its own check's findings (`node.node_problems`)
     gpus: int | None = None  # GPUs NVML reports; None without NVML
+    loop: float | None = None  # bytes/s this node moves to itself (its CPUs' limit now)
 
 
 class Verdict(NamedTuple):
@@ -117,18 +120,33 @@ def reference(pairs: dict[tuple[int, int], LinkFigure]) -> tuple[float, float]:
     return median(list(best_bw.values())), median(list(best_rtt.values()))
 
 
-def is_slow(f: LinkFigure, bandwidth: float, rtt: float, limits: Limits) -> bool:
+def is_slow(
+    f: LinkFigure, bandwidth: float, rtt: float, limits: Limits, own: float | None = None
+) -> bool:
+    """`own`: the lower of what the link's two ends move to themselves. A figure close to
+    it is the CPUs' (busy ends of a healthy link), not the link's."""
     if f.bandwidth < limits.bandwidth * bandwidth:
-        return True
+        return own is None or f.bandwidth < limits.bandwidth * own
     return f.rtt > limits.rtt * rtt and f.rtt > limits.rtt_floor
+
+
+def slow_pairs(
+    reports: Sequence[NodeReport], pairs: dict[tuple[int, int], LinkFigure], limits: Limits
+) -> dict[tuple[int, int], LinkFigure]:
+    bandwidth, rtt = reference(pairs)
+    loops = {r.index: r.loop for r in reports}
+
+    def own(k: tuple[int, int]) -> float | None:
+        known = [x for x in (loops.get(k[0]), loops.get(k[1])) if x]
+        return min(known) if known else None
+
+    return {k: f for k, f in pairs.items() if is_slow(f, bandwidth, rtt, limits, own(k))}
 
 
 def suspect_pairs(reports: Sequence[NodeReport], limits: Limits) -> tuple[tuple[int, int], ...]:
     """The pairs (low index first) that look slow now: each is measured once more before
     the verdict (`preflight.recheck`)."""
-    pairs = pair_figures(reports)
-    bandwidth, rtt = reference(pairs)
-    return tuple(sorted(k for k, f in pairs.items() if is_slow(f, bandwidth, rtt, limits)))
+    return tuple(sorted(slow_pairs(reports, pair_figures(reports), limits)))
 
 
 def rate(bytes_per_s: float) -> str:
@@ -167,7 +185,7 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
         hosts[r.index] = r.host
     pairs = pair_figures(reports)
     bandwidth, rtt = reference(pairs)
-    slow = {k: f for k, f in pairs.items() if is_slow(f, bandwidth, rtt, limits)}
+    slow = slow_pairs(reports, pairs, limits)
     lines: list[str] = []
     bad: set[int] = set()
     for r in reports:  # the node's own findings

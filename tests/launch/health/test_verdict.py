@@ -147,3 +147,17 @@ def test_node_problems_and_a_missing_gpu_name_the_node():
 def test_rates_read_like_the_report():
     assert [rate(x) for x in (38e6, 1.1e9, 379e6, 2.5e3, 12)] == [
         "38 MB/s", "1.1 GB/s", "379 MB/s", "2.5 kB/s", "12 B/s"]  # fmt: skip
+
+
+def test_a_node_whose_cpus_are_busy_is_not_blamed_for_its_links():
+    """Node 1 moves only 150 MB/s even to itself (its CPUs are taken): its links at 110 MB/s
+    are its CPUs' figure, not the links'. A throttled node moves 300 MB/s to itself and
+    38 MB/s to the others: its links are slow."""
+    busy = ring_reports(5, slow_nodes=[1])
+    busy = [r._replace(loop=150e6 if r.index == 1 else 2e9) for r in busy]
+    busy = [r._replace(links=tuple(f._replace(up=110e6, down=110e6) if 1 in (f.a, f.b) else f
+                                   for f in r.links)) for r in busy]  # fmt: skip
+    assert judge(busy, Limits()).ok
+    throttled = [r._replace(loop=300e6 if r.index == 1 else 2e9)
+                 for r in ring_reports(5, slow_nodes=[1])]  # fmt: skip
+    assert judge(throttled, Limits()).bad_nodes == (1,)
