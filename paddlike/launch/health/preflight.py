@@ -12,7 +12,8 @@ every node reaches the same verdict. Keys, per round ``r`` and node ``i``:
 |                              |            | store stays up until all have)         |
 
 Per node: 1 port, 1 report and 1 mark written, its targets' ports (2) and every
-node's report read in one `get_all` call (a second look adds 1 write and 1-2 reads):
+node's report read in one `get_all` call (each further look, only while some link
+looks slow: 1 read of the few measurers' reports, and 1 write and 1 read by them):
 the calls are constant as the job grows, the bytes read grow with the number of nodes
 (a report is ~200 bytes), like the rendezvous's world.
 """
@@ -31,7 +32,7 @@ from paddlike.launch.peers.kv import KV, get_all, wait_keys
 
 LINK_SECONDS = 0.25  # per link measured, both directions together (--preflight on)
 FULL_SECONDS = 1.0  # --preflight full
-OWN_SECONDS = 0.06  # this node to itself, before its links
+OWN_SECONDS = 0.1  # this node to itself, after its links (its best figure counts)
 LOOKS = 3  # more looks at the links still slow: a busy CPU passes, a slow link stays slow
 READ_GRACE = 5.0  # seconds a node waits for the others to read the figures
 
@@ -133,7 +134,16 @@ def exchange(
             if not again:
                 break
             reports = recheck(
-                kv, round_, index, hosts, reports, again, look, timeout=timeout, seconds=seconds
+                kv,
+                round_,
+                index,
+                hosts,
+                reports,
+                again,
+                look,
+                own_port=server.port,  # type: ignore[union-attr]
+                timeout=timeout,
+                seconds=seconds,
             )
         return reports
     finally:  # every node's figures are in: nobody measures this node any more
@@ -150,28 +160,26 @@ def recheck(
     again: Sequence[tuple[int, int]],
     look: int = 0,
     *,
+    own_port: int,
     timeout: float,
     seconds: float,
 ) -> list[NodeReport]:
-    """Another look: the lower end of each suspect pair measures it once more, while
-    only those links are measured (a first figure may be a busy CPU's, not the link's).
-    Every node computes the same `again` from the same figures, so every node publishes
-    a second report (empty when it measures nothing) and reads all of them; each pair
-    then counts with the better of its figures (`verdict.pair_figures`)."""
-    n = len(hosts)
+    """Another look: the lower end of each suspect pair measures it once more (and itself),
+    while only those links are measured (a first figure may be a busy CPU's, not the
+    link's). Every node computes the same `again` from the same figures, so every node
+    knows who measures: those publish, and every node reads only theirs (a handful,
+    whatever the job's size). Each pair then counts with the better of its figures
+    (`verdict.pair_figures`)."""
+    measurers = sorted({a for a, _ in again})
     mine = [b for a, b in again if a == index]
-    measured: tuple[LinkFigure, ...] = ()
     if mine:
         raw = _get(kv, [port_key(round_, b) for b in mine], timeout, mine, hosts)
         measured = measure_targets(index, hosts, [int(x) for x in raw], mine, seconds)
-        loop = own_rate(index, hosts[index], int(_get(kv, [port_key(round_, index)], timeout,
-                                                       [index], hosts)[0]))  # fmt: skip
-    else:
-        loop = None
-    own = encode_report(NodeReport(index, hosts[index], measured, loop=loop))
-    kv.set(second_key(round_, index, look), own)
-    raw = _get(kv, [second_key(round_, i, look) for i in range(n)], timeout, range(n), hosts)
-    second = {r.index: r for r in map(decode_report, raw)}
+        loop = own_rate(index, hosts[index], own_port)
+        own = NodeReport(index, hosts[index], measured, loop=loop)
+        kv.set(second_key(round_, index, look), encode_report(own))
+    keys = [second_key(round_, i, look) for i in measurers]
+    second = {r.index: r for r in map(decode_report, _get(kv, keys, timeout, measurers, hosts))}
     out = []
     for r in reports:
         more = second.get(r.index)
@@ -179,7 +187,7 @@ def recheck(
             out.append(r)
             continue
         loops = [x for x in (r.loop, more.loop) if x is not None]
-        out.append(r._replace(links=r.links + more.links, loop=min(loops) if loops else None))
+        out.append(r._replace(links=r.links + more.links, loop=max(loops) if loops else None))
     return out
 
 
