@@ -39,6 +39,14 @@ Schema (version 1) — `summary.json`:
                    "last_share": 0.91, "median": 0.048, "p90": 0.061,
                    "collectives": 200, "straggler": true}, ...],   # the straggler first
         "nodes": [...]},                  # the same per node, on many nodes
+      "preflight": {                      # the pre-flight check (--preflight), or null
+        "round": 0, "ok": false, "seconds": 0.61,
+        "bandwidth_median": 1100000000, "rtt_median": 0.00005,   # bytes/s, seconds
+        "bad_nodes": [3], "findings": ["node 3 (198.18.0.4): 2.5 MB/s to node 0, ..."],
+        "notes": ["the link node 1 (...) - node 2 (...): ..."],   # slow links, not fatal
+        "nodes": [{"index": 0, "host": "198.18.0.1", "gpus": 8 | null, "problems": [],
+                   "links": [{"to": 1, "up": 1.1e9, "down": 1.2e9, "rtt": 5e-05}, ...]}]
+      },
       "restart_causes": [                 # --max_restarts: why each restart happened
         {"round": 1, "cause": "trainer rank 1 exited with code 3",
          "error": "ValueError: bad batch" | null}   # the cause's first error line
@@ -340,6 +348,7 @@ class RunSummary(_Record):
         "schema",
         "preemption",
         "stragglers",
+        "preflight",
     )
     __slots__ = FIELDS
 
@@ -368,6 +377,8 @@ class RunSummary(_Record):
         preemption: dict[str, Any] | None = None,
         # --straggler_check: node 0's last lateness table (`logs.lateness`)
         stragglers: dict[str, Any] | None = None,
+        # the pre-flight check (issue 35): every node's figures and the verdict
+        preflight: dict[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -391,6 +402,7 @@ class RunSummary(_Record):
         self.hangs = [] if hangs is None else hangs
         self.preemption = preemption
         self.stragglers = stragglers
+        self.preflight = preflight
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

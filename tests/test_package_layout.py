@@ -2,7 +2,7 @@
 
 Inside `paddlike.launch` folders are stages and imports point one way,
 
-    main -> cluster -> run -> console | peers -> plan -> context
+    main -> cluster -> run -> health -> console | peers -> plan -> context
 
 so the pure stages (plan, context) cannot reach the side effects, not even for a type
 (imports under `if TYPE_CHECKING:` count), and no chain of imports that run inside the
@@ -76,10 +76,11 @@ STAGES = {
     "plan": 1,
     "peers": 2,
     "console": 2,
-    "run": 3,
-    "cluster": 4,
-    "main": 5,
-    "__main__": 6,
+    "health": 3,  # the pre-flight check: between the nodes' meeting (peers) and the run
+    "run": 4,
+    "cluster": 5,
+    "main": 6,
+    "__main__": 7,
 }
 MAX_CHAIN = 6
 
@@ -305,7 +306,7 @@ def test_a_module_imports_only_its_own_stage_and_the_stages_after_it(module: str
         for m in sorted(LAUNCH_IMPORTS.get(module, ()))
         if _stage(m) in STAGES and _stage(m) != _stage(module) and STAGES[_stage(m)] >= mine  # type: ignore[index]
     ]
-    flow = "main -> cluster -> run -> console|peers -> plan -> context"
+    flow = "main -> cluster -> run -> health -> console|peers -> plan -> context"
     assert not wrong, f"{module} imports {wrong}: against the flow {flow}"
 
 

@@ -106,6 +106,8 @@ def run_spec(options: LaunchOptions) -> RunSpec:
         straggler_check=options.straggler_check,
         straggler_threshold=options.straggler_threshold,
         on_straggler=options.on_straggler,
+        preflight=options.preflight,
+        preflight_limits=tuple(options.preflight_limits),
         preload=tuple(options.preload),
         workers=plan_spec(options) if options.preload else None,
         etcd_master=etcd,

@@ -11,6 +11,7 @@ import os
 import time
 
 from paddlike.logs.diagnosed import hang_lines
+from paddlike.logs.preflight import preflight_lines
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import (
     describe_exit,
@@ -172,6 +173,9 @@ def format_job(job: JobView, *, color: bool = False) -> str:
     preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
     if preempted:  # every node's part: the stop step, who did not stop at it
         out.extend([format_preemption(preempted), ""])
+    checked = [n.summary.preflight for n in job.nodes if n.summary and n.summary.preflight]
+    if checked:  # the pre-flight check (issue 35): the same verdict and figures on every node
+        out.extend([*preflight_lines(checked[0]), ""])
     for node in job.nodes:
         out.append(node_heading(node))
         out.extend(round_lines(node))

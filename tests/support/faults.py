@@ -90,6 +90,9 @@ def _argv(
     argv = [*LAUNCH, "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", str(log_dir)]
     argv += ["--heartbeat_timeout", f"{HEARTBEAT:g}", "--max_restarts", "1"]
     argv += ["--kill_timeout", "2", "--rdzv_timeout", "30"]
+    # (issue 35) the pre-flight check would refuse the full-disk trial's 1 MB log disk at
+    # the start: these trials fault a running job
+    argv += ["--preflight_limits", "disk_gb=0"]
     if mode == "fixed":
         argv += ["--ips", ",".join(addrs)]
     else:

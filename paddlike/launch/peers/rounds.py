@@ -183,6 +183,11 @@ class ElasticRounds:
         self.ended_round = watch.round
         return cause
 
+    def left_out(self, round_: int, survivors: set[tuple[str, int]], why: str) -> None:
+        """Round `round_` ended before it started: the pre-flight check (issue 35) left some
+        of its members out; the next round closes once `survivors` came."""
+        self.survivors, self.ended_round, self._after = survivors, round_, f"after {why}"
+
     def stop_cause(self, cause: RootCause) -> RootCause:
         """A signal stopped this launcher between rounds: this node leaves the job, unless
         it hosts the launchers' store (the job cannot go on without it: it ends)."""

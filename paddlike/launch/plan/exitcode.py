@@ -10,6 +10,8 @@
 | a hang (--on_hang abort)                             | 124, as timeout(1)               |
 | a lost node, a rendezvous error, a full disk         | 1 (a rendezvous error: its own)  |
 | this node cannot start (its log directory, ports)    | 2, as bad input: nothing started |
+| the pre-flight check failed, no spare (fixed job)    | 2 on every node, nothing started |
+| a node the pre-flight check left out (elastic job)   | 69 (sysexits' UNAVAILABLE)       |
 | an elastic job left with fewer than MIN nodes        | the round's code, else 1         |
 
 Signals stay numbers (`signal.Signals`) until they are printed or written; a cause that
@@ -24,7 +26,9 @@ from paddlike.summary import HANG_EXIT_CODE, RootCause
 
 __all__ = [
     "CANNOT_START",
+    "CHECK_FAILED",
     "HANG_EXIT_CODE",
+    "LEFT_OUT",
     "below_min_exit_code",
     "cause_exit_code",
     "error_exit_code",
@@ -35,6 +39,10 @@ __all__ = [
 
 # This node cannot start (its log directory, its given ports): as bad input, nothing started.
 CANNOT_START = 2
+# The pre-flight check (`launch.health`) failed and no spare node can stand in: every node.
+CHECK_FAILED = 2
+# A node that check left out of an elastic job: no worker started on it.
+LEFT_OUT = 69
 
 
 def error_exit_code(error: BaseException) -> int:

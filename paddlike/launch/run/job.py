@@ -310,15 +310,13 @@ class JobRun:
     def run(self) -> int:
         """The rounds (`next_round.run_rounds`, fixed and elastic jobs alike); the exit code."""
         code = run_rounds(self.elastic, self.spec.max_restarts, self.round, self.console.say)
-        if self.elastic is None:
-            return code
-        if self.record.rounds and not self.leaving:  # the job ended for all its members
-            self.peers.end_elastic(self.record.outcome_text())  # (nodes waiting to join stop)
+        if self.elastic is not None and self.record.rounds and not self.leaving:
+            # an elastic job ended for all its members: nodes waiting to join stop
+            self.peers.end_elastic(self.record.outcome_text())
         return code
 
     def round(self, round_: int, restarts: int) -> RoundEnd:
-        """Round `round_` (an elastic job's rendezvous may place this node in a later one),
-        after `restarts` failure restarts."""
+        """Round `round_` (elastic: the rendezvous may place us later), after `restarts`."""
         if self.elastic is None and restarts and self.last_cause is not None:
             self.record.restarted(restarts, self.last_cause)  # a restart: why, in the summary
         end = self._round(round_, restarts)
@@ -332,6 +330,11 @@ class JobRun:
         round_ = met.round
         self.place(met)
         plan = self.plan(met, restarts)
+        if self.job.nnodes > 1 or self.spec.preflight not in (None, "off"):  # issue 35
+            from paddlike.launch.health.gate import check_before_start
+
+            if (unstarted := check_before_start(self, met, plan, restarts)) is not None:
+                return unstarted
         try:
             self.announce(met, plan)
         except OSError as exc:  # a full disk, above all: the job ends, saying which
@@ -345,6 +348,10 @@ class JobRun:
         outcome = self.supervise(plan, watch, restarts, round_)
         self.where.unsettled = Unsettled(self.record, plan, outcome, restarts, watch)
         cause, survivors = self.settle(watch, outcome, restarts)
+        if self.elastic is not None and cause is not None:  # quarantine (`launch.health`)
+            from paddlike.launch.health.gate import note_round_end
+
+            note_round_end(self, round_, cause)
         if notify:
             self.guardian.note(None)  # type: ignore[union-attr]  (a death now is the next round's)
         if self.elastic is not None:

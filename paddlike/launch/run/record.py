@@ -46,6 +46,7 @@ class RunRecord:
         self.last_status = ""
         self._last: tuple | None = None  # what the summary was last written with
         self.preemption: dict | None = None  # summary.json's "preemption", once a notice came
+        self.preflight: dict | None = None  # summary.json's "preflight" (launch.health.gate)
 
     def restarted(self, round_: int, cause: RootCause) -> None:
         """Round `round_` restarts the job after `cause` (kept after a later success)."""
@@ -138,6 +139,7 @@ class RunRecord:
             hangs=list(self.hangs),
             stragglers=self.stragglers,
             preemption=self.preemption if end is not None else None,
+            preflight=self.preflight,
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write

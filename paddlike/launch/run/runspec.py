@@ -41,6 +41,8 @@ class RunSpec(NamedTuple):
     straggler_check: float = 0.0  # seconds between checks; 0: off
     straggler_threshold: float = 0.1  # a share of the step time
     on_straggler: str = "warn"
+    preflight: str | None = None  # --preflight; None: on for more than one node
+    preflight_limits: tuple[tuple[str, float], ...] = ()  # --preflight_limits
     preload: tuple[str, ...] = ()  # --preload: modules its zygote imports (launch/run/preload/)
     workers: PlanSpec | None = None  # what the workers run (the zygote's argv)
     etcd_master: str = ""  # --master etcd://...; "": the launchers meet at node 0's store

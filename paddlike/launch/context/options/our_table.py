@@ -381,6 +381,25 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
             ),
         ),
     ),
+    (  # issue 35: the pre-flight check (paddlike/launch/health/)
+        "pre-flight check",
+        (
+            Option(
+                ("--preflight",),
+                "check every node (log disk, memory, interface, GPUs through NVML) and its "
+                "links to two peers after the nodes meet, before any worker starts: off, on "
+                "(default for more than one node), full (each link measured 1 s, not 0.25 s)",
+                v.PREFLIGHT,
+            ),
+            Option(
+                ("--preflight_limits",),
+                "the check's thresholds as name=value pairs: bandwidth=0.5 (of the median), "
+                "rtt=4 (times the median), rtt_floor_ms=1, disk_gb=1, memory_gb=0.5, "
+                "quarantine_rounds=2 (elastic: rounds a node may end before it is left out)",
+                v.preflight_limits,
+            ),
+        ),
+    ),
     (
         "signals",
         (

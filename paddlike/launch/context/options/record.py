@@ -100,6 +100,10 @@ class LaunchOptions(NamedTuple):
     on_straggler: str = "warn"  # "warn" | "exclude" (an elastic job's straggling node leaves)
     # --preload: modules a zygote imports once; workers start as its forks (launch/run/preload/)
     preload: tuple[str, ...] = ()
+    # the pre-flight check (issue 35, launch/health/): off | on | full; None: on for jobs of
+    # more than one node; its thresholds as (name, value) pairs (health.limits)
+    preflight: str | None = None
+    preflight_limits: tuple[tuple[str, float], ...] = ()
     # other launchers' options (see others.py)
     # where --start_port came from when given ("--start_port", "PADDLE_START_PORT",
     # "PADDLE_PORT"): one node then uses the ports from it instead of free ones

@@ -324,6 +324,7 @@ def signal_list(text: str) -> tuple[int, ...]:
 
 RUN_MODE = one_of(*RUN_MODES, expected="expected one of " + ", ".join(RUN_MODES))
 ON_HANG = one_of("dump", "abort", expected="expected dump or abort")
+PREFLIGHT = one_of("off", "on", "full", expected="expected off, on or full")
 ON_STRAGGLER = one_of("warn", "exclude", expected="expected warn or exclude")
 SHARE_ABOVE_ZERO = in_range(float, "expected a share of the step time > 0", 0, FINITE, above=True)
 
@@ -346,6 +347,41 @@ def module_names(text: str) -> tuple[str, ...]:
                 "list of modules such as torch,numpy"
             )
     return tuple(dict.fromkeys(names))
+
+
+PREFLIGHT_LIMITS = (
+    "bandwidth",
+    "rtt",
+    "rtt_floor_ms",
+    "disk_gb",
+    "memory_gb",
+    "quarantine_rounds",
+)
+
+
+def preflight_limits(text: str) -> tuple[tuple[str, float], ...]:
+    """--preflight_limits: "bandwidth=0.4,rtt=5" -> (("bandwidth", 0.4), ("rtt", 5.0));
+    what the names mean: `launch.health.limits`."""
+    pairs = []
+    for item in text.split(","):
+        name, eq, value = (t.strip() for t in item.partition("="))
+        if not eq or name not in PREFLIGHT_LIMITS:
+            raise BadValue(
+                f"expected name=value pairs with names {', '.join(PREFLIGHT_LIMITS)} "
+                "(e.g. bandwidth=0.5,rtt=4)"
+            )
+        try:
+            number = float(value)
+        except ValueError:
+            raise BadValue(f"expected a number for {name}") from None
+        if not 0 <= number < INF:
+            raise BadValue(f"expected a finite number >= 0 for {name}")
+        if name == "bandwidth" and number > 1:
+            raise BadValue("expected bandwidth as a fraction of the median, at most 1")
+        if name == "rtt" and 0 < number < 1:
+            raise BadValue("expected rtt as a multiple of the median, at least 1")
+        pairs.append((name, number))
+    return tuple(pairs)
 
 
 # torchrun's words for "a worker per GPU", given to --gpus (or --devices): where they go

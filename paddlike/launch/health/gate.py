@@ -1,0 +1,295 @@
+"""The hook the job pipeline calls once a round's nodes have met and before any worker
+starts (`JobRun.round`): run the check, say the verdict on every node, and decide.
+
+| --preflight | job                          | check                                  |
+| ----------- | ---------------------------- | -------------------------------------- |
+| (default)   | one node                     | none                                   |
+| (default)   | more than one node           | on                                     |
+| off         | any                          | none                                   |
+| on          | any                          | node check; links 0.25 s each          |
+| full        | any                          | node check; links 1 s each             |
+
+A fixed job checks its first round; an elastic job every round (its members change).
+A failed verdict ends a fixed job with exit 2 on every node before any worker starts;
+an elastic job with more members than MIN starts without the nodes at fault, which exit
+with `LEFT_OUT_EXIT_CODE` (`plan.membership` rules; the codes are `plan.exitcode`'s).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from paddlike.launch.health.limits import Limits
+from paddlike.launch.health.node import node_problems, read_facts
+from paddlike.launch.health.nvml import NvmlSource
+from paddlike.launch.health.verdict import NodeReport, Verdict, duration, judge, rate
+from paddlike.launch.plan.exitcode import CHECK_FAILED, LEFT_OUT
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.health.nvml import GpuSource
+    from paddlike.launch.plan.world import RendezvousResult
+
+CHECK_EXIT_CODE = CHECK_FAILED  # a fixed job whose check failed: every node, nothing started
+LEFT_OUT_EXIT_CODE = LEFT_OUT  # an elastic job's node left out by the check
+
+
+def preflight_mode(given: str | None, nnodes: int) -> str:
+    """off | on | full: `--preflight` as given, else on for jobs of more than one node."""
+    if given is not None:
+        return given
+    return "on" if nnodes > 1 else "off"
+
+
+def gpu_source(environ: Mapping[str, str]) -> GpuSource | None:
+    """NVML where a driver is (as `context.devices` decides), else None."""
+    from paddlike.launch.context.devices import GPU_PROBE, NVIDIA_CTL
+
+    how = environ.get(GPU_PROBE, "auto").strip().lower()
+    if how == "nvml" or (how in ("", "auto") and os.path.exists(NVIDIA_CTL)):
+        return NvmlSource()
+    return None
+
+
+def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seconds: float) -> dict:
+    """summary.json's "preflight": every node's figures and the verdict."""
+
+    def link(f):
+        return {
+            "to": f.b,
+            "up": round(f.up),
+            "down": round(f.down),
+            "rtt": None if f.rtt == float("inf") else f.rtt,
+        }
+
+    return {
+        "round": round_,
+        "ok": verdict.ok,
+        "seconds": round(seconds, 3),
+        "bandwidth_median": round(verdict.bandwidth),
+        "rtt_median": verdict.rtt if verdict.rtt != float("inf") else None,
+        "bad_nodes": list(verdict.bad_nodes),
+        "findings": list(verdict.lines),
+        "notes": list(verdict.notes),
+        "nodes": [
+            {
+                "index": r.index,
+                "host": r.host,
+                "gpus": r.gpus,
+                "problems": list(r.problems),
+                "own": None if r.loop is None else round(r.loop),  # bytes/s to itself
+                "links": [link(f) for f in r.links],
+            }
+            for r in reports
+        ],
+    }
+
+
+def healthy_line(verdict: Verdict, n: int, seconds: float) -> str:
+    """The one line of a check that found nothing."""
+    if n < 2 or not verdict.bandwidth:
+        return f"pre-flight check: {n} node{'s' if n != 1 else ''} healthy ({seconds:.2f} s)"
+    return (
+        f"pre-flight check: {n} nodes healthy; links median {rate(verdict.bandwidth)}, "
+        f"round trip {duration(verdict.rtt)} ({seconds:.2f} s)"
+    )
+
+
+def run_check(
+    *,
+    kv: object | None,
+    result: RendezvousResult,
+    index: int,
+    mode: str,
+    limits: Limits,
+    log_dir: str,
+    interface: str,
+    environ: Mapping[str, str],
+    timeout: float,
+    source: GpuSource | None = None,
+) -> tuple[Verdict, list[NodeReport], float]:
+    """This node's check and the job's verdict (the same on every node)."""
+    from paddlike.launch.health.preflight import FULL_SECONDS, LINK_SECONDS, exchange
+
+    started = time.monotonic()
+    facts = read_facts(log_dir, interface, source if source is not None else gpu_source(environ))
+    problems = node_problems(facts, limits, log_dir, interface)
+    hosts = list(result.hosts)
+    if kv is None or len(hosts) < 2:
+        reports = [
+            NodeReport(index, hosts[index] if hosts else "", (), tuple(problems), facts.gpus)
+        ]
+    else:
+        seconds = FULL_SECONDS if mode == "full" else LINK_SECONDS
+        reports = exchange(
+            kv,  # type: ignore[arg-type]
+            result.round,
+            index,
+            hosts,
+            problems,
+            facts.gpus,
+            timeout=timeout,
+            limits=limits,
+            seconds=seconds,
+        )
+    return judge(reports, limits), reports, time.monotonic() - started
+
+
+def check_before_start(run, met: RendezvousResult, plan, restarts: int):
+    """`JobRun.round`'s hook (issue 35): None when the round may start its workers, else
+    how the round ended (`plan.next_round.RoundEnd`) without starting any."""
+    from paddlike.launch.health.preflight import PreflightError, mark_read
+    from paddlike.launch.plan.next_round import RoundEnd
+    from paddlike.summary import RootCause, RunStatus
+
+    spec, job = run.spec, run.job
+    mode = preflight_mode(spec.preflight, job.nnodes)
+    if mode == "off" or (run.elastic is None and met.round > 0):
+        return None  # (a fixed job's restart runs on the nodes the check passed)
+    kv = getattr(run.peers, "kv", None)
+    index = met.own_index(job.index)
+    n = len(met.nodes)
+    limits = Limits.of(spec.preflight_limits)
+    run.where.waiting = "the pre-flight check of every node and link"
+    try:
+        verdict, reports, seconds = run_check(
+            kv=kv,
+            result=met,
+            index=index,
+            mode=mode,
+            limits=limits,
+            log_dir=str(run.logdir.path),
+            interface=job.interface,
+            environ=run.environ,
+            timeout=spec.heartbeat_timeout + 10.0,
+        )
+    except PreflightError as exc:
+        cause = RootCause(reason=str(exc), host=job.host, node_index=index)
+        run.console.error(str(exc))
+        run.record.finished(
+            plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
+        )
+        return RoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+    verdict = with_quarantine(run, met, verdict, kv, limits)
+    run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
+    for note in verdict.notes:
+        run.console.warn(f"pre-flight check: {note}")
+    if verdict.ok:
+        if kv is not None:
+            mark_read(kv, met.round, index, n, wait=False)  # type: ignore[arg-type]
+        run.console.say(healthy_line(verdict, n, seconds))
+        return None
+    for line in verdict.lines:
+        run.console.error(f"pre-flight check: {line}")
+    if kv is not None and can_leave_out(run, verdict, n):
+        return leave_out(run, met, plan, restarts, verdict, kv)
+    first_bad = verdict.bad_nodes[0] if verdict.bad_nodes else None
+    cause = RootCause(
+        reason=f"pre-flight check: {verdict.lines[0]}",
+        host=met.hosts[first_bad] if first_bad is not None else "",
+        node_index=first_bad,
+    )
+    run.console.error(
+        "pre-flight check failed: the job does not start, no spare node can take the place "
+        f"of the node at fault (exit {CHECK_EXIT_CODE} on every node; --preflight_limits sets "
+        "the thresholds, --preflight off skips the check)"
+    )
+    if kv is not None:
+        mark_read(kv, met.round, index, n, wait=True)  # type: ignore[arg-type]
+    run.record.finished(
+        plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
+    )
+    return RoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+
+
+def can_leave_out(run, verdict: Verdict, n: int) -> bool:
+    """An elastic job with more members than MIN goes on without the nodes at fault,
+    unless one of them hosts the launchers' store (node 0's own: the job cannot go on
+    without it; with etcd every node may leave)."""
+    spec = run.elastic
+    if spec is None or n - len(verdict.bad_nodes) < spec.min_nodes:
+        return False
+    return bool(run.spec.etcd_master) or 0 not in verdict.bad_nodes
+
+
+def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict, kv):
+    """The nodes at fault leave (their launchers exit `LEFT_OUT_EXIT_CODE`, no worker
+    started); the others end this round unstarted and meet again without them."""
+    from paddlike.launch.health.preflight import mark_read
+    from paddlike.launch.plan.membership import LEFT
+    from paddlike.launch.plan.next_round import RoundEnd
+    from paddlike.launch.plan.world import node_label
+    from paddlike.summary import RootCause, RunStatus
+
+    index, n, bad = run.job.index, len(met.nodes), verdict.bad_nodes
+    keep = n - len(bad)
+    names = ", ".join(node_label(i, met.hosts) for i in bad)
+    spec = run.elastic
+    if index in bad:
+        run.console.error(
+            f"pre-flight check: this node is left out of the elastic job, which goes on with "
+            f"{keep} node{'s' if keep != 1 else ''} (--nnodes {spec.range_text}); its launcher "
+            f"starts no worker and exits {LEFT_OUT_EXIT_CODE}"
+        )
+        mark_read(kv, met.round, index, n, wait=True)  # (etcd: its keys go with its lease)
+        own = next(line for line in verdict.lines if line.startswith(f"node {index} "))
+        cause = RootCause(
+            reason=f"pre-flight check left this node out: {own}",
+            host=run.job.host,
+            node_index=index,
+        )
+        run.leaving = True  # (nodes waiting to join are not told that the job ended)
+        run.record.finished(
+            plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT_EXIT_CODE, cause=cause
+        )
+        return RoundEnd(LEFT_OUT_EXIT_CODE, cause, met.round, 0)
+    run.console.warn(
+        f"pre-flight check: the job goes on without {names}: a new round of {keep} "
+        f"node{'s' if keep != 1 else ''} (--nnodes {spec.range_text})"
+    )
+    mark_read(kv, met.round, index, n, wait=False)
+    first = bad[0]
+    cause = RootCause(
+        reason=f"the pre-flight check left out {names}",
+        host=met.hosts[first],
+        node_index=first,
+        membership=LEFT,
+    )
+    survivors = {(e.host, e.pid) for i, e in enumerate(met.nodes) if i not in bad}
+    run.peers.rounds.left_out(met.round, survivors, cause.reason)
+    return RoundEnd(0, cause, met.round, keep)
+
+
+def with_quarantine(run, met: RendezvousResult, verdict: Verdict, kv, limits: Limits) -> Verdict:
+    """An elastic job's verdict with its quarantined nodes (`quarantine`) at fault, where
+    the job can do without them; else they stay, named in a note."""
+    if run.elastic is None or kv is None:
+        return verdict
+    from paddlike.launch.health.quarantine import quarantined, read_rounds
+
+    held = quarantined(read_rounds(kv, met.hosts), met.hosts, int(limits.quarantine_rounds))
+    held = [(i, line) for i, line in held if i not in verdict.bad_nodes]
+    if not held:
+        return verdict
+    merged = verdict._replace(
+        bad_nodes=tuple(sorted({*verdict.bad_nodes, *(i for i, _ in held)})),
+        lines=verdict.lines + tuple(line for _, line in held),
+    )
+    if can_leave_out(run, merged, len(met.nodes)):
+        return merged
+    return verdict._replace(
+        notes=verdict.notes
+        + tuple(f"{line}; the job cannot do without it: it stays" for _, line in held)
+    )
+
+
+def note_round_end(run, round_: int, cause) -> None:
+    """`JobRun.round`'s hook after a round's end (elastic): the round is held against the
+    node its cause names (`quarantine.note_round_end`)."""
+    kv = getattr(run.peers, "kv", None)
+    if kv is not None and run.elastic is not None:
+        from paddlike.launch.health.quarantine import note_round_end as note
+
+        note(kv, round_, cause)
