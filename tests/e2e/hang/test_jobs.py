@@ -56,8 +56,13 @@ def test_stacks_of_a_torch_job_name_the_rank_stuck_in_load_batch_first(tmp_path)
     assert lines[1] == (
         "ranks 0–2 (3 of 4) wait in `all_reduce` called from torch_load_batch.py:26 (main)"
     )
+    # torch's flight recorder is on by default (--straggler_check's probe): it says why too
+    assert lines[2] == (
+        "rank 3 never entered collective #1 (all_reduce, which ranks 0–2 are waiting in); "
+        "rank 3 entered none of them"
+    )
     written = dump_dir(tmp_path / "log")
-    assert lines[2] == f"stacks of 4 ranks in {written}"
+    assert lines[3] == f"stacks of 4 ranks in {written}"
     names = sorted(p.name for p in written.iterdir())
     assert names == ["rank.0.txt", "rank.1.txt", "rank.2.txt", "rank.3.txt", "stacks.json",
                      "summary.txt"]  # fmt: skip
