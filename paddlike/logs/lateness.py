@@ -197,10 +197,10 @@ def heat_map(
     cols = done[-HEAT_COLLECTIVES:]
     cells: dict[int, list[float | None]] = {r.rank: [None] * len(cols) for r in shown}
     for k, c in enumerate(cols):
-        first = c.entries[0][1]
-        for rank, t in c.entries:
-            row = cells.get(rank)
-            if row is not None:
+        first, when = c.entries[0][1], dict(c.entries)
+        for rank, row in cells.items():
+            t = when.get(rank)
+            if t is not None:
                 row[k] = round((t - first) * 1000, 1)
     return {
         "ranks_total": len(order),
@@ -268,8 +268,12 @@ def _complete(
         shift = offsets.get(rank, 0.0)
         groups: set[str] = set()
         for a in entries:
-            seen.setdefault((a.group, a.seq), []).append((a.time + shift, rank))
-            ops.setdefault((a.group, a.seq), a.op)
+            key = (a.group, a.seq)
+            got = seen.get(key)
+            if got is None:
+                got = seen[key] = []
+                ops[key] = a.op
+            got.append((a.time + shift, rank))
             groups.add(a.group)
         for g in groups:
             members[g] = members.get(g, 0) + 1

@@ -10,7 +10,7 @@ window.PaddlikeHeatmap = (function () {
 // 9 levels: each a quarter of the bar; level 4 starts at the bar, 8 at twice it
 var LEVELS = ['#f1f3f7', '#fcefc4', '#fadc92', '#f7bd63', '#f0913f', '#e0652e', '#c83f27',
               '#a2231e', '#701214'];
-var LABEL_W = 230, PAD_R = 190, TOP = 20, FOOT = 30;
+var PAD_R = 200, TOP = 20, FOOT = 30, LABEL_W = 230;  // LABEL_W: set per map (its labels)
 
 function esc(s) {
   return String(s === null || s === undefined ? '' : s).replace(/[&<>"']/g, function (ch) {
@@ -29,7 +29,9 @@ function label(r) {
 }
 function geometry(L, width) {
   var n = L.collectives.length, rows = L.ranks.length;
-  var rowH = rows <= 16 ? 18 : rows <= 32 ? 13 : 9;
+  var rowH = rows <= 16 ? 18 : rows <= 32 ? 13 : 9, longest = 0;
+  L.ranks.forEach(function (r) { longest = Math.max(longest, label(r).length); });
+  LABEL_W = Math.min(240, 24 + longest * (rowH >= 13 ? 7 : 5.5));
   return {n: n, rowH: rowH, cw: Math.max(1, (width - LABEL_W - PAD_R) / Math.max(1, n)),
           height: TOP + rows * rowH + FOOT};
 }
@@ -47,7 +49,7 @@ function rowSvg(L, r, i, g, barMs) {
   }
   var med = (L.medians || {})[String(r.rank)], font = g.rowH >= 13 ? 12 : 9;
   var right = med && med[0] !== null && med[0] !== undefined ?
-    '+' + ms(med[0] * 1000) + ' median, last ' + Math.round(100 * (med[1] || 0)) + '%' : '';
+    '+' + ms(med[0] * 1000) + ', last ' + Math.round(100 * (med[1] || 0)) + '%' : '';
   var x2 = LABEL_W + g.n * g.cw;
   return '<g class="heat-row' + (r.straggler ? ' straggler' : '') + '" data-rank="' + r.rank + '" data-node="' +
     esc(r.node) + '"><text class="heat-label" x="' + (LABEL_W - 8) + '" y="' + (y + g.rowH - 4) +
@@ -55,7 +57,8 @@ function rowSvg(L, r, i, g, barMs) {
     cells + (r.straggler ? '<rect class="heat-ring" x="' + (LABEL_W - 2) + '" y="' + (y - 1) + '" width="' +
     (x2 - LABEL_W + 4).toFixed(1) + '" height="' + (g.rowH + 1) + '"/>' : '') +
     '<text class="heat-side" x="' + (x2 + 8).toFixed(1) + '" y="' + (y + g.rowH - 4) + '" style="font-size:' +
-    Math.min(font, 11) + 'px">' + (r.straggler ? 'straggler ' : '') + esc(right) + '</text></g>';
+    Math.min(font, 11) + 'px">' + (r.straggler ? 'straggler ' : '') + esc(right) +
+    '<title>median lateness, share of the collectives it entered last</title></text></g>';
 }
 function legend(barMs) {
   return LEVELS.map(function (c, k) {
@@ -71,12 +74,10 @@ function draw(F, secs) {
   var box = document.getElementById('lateness-map'), width = box.clientWidth || 1000;
   var g = geometry(L, width), barMs = Math.max(0.1, (L.bar || 0) * 1000), body = '';
   L.ranks.forEach(function (r, i) { body += rowSvg(L, r, i, g, barMs); });
-  var first = L.collectives[0], last = L.collectives[g.n - 1], x2 = LABEL_W + g.n * g.cw;
   var foot = TOP + L.ranks.length * g.rowH + 16;
-  body += '<text class="tick" x="' + LABEL_W + '" y="' + foot + '">' + esc(first[0] + ' #' + first[1]) +
-    (first[3] !== null ? ' at +' + esc(secs(first[3])) : '') + '</text>' +
-    '<text class="tick" x="' + x2.toFixed(1) + '" y="' + foot + '" text-anchor="end">' + esc(last[0] + ' #' + last[1]) +
-    (last[3] !== null ? ' at +' + esc(secs(last[3])) : '') + ' (newest)</text>' +
+  function col(c) { return c[0] + ' #' + c[1] + (c[3] !== null ? ' (+' + secs(c[3]) + ')' : ''); }
+  body += '<text class="tick" x="' + LABEL_W + '" y="' + foot + '">' + esc(col(L.collectives[0])) + ' → ' +
+    esc(col(L.collectives[g.n - 1])) + '</text>' +
     '<text class="tick" x="' + LABEL_W + '" y="13">' + g.n + ' collectives every rank of their group entered, oldest left</text>';
   box.innerHTML = '<svg id="lateness-svg" width="' + width + '" height="' + g.height + '" role="img" ' +
     'aria-label="lateness of each rank at each collective">' + body + '</svg>';
