@@ -38,7 +38,15 @@ Schema (version 1) — `summary.json`:
         "ranks": [{"who": "rank 2", "rank": 2, "node": "b", "log": "workerlog.0",
                    "last_share": 0.91, "median": 0.048, "p90": 0.061,
                    "collectives": 200, "straggler": true}, ...],   # the straggler first
-        "nodes": [...]},                  # the same per node, on many nodes
+        "nodes": [...],                   # the same per node, on many nodes
+        "bar": 0.031,                     # seconds: a median lateness over it counts
+        "heat": null | {                  # the page's heat map: at most 64 ranks (the
+          "ranks_total": 3,               # latest ones) x the newest 200 collectives
+          "collectives": [["all_reduce", 812, "torch:0", 1795000099.912], ...],
+                                          # [op, seq, group, first arrival], oldest first
+          "ranks": [{"rank": 2, "node": "b", "log": "workerlog.0", "straggler": true,
+                     "lateness_ms": [48.2, 50.1, null, ...]}, ...]}},   # rank order;
+                                          # null: not in that collective's group
       "preflight": {                      # the pre-flight check (--preflight), or null
         "round": 0, "ok": false, "seconds": 0.61,
         "bandwidth_median": 1100000000, "rtt_median": 0.00005,   # bytes/s, seconds

@@ -32,6 +32,11 @@ of their group entered (at least `MIN_COLLECTIVES` of them, else nothing is judg
 comes last half the time by chance). The reference time is the step's (heartbeat()'s
 step time, where the script calls it), else the median time between the window's
 collectives. A node named takes the place of its ranks in the report.
+
+The map (`heat_map`, summary.json's "stragglers"."heat", the job page's heat map): each
+rank's lateness at each of the window's newest `HEAT_COLLECTIVES` collectives, for at
+most `HEAT_RANKS` ranks (in a larger job the latest ones: the stragglers, then by share
+of last arrivals and median lateness), in rank order; a few tens of kilobytes at most.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ __all__ = [
     "clock_offsets",
     "describe",
     "find_stragglers",
+    "heat_map",
     "rows_from_json",
     "summary_lines",
     "table_lines",
@@ -59,6 +65,8 @@ WINDOW = 200  # collectives judged per check
 THRESHOLD = 0.1  # median lateness over this share of the step (or collective) time
 MIN_LATENESS = 0.002  # seconds: below this a median lateness is scheduling noise
 MIN_COLLECTIVES = 10  # fewer complete collectives say nothing yet (the job is starting)
+HEAT_RANKS = 64  # ranks in the map at most (the latest ones, in a larger job)
+HEAT_COLLECTIVES = 200  # the window's newest collectives in the map at most
 
 
 class Arrival(NamedTuple):
@@ -105,6 +113,8 @@ class Lateness:
     reference: float  # seconds: the step's, or between collectives
     step_known: bool  # the reference is heartbeat()'s step time
     stragglers: list[Straggler] = field(default_factory=list)
+    bar: float = 0.0  # seconds: a median lateness over this counts (threshold × reference)
+    heat: dict[str, object] | None = None  # `heat_map`'s, None before a window was judged
 
     def to_json(self) -> dict[str, object]:
         """summary.json's "stragglers" (plain JSON types; `rows_from_json` reads it)."""
@@ -112,9 +122,11 @@ class Lateness:
             "window": self.window,
             "reference": self.reference,
             "step_known": self.step_known,
+            "bar": round(self.bar, 6),
             "named": [s.line for s in self.stragglers],
             "ranks": [_row_json(r) for r in self.rows],
             "nodes": [_row_json(r) for r in self.nodes],
+            "heat": self.heat,
         }
 
 
@@ -169,7 +181,41 @@ def find_stragglers(
         for r in sorted(named, key=lambda r: (-r.last_share, -r.median))
     ]
     order = sorted(rows, key=lambda r: (not r.straggler, -r.last_share, -r.median, r.rank))
-    return Lateness(order, node_rows, len(done), ref, bool(step_time), lines)
+    heat = heat_map(done, order, named_nodes)
+    return Lateness(order, node_rows, len(done), ref, bool(step_time), lines, bar, heat)
+
+
+def heat_map(
+    done: Sequence[_Collective], order: Sequence[Row], named_nodes: set[str] | frozenset[str]
+) -> dict[str, object]:
+    """summary.json's "stragglers"."heat": the lateness of the first `HEAT_RANKS` rows of
+    `order` (the latest first), in rank order, at the newest `HEAT_COLLECTIVES` of `done`
+    (oldest first). Each rank's row: rank, node, log, straggler (it, or its node, is
+    named), lateness_ms (one per collective, milliseconds to 0.1; null where the rank is
+    not in the collective's group). Each collective: [op, seq, group, first arrival]."""
+    shown = sorted(order[:HEAT_RANKS], key=lambda r: r.rank)
+    cols = done[-HEAT_COLLECTIVES:]
+    cells: dict[int, list[float | None]] = {r.rank: [None] * len(cols) for r in shown}
+    for k, c in enumerate(cols):
+        first, when = c.entries[0][1], dict(c.entries)
+        for rank, row in cells.items():
+            t = when.get(rank)
+            if t is not None:
+                row[k] = round((t - first) * 1000, 1)
+    return {
+        "ranks_total": len(order),
+        "collectives": [[c.op, c.seq, c.group, round(c.entries[0][1], 3)] for c in cols],
+        "ranks": [
+            {
+                "rank": r.rank,
+                "node": r.node,
+                "log": r.log,
+                "straggler": r.straggler or r.node in named_nodes,
+                "lateness_ms": cells[r.rank],
+            }
+            for r in shown
+        ],
+    }
 
 
 def clock_offsets(
@@ -201,8 +247,13 @@ def clock_offsets(
     return {r: shift[n] for r, n in nodes.items() if n in shift}
 
 
-# one complete collective: [(rank, arrival)], earliest first
-_Collective = list[tuple[int, float]]
+class _Collective(NamedTuple):
+    """One complete collective: who entered it when, earliest first."""
+
+    group: str
+    seq: int
+    op: str
+    entries: list[tuple[int, float]]  # (rank, or a node's name; arrival)
 
 
 def _complete(
@@ -211,28 +262,34 @@ def _complete(
     """The collectives every member of their group entered (a group's members: the ranks
     that recorded any of its collectives), oldest first by first arrival."""
     seen: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    ops: dict[tuple[str, int], str] = {}
     members: dict[str, int] = {}
     for rank, entries in arrivals.items():
         shift = offsets.get(rank, 0.0)
         groups: set[str] = set()
         for a in entries:
-            seen.setdefault((a.group, a.seq), []).append((a.time + shift, rank))
+            key = (a.group, a.seq)
+            got = seen.get(key)
+            if got is None:
+                got = seen[key] = []
+                ops[key] = a.op
+            got.append((a.time + shift, rank))
             groups.add(a.group)
         for g in groups:
             members[g] = members.get(g, 0) + 1
     out: list[tuple[float, _Collective]] = []
-    for (g, _seq), got in seen.items():
+    for (g, seq), got in seen.items():
         if len(got) != members[g] or len(got) < 2:
             continue
         got.sort()
-        out.append((got[0][0], [(r, t) for t, r in got]))
+        out.append((got[0][0], _Collective(g, seq, ops[g, seq], [(r, t) for t, r in got])))
     out.sort(key=lambda x: x[0])
     return [c for _, c in out]
 
 
 def _period(done: Sequence[_Collective]) -> float:
     """The median time between the window's successive collectives (first arrivals)."""
-    firsts = [c[0][1] for c in done]
+    firsts = [c.entries[0][1] for c in done]
     gaps = sorted(b - a for a, b in itertools.pairwise(firsts))
     return gaps[len(gaps) // 2] if gaps else 0.0
 
@@ -240,9 +297,9 @@ def _period(done: Sequence[_Collective]) -> float:
 def _by_node(c: _Collective, nodes: Mapping[int, str]) -> _Collective:
     """A collective as its nodes entered it: each node at its first rank's arrival."""
     first: dict[str, float] = {}
-    for r, t in c:  # earliest first: a node's first entry is its first rank's
+    for r, t in c.entries:  # earliest first: a node's first entry is its first rank's
         first.setdefault(nodes.get(r, ""), t)
-    return list(first.items())  # type: ignore[arg-type]  # node names in the rank's place
+    return c._replace(entries=list(first.items()))  # type: ignore[arg-type]  # node names
 
 
 def _rows(
@@ -256,10 +313,10 @@ def _rows(
     late: dict = {k: [] for k in names}
     last: dict = dict.fromkeys(names, 0)
     for c in done:
-        first = c[0][1]
-        for who, t in c:
+        first = c.entries[0][1]
+        for who, t in c.entries:
             late[who].append(t - first)
-        last[c[-1][0]] += 1
+        last[c.entries[-1][0]] += 1
     out = []
     share_bar = most(len(names))
     for who, values in late.items():

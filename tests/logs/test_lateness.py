@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
 from paddlike.logs.lateness import (
+    HEAT_COLLECTIVES,
+    HEAT_RANKS,
     Arrival,
     clock_offsets,
     describe,
@@ -230,3 +233,59 @@ def test_the_table_puts_the_straggler_first_and_round_trips_through_json() -> No
     assert lines[2].split() == ["*", "rank", "2", "100%", "+48", "ms", "+48", "ms",
                                 "workerlog.2"]  # fmt: skip
     assert not any(line.startswith("*") for line in lines[3:])
+
+
+# The heat map (summary.json's "stragglers"."heat", drawn by the job page)
+
+
+def heat_rows(found) -> dict[int, dict]:
+    return {r["rank"]: r for r in found.heat["ranks"]}
+
+
+def test_the_heat_map_holds_each_ranks_lateness_at_each_collective_in_rank_order() -> None:
+    found = find_stragglers(
+        job(4, {2: 0.048}, jitter=0.0), nodes=dict.fromkeys(range(4), "vm"),
+        logs={r: f"workerlog.{r}" for r in range(4)},
+    )  # fmt: skip
+    heat = json.loads(json.dumps(found.to_json(), allow_nan=False))["heat"]
+    assert [r["rank"] for r in heat["ranks"]] == [0, 1, 2, 3] and heat["ranks_total"] == 4
+    assert len(heat["collectives"]) == 200
+    assert heat["collectives"][0][:3] == ["all_reduce", 1, "torch:0"]
+    assert heat["collectives"][-1][:3] == ["all_reduce", 200, "torch:0"]
+    late = heat["ranks"][2]
+    assert (late["node"], late["log"], late["straggler"]) == ("vm", "workerlog.2", True)
+    assert late["lateness_ms"] == [48.0] * 200
+    assert heat["ranks"][0]["lateness_ms"] == [0.0] * 200 and not heat["ranks"][0]["straggler"]
+    assert found.to_json()["bar"] == pytest.approx(0.01)  # a tenth of the 100 ms
+
+
+def test_the_heat_map_is_bounded_and_keeps_the_latest_ranks_of_a_large_job() -> None:
+    found = find_stragglers(job(200, {7: 0.05, 150: 0.02}, n=300))
+    heat = found.heat
+    assert len(heat["ranks"]) == HEAT_RANKS and heat["ranks_total"] == 200
+    assert len(heat["collectives"]) == HEAT_COLLECTIVES
+    ranks = [r["rank"] for r in heat["ranks"]]
+    assert ranks == sorted(ranks) and {7, 150} <= set(ranks)  # the latest are kept
+    assert heat["collectives"][-1][1] == 300  # the newest collectives
+    assert len(json.dumps(found.to_json()["heat"])) < 100_000
+
+
+def test_a_named_nodes_ranks_are_marked_in_the_heat_map() -> None:
+    nodes = {r: "abc"[r // 2] for r in range(6)}
+    found = find_stragglers(job(6, {4: 0.05, 5: 0.05}), nodes=nodes)
+    assert [s.row.who for s in found.stragglers] == ["node c"]
+    marked = {rank for rank, r in heat_rows(found).items() if r["straggler"]}
+    assert marked == {4, 5}
+
+
+def test_a_rank_outside_a_collectives_group_has_no_cell_there() -> None:
+    arrivals = job(3, n=20)
+    for r in (0, 1):
+        arrivals[r] += [Arrival("torch:1", s, "broadcast", s * STEP + 0.05) for s in range(1, 21)]
+    cells = heat_rows(find_stragglers(arrivals))[2]["lateness_ms"]
+    assert cells.count(None) == 20 and len(cells) == 40
+
+
+def test_too_few_collectives_keep_no_heat_map() -> None:
+    found = find_stragglers(job(3, n=5))
+    assert found.heat is None and found.to_json()["heat"] is None

@@ -90,7 +90,7 @@ def test_page_loads_nothing_from_anywhere():
     _, page = run([SAMPLES / "hung", "--html", "-"])
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page, re.I)
     assert "@import" not in page and "url(" not in page
-    assert len(re.findall(r"<script\b", page)) == len(re.findall(r"</script>", page)) == 3
+    assert len(re.findall(r"<script\b", page)) == len(re.findall(r"</script>", page)) == 4
 
 
 def test_the_pages_script_and_style_are_package_data_that_every_install_carries():
@@ -114,7 +114,7 @@ def test_a_log_line_that_closes_a_script_element_stays_data(tmp_path):
     log = write_paddle_job(tmp_path / "log")
     (log / "workerlog.0").write_text("</script><script>alert(1)</script>\nstep 1\n")
     _, page = run([log, "--html", "-"])
-    assert len(re.findall(r"</script>", page)) == 3
+    assert len(re.findall(r"</script>", page)) == 4
     assert by_name(page_facts(page))["trainer 0"]["tail"][0].startswith("</script>")
 
 
@@ -382,3 +382,64 @@ def test_paddlikes_own_flight_record_gives_each_ranks_last_sign_of_life_too():
     }  # fmt: skip
     assert last[2]["first"] and last[2]["t"] < min(last[r]["t"] for r in (0, 1, 3))
     assert last[0]["t"] == pytest.approx(1.63, abs=0.01)  # the Progress table's "+1.63 s"
+
+
+def straggler_table(late_rank: int | None, check: int) -> dict:
+    """summary.json's "stragglers" as a check of 3 ranks writes it (`lateness`)."""
+    from paddlike.logs.lateness import Arrival, find_stragglers
+
+    extra = {late_rank: 0.05} if late_rank is not None else {}
+    arrivals = {
+        r: [Arrival("torch:0", k, "all_reduce", 100.0 + 0.1 * k + extra.get(r, 0.0))
+            for k in range(1, 60)]
+        for r in range(3)
+    }  # fmt: skip
+    found = find_stragglers(arrivals, dict.fromkeys(range(3), "vm"))
+    return {"time": time.time(), "check": check, "since": 1, **found.to_json()}
+
+
+def test_the_heat_maps_facts_come_from_the_straggler_check_and_none_without_one(tmp_path):
+    assert job_facts(load([SAMPLES / "success"]))["lateness"] is None
+    log = tmp_path / "log"
+    shutil.copytree(SAMPLES / "success", log)
+    summary = read_summary(log)
+    summary.stragglers = straggler_table(1, check=4)
+    write_summary(log, summary)
+    lateness = job_facts(load([log]))["lateness"]
+    assert lateness["check"] == 4 and lateness["named"][0].startswith("straggler: rank 1 (node vm")
+    assert [r["rank"] for r in lateness["ranks"]] == [0, 1, 2]
+    assert lateness["ranks"][1]["straggler"] and lateness["ranks"][1]["lateness_ms"][0] == 50.0
+    assert lateness["collectives"][0][:3] == ["all_reduce", 1, "torch:0"]
+    assert lateness["medians"]["1"] == [pytest.approx(0.05), 1.0]
+    # a summary written before the map was kept (no "heat"): no map, no error
+    summary.stragglers = {k: v for k, v in summary.stragglers.items() if k != "heat"}
+    write_summary(log, summary)
+    assert job_facts(load([log]))["lateness"] is None
+    assert run([log, "--html", tmp_path / "x.html"])[0] == 0
+
+
+def test_a_followed_page_draws_each_new_checks_heat_map(tmp_path):
+    # The launcher rewrites summary.json at every check; --follow's next page draws it.
+    log = write_running_job(tmp_path / "log")
+    target = tmp_path / "job.html"
+    pages: list[dict] = []
+
+    def next_check(_interval: float) -> None:
+        pages.append(page_facts(target.read_text()))
+        summary = read_summary(log)
+        if len(pages) == 1:
+            summary.stragglers = straggler_table(None, check=1)
+        elif len(pages) == 2:
+            summary.stragglers = straggler_table(2, check=2)
+        else:
+            summary.status, summary.exit_code, summary.end_time = "succeeded", 0, time.time()
+        write_summary(log, summary)
+
+    out = io.StringIO()
+    assert page_follow.follow_page([str(log)], target, out=out, interval=0.5, wait=next_check) == 0
+    first, calm, late = pages
+    assert first["lateness"] is None
+    assert calm["lateness"]["check"] == 1
+    assert not any(r["straggler"] for r in calm["lateness"]["ranks"])
+    assert late["lateness"]["check"] == 2
+    assert [r["rank"] for r in late["lateness"]["ranks"] if r["straggler"]] == [2]

@@ -73,11 +73,11 @@ class RunRecord:
             self._write(*self._last)
 
     def stragglers_found(self, table: dict) -> None:
-        """A straggler check's table (`lateness.Lateness.to_json`): kept; written at once
-        when who is named changed, so that the summary says it while the job runs."""
-        changed = self.stragglers is None or self.stragglers["named"] != table["named"]
+        """A straggler check's table (`lateness.Lateness.to_json`): kept, and written at
+        once, so that the summary (and a followed page's heat map) says it while the job
+        runs; a check comes every --straggler_check seconds, never more often."""
         self.stragglers = table
-        if changed and self._last is not None:
+        if self._last is not None:
             self._write(*self._last)
 
     def outcome_text(self) -> str:

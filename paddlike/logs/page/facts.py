@@ -347,6 +347,42 @@ def _progress(
     }
 
 
+def lateness_facts(job: JobView, t0: float) -> dict[str, Any] | None:
+    """The heat map's data: node 0's last straggler check (summary.json "stragglers",
+    `logs.lateness`), its times after `t0`; None where no check kept a map (off, no
+    collective, a summary written before the map was kept)."""
+    for node in job.nodes:
+        table = node.summary.stragglers if node.summary else None
+        heat = table.get("heat") if isinstance(table, dict) else None
+        if not isinstance(heat, dict) or not heat.get("ranks"):
+            continue
+        cols = [c for c in heat.get("collectives") or [] if isinstance(c, list) and len(c) == 4]
+        shown = {r.get("rank") for r in heat["ranks"] if isinstance(r, dict)}
+        when = table.get("time")
+        return {
+            "t": _ms(when, t0) if isinstance(when, (int, float)) else None,
+            "check": table.get("check"),
+            "window": table.get("window"),
+            "reference": table.get("reference"),
+            "step_known": bool(table.get("step_known")),
+            "bar": table.get("bar") or 0.0,
+            "named": [str(x) for x in table.get("named") or []],
+            "ranks_total": heat.get("ranks_total"),
+            "collectives": [
+                [op, seq, group, _ms(t, t0) if isinstance(t, (int, float)) else None]
+                for op, seq, group, t in cols
+            ],
+            "ranks": heat["ranks"],
+            # each shown rank's median lateness (s) and share of last arrivals
+            "medians": {
+                str(r["rank"]): [r.get("median"), r.get("last_share")]
+                for r in table.get("ranks") or []
+                if isinstance(r, dict) and r.get("rank") in shown
+            },
+        }
+    return None
+
+
 def job_facts(
     job: JobView,
     *,
@@ -407,4 +443,5 @@ def job_facts(
         "rounds": _rounds(job, procs),
         "dumps": dumps,
         "progress": _progress(job, t0, history),
+        "lateness": lateness_facts(job, t0),
     }

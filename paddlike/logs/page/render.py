@@ -14,7 +14,7 @@ import json
 from importlib import resources
 from typing import Any
 
-ASSETS = ("error_hook.js", "page.css", "page.html", "page.js")
+ASSETS = ("error_hook.js", "heatmap.js", "page.css", "page.html", "page.js")
 
 
 @functools.cache
@@ -32,6 +32,8 @@ def asset(name: str) -> str:
                    (facts.py), plain JavaScript, no library; it records on <body> that it
                    drew (data-drawn, data-draw-ms), which the browser tests and
                    bench/logs_html.py read
+    heatmap.js     the heat map of lateness (PaddlikeHeatmap.draw, which page.js calls),
+                   ranks x collectives from --straggler_check's last check
     """
     text = (resources.files("paddlike.logs.page") / "assets" / name).read_text(encoding="utf-8")
     return "\n" + text
@@ -60,5 +62,6 @@ def render_page(facts: dict[str, Any], dirs: list[str]) -> str:
         f"<style>{asset('page.css')}</style>\n<script>{asset('error_hook.js')}</script>\n"
         f"</head>\n<body>{body}"
         f'<script type="application/json" id="facts">{_json_for_script(facts)}</script>\n'
+        f"<script>{asset('heatmap.js')}</script>\n"
         f"<script>{asset('page.js')}</script>\n</body>\n</html>\n"
     )

@@ -54,6 +54,13 @@ def test_a_torch_rank_that_sleeps_before_each_all_reduce_is_named_within_two_che
     assert table is not None and table["since"] <= 2, table  # the 1st or 2nd check named it
     assert [r["rank"] for r in table["ranks"] if r["straggler"]] == [2]
     assert table["ranks"][0]["rank"] == 2 and table["ranks"][0]["median"] > 0.04
+    # the page's heat map: every rank at each collective, rank 2's row the late one
+    heat = table["heat"]
+    assert [r["rank"] for r in heat["ranks"]] == [0, 1, 2] and heat["ranks_total"] == 3
+    assert [r["rank"] for r in heat["ranks"] if r["straggler"]] == [2]
+    assert len(heat["collectives"]) == table["window"]
+    cells = sorted(v for v in heat["ranks"][2]["lateness_ms"] if v is not None)
+    assert cells[len(cells) // 2] > 40
     # python -m paddlike.logs DIR --stragglers: the same line, then the table, rank 2 first
     out = io.StringIO()
     assert logs_main([str(tmp_path / "log"), "--stragglers"], out=out) == 0
@@ -90,6 +97,7 @@ def test_a_balanced_torch_job_names_nobody(tmp_path: Path) -> None:
         table = stragglers(tmp)
         assert table is not None and table["window"] > 0, table  # the checks compared some
         assert table["named"] == [] and not any(r["straggler"] for r in table["ranks"])
+        assert not any(r["straggler"] for r in table["heat"]["ranks"])
 
 
 @pytest.mark.timeout(180)

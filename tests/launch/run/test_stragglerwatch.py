@@ -135,3 +135,25 @@ def test_on_straggler_exclude_needs_an_elastic_job() -> None:
     elastic = ["--nnodes", "2:3", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
     assert parse_options([*elastic, "train.py"], {}).on_straggler == "exclude"
     assert parse_options(["train.py"], {}).on_straggler == "warn"
+
+
+def test_every_check_rewrites_the_running_jobs_summary_with_its_heat_map(tmp_path) -> None:
+    # --html --follow redraws the heat map from summary.json: each check must land there,
+    # also when who is named did not change
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.summary import read_summary
+    from tests.launch.run.test_supervisor import make_plan
+
+    record = RunRecord(tmp_path, warn=lambda _: None)
+    plan = make_plan([], 3)
+    record.running(plan, [], 0)
+    w = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                       node_index=0, node="a", on_table=record.stragglers_found)  # fmt: skip
+    for check in (1, 2, 3):  # the same finding each time: the console says it once
+        w.decide([part(range(3), {2: 0.05})])
+        table = read_summary(tmp_path).stragglers
+        assert table["check"] == check and table["window"] == 49
+        heat = table["heat"]
+        assert [r["rank"] for r in heat["ranks"] if r["straggler"]] == [2]
+        assert heat["ranks"][2]["lateness_ms"][-1] == pytest.approx(50.0, abs=0.1)
+        assert len(heat["collectives"]) == 49

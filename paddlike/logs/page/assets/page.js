@@ -498,13 +498,15 @@ document.getElementById('toggle-all').addEventListener('click', function () {
 var resizeTimer = null;
 window.addEventListener('resize', function () {
   clearTimeout(resizeTimer);
-  resizeTimer = setTimeout(function () { drawTimeline(); drawProgress(); }, 100);
+  resizeTimer = setTimeout(function () { drawTimeline(); drawLateness(); drawProgress(); }, 100);
 });
 if (F.follow && F.status === 'running') {
   setTimeout(function () { location.reload(); }, F.follow * 1000);
 }
 
-drawHeader(); drawTimeline(); drawDetail(); drawProgress(); drawDumps(); drawNodes();
+function drawLateness() { window.PaddlikeHeatmap.draw(F, secs); }  // heatmap.js
+
+drawHeader(); drawTimeline(); drawDetail(); drawLateness(); drawProgress(); drawDumps(); drawNodes();
 document.body.setAttribute('data-draw-ms', (performance.now() - T_START).toFixed(1));
 document.body.setAttribute('data-drawn', '1');
 })();
