@@ -176,6 +176,14 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
     for note in verdict.notes:
         run.console.warn(f"pre-flight check: {note}")
+    from paddlike.launch.health.choose import check_only, end_checked
+
+    if check_only(run.environ):  # the one-command start chooses among its hosts
+        for line in verdict.lines:
+            run.console.error(f"pre-flight check: {line}")
+        if verdict.ok:
+            run.console.say(healthy_line(verdict, n, seconds))
+        return end_checked(run, met, plan, restarts, verdict, kv)
     if verdict.ok:
         if kv is not None:
             mark_read(kv, met.round, index, n, wait=False)  # type: ignore[arg-type]
