@@ -140,12 +140,15 @@ def run_check(
 def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     """`JobRun.round`'s hook (issue 35): None when the round may start its workers, else
     how the round ended (`plan.next_round.RoundEnd`) without starting any."""
+    from paddlike.launch.health.choose import check_only, end_checked
     from paddlike.launch.health.preflight import PreflightError, mark_read
     from paddlike.launch.plan.next_round import RoundEnd
     from paddlike.summary import RootCause, RunStatus
 
     spec, job = run.spec, run.job
     mode = preflight_mode(spec.preflight, job.nnodes)
+    if mode == "off" and check_only(run.environ):
+        mode = "on"  # a check-only launcher (`choose`) never starts workers unchecked
     if mode == "off" or (run.elastic is None and met.round > 0):
         return None  # (a fixed job's restart runs on the nodes the check passed)
     kv = getattr(run.peers, "kv", None)
@@ -176,8 +179,6 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
     for note in verdict.notes:
         run.console.warn(f"pre-flight check: {note}")
-    from paddlike.launch.health.choose import check_only, end_checked
-
     if check_only(run.environ):  # the one-command start chooses among its hosts
         for line in verdict.lines:
             run.console.error(f"pre-flight check: {line}")
