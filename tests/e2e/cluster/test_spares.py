@@ -5,6 +5,7 @@ throttled host is named with its figure and left out, a healthy third stands by.
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
@@ -78,3 +79,31 @@ def test_preflight_off_runs_on_the_first_two_hosts_as_deepspeed_does(tmp_path) -
         assert "pre-flight" not in out, out
         assert "[h0] OK: 1 worker finished" in out and "[h1] OK: 1 worker finished" in out, out
         assert "[h2]" not in out, out
+
+
+def test_ctrl_c_during_the_check_of_every_host_starts_nothing_and_leaves_nothing(
+    tmp_path,
+) -> None:
+    with site(tmp_path) as s:
+        # full: each link measured 1 s, so the check is still on when the hosts have met
+        argv = s.argv(s.hostfile(HOSTFILE), "--num_nodes", "2", "--preflight", "full")
+        proc = s.start(argv)
+        try:
+            assert proc.stderr is not None
+            seen = []
+            for raw in proc.stderr:  # the shared log directory's line: a host's launcher runs
+                seen.append(raw.decode())
+                if "paddlike.launch: log directory " in seen[-1]:
+                    break
+            proc.send_signal(signal.SIGINT)
+            rest = proc.communicate(timeout=120)[1].decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out = "".join(seen) + rest
+        assert proc.returncode == 130, out
+        assert "SIGINT: stopped during the pre-flight check" in out, out
+        assert "the job runs on" not in out, out
+        assert not list((s.tmp / "log").rglob("workerlog.*")), out
+        assert s.leftovers() == {}
