@@ -80,6 +80,7 @@ def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seco
                 "gpus": r.gpus,
                 "problems": list(r.problems),
                 "own": None if r.loop is None else round(r.loop),  # bytes/s to itself
+                "matmul": [round(x) for x in r.rates],  # FLOP/s per GPU (full, CuPy)
                 "links": [link(f) for f in r.links],
             }
             for r in reports
@@ -116,11 +117,15 @@ def run_check(
     started = time.monotonic()
     facts = read_facts(log_dir, interface, source if source is not None else gpu_source(environ))
     problems = node_problems(facts, limits, log_dir, interface)
+    rates: tuple[float, ...] = ()
+    if mode == "full":  # a matrix multiply per GPU, where CuPy imports (a child Python)
+        from paddlike.launch.health.matmul import gpu_rates
+
+        rates = gpu_rates(environ) or ()
     hosts = list(result.hosts)
     if kv is None or len(hosts) < 2:
-        reports = [
-            NodeReport(index, hosts[index] if hosts else "", (), tuple(problems), facts.gpus)
-        ]
+        host = hosts[index] if hosts else ""
+        reports = [NodeReport(index, host, (), tuple(problems), facts.gpus, rates=rates)]
     else:
         seconds = FULL_SECONDS if mode == "full" else LINK_SECONDS
         reports = exchange(
@@ -133,6 +138,7 @@ def run_check(
             timeout=timeout,
             limits=limits,
             seconds=seconds,
+            rates=rates,
         )
     return judge(reports, limits), reports, time.monotonic() - started
 
