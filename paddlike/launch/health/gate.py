@@ -119,9 +119,10 @@ def run_check(
     problems = node_problems(facts, limits, log_dir, interface)
     rates: tuple[float, ...] = ()
     if mode == "full":  # a matrix multiply per GPU, where CuPy imports (a child Python)
-        from paddlike.launch.health.matmul import gpu_rates
+        from paddlike.launch.health.matmul import DEADLINE, gpu_rates
 
-        rates = gpu_rates(environ) or ()
+        # (within half the figures' wait: the other nodes wait for this node's figures)
+        rates = gpu_rates(environ, timeout=min(DEADLINE, timeout / 2)) or ()
     hosts = list(result.hosts)
     if kv is None or len(hosts) < 2:
         host = hosts[index] if hosts else ""
