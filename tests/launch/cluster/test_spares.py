@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from paddlike.launch.cluster.selection import Pick, spare_count
@@ -10,6 +14,7 @@ from paddlike.launch.cluster.spares import Choice, check_job, choice_line, choos
 from paddlike.launch.health.choose import CHECK_ONLY_ENV, check_only
 from tests.launch.cluster.test_start import _plan
 
+LAUNCH = [sys.executable, "-m", "paddlike.launch"]
 HOSTS = ("h0", "h1", "h2", "h3")
 PICKS = tuple(Pick(h, 1) for h in HOSTS)
 
@@ -84,3 +89,24 @@ def test_the_chosen_job_keeps_the_chosen_hosts_picks_and_names(tmp_path) -> None
     line = choice_line(Choice(("h0", "h2"), ("h1",), ()), 2)
     assert line.startswith("pre-flight check: the job runs on h0, h2 (--num_nodes 2); left out")
     assert "standing by: none" in line
+
+
+def _dry_run(tmp_path, *args: str):
+    (tmp_path / "hf").write_text("h0 slots=1\nh1 slots=1\nh2 slots=1\n")
+    argv = [*LAUNCH, "--hostfile", str(tmp_path / "hf"), "--dry_run", *args, "train.py"]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+
+
+def test_dry_run_shows_the_check_of_every_host_then_says_n_of_them_run(tmp_path) -> None:
+    done = _dry_run(tmp_path, "--num_nodes", "2")
+    assert done.returncode == 0, done.stderr
+    hosts = {line.split()[0] for line in done.stdout.splitlines() if line.startswith("[")}
+    assert hosts == {"[h0]", "[h1]", "[h2]"}
+    assert f"[h2]   export {CHECK_ONLY_ENV}=<hidden>" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith(
+        "# then the job starts on the first 2 of these 3 hosts that pass the pre-flight check"
+    )
+    off = _dry_run(tmp_path, "--num_nodes", "2", "--preflight", "off")
+    assert off.returncode == 0, off.stderr
+    assert "[h2]" not in off.stdout and CHECK_ONLY_ENV not in off.stdout
