@@ -5,7 +5,8 @@ check (on by default for more than one node; ssh starts only).
         ─► `choose`: the first N healthy hosts run the job (in the hostfile's order), the
            hosts the check found at fault (exit 69) are left out, the other healthy ones
            stand by (their launchers ended after the check, exit 0; no worker started)
-        ─► the ordinary start (`start._run_sessions`) on the N chosen hosts
+        ─► the ordinary start (`start._run_sessions`) on the N chosen hosts, whose
+           launchers say who runs too (`health.choose.CHOSEN_ENV`)
 
 | the check-only launchers ended with          | the job                                    |
 | -------------------------------------------- | ------------------------------------------ |
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch import NamedTuple
-from paddlike.launch.health.choose import CHECK_ONLY_ENV, LEFT_OUT_EXIT_CODE
+from paddlike.launch.health.choose import CHECK_ONLY_ENV, CHOSEN_ENV, LEFT_OUT_EXIT_CODE
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def chosen_job(job: RemoteJob, choice: Choice) -> RemoteJob:
         picks=tuple(job.picks[i] for i in keep),
         addresses=tuple(job.addresses[i] for i in keep) if job.addresses else (),
         spares=0,
+        environment={**job.environment, CHOSEN_ENV: choice_line(choice, len(choice.run))},
     )
 
 

@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from paddlike.launch.plan.exitcode import LEFT_OUT
 
 CHECK_ONLY_ENV = "PADDLIKE_PREFLIGHT_ONLY"  # set by the one-command start, never by users
+# the starter's line on who runs (`cluster.spares.choice_line`), for the chosen hosts'
+# launchers to say too, so that every node's console names who runs and who was left out
+CHOSEN_ENV = "PADDLIKE_PREFLIGHT_CHOSEN"
 LEFT_OUT_EXIT_CODE = LEFT_OUT
 
 

@@ -147,7 +147,7 @@ def run_check(
 def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     """`JobRun.round`'s hook (issue 35): None when the round may start its workers, else
     how the round ended (`plan.next_round.RoundEnd`) without starting any."""
-    from paddlike.launch.health.choose import check_only, end_checked
+    from paddlike.launch.health.choose import CHOSEN_ENV, check_only, end_checked
     from paddlike.launch.health.preflight import PreflightError, mark_read
     from paddlike.launch.plan.next_round import RoundEnd
     from paddlike.summary import RootCause, RunStatus
@@ -158,6 +158,8 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         mode = "on"  # a check-only launcher (`choose`) never starts workers unchecked
     if mode == "off" or (run.elastic is None and met.round > 0):
         return None  # (a fixed job's restart runs on the nodes the check passed)
+    if met.round == 0 and (chosen := run.environ.get(CHOSEN_ENV)):
+        run.console.say(chosen)  # the hosts the one-command start chose (`choose`)
     kv = getattr(run.peers, "kv", None)
     index = met.own_index(job.index)
     n = len(met.nodes)

@@ -48,6 +48,8 @@ def test_a_throttled_host_is_left_out_and_the_job_runs_on_the_two_healthy_ones(
         assert "standing by: none" in out, out
         assert worker_ranks(s.tmp / "log") == [0, 1]
         assert "[h0] OK: 1 worker finished" in out and "[h2] OK: 1 worker finished" in out, out
+        for host in ("h0", "h2"):  # the chosen hosts' consoles say who runs too
+            assert f"[{host}] paddlike.launch: pre-flight check: the job runs on h0, h2" in out
         assert "[h1] OK" not in out, out
         assert s.leftovers() == {}
 

@@ -11,7 +11,7 @@ import pytest
 
 from paddlike.launch.cluster.selection import Pick, spare_count
 from paddlike.launch.cluster.spares import Choice, check_job, choice_line, choose, chosen_job
-from paddlike.launch.health.choose import CHECK_ONLY_ENV, check_only
+from paddlike.launch.health.choose import CHECK_ONLY_ENV, CHOSEN_ENV, check_only
 from tests.launch.cluster.test_start import _plan
 
 LAUNCH = [sys.executable, "-m", "paddlike.launch"]
@@ -86,6 +86,7 @@ def test_the_chosen_job_keeps_the_chosen_hosts_picks_and_names(tmp_path) -> None
     assert chosen.hosts == ("h0", "h2") and chosen.spares == 0
     assert chosen.addresses == ("10.0.0.1", "10.0.0.3")
     assert [p.workers for p in chosen.picks] == [1, 3]
+    assert chosen.environment[CHOSEN_ENV].startswith("pre-flight check: the job runs on h0, h2")
     line = choice_line(Choice(("h0", "h2"), ("h1",), ()), 2)
     assert line.startswith("pre-flight check: the job runs on h0, h2 (--num_nodes 2); left out")
     assert "standing by: none" in line
