@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from paddlike.contract import PREFLIGHT_CHOSEN as CHOSEN_ENV
+from paddlike.contract import PREFLIGHT_ONLY as CHECK_ONLY_ENV
 from paddlike.launch import NamedTuple
-from paddlike.launch.health.choose import CHECK_ONLY_ENV, CHOSEN_ENV, LEFT_OUT_EXIT_CODE
+from paddlike.launch.plan.exitcode import LEFT_OUT as LEFT_OUT_EXIT_CODE
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:

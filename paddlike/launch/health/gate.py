@@ -147,7 +147,7 @@ def run_check(
 def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     """`JobRun.round`'s hook (issue 35): None when the round may start its workers, else
     how the round ended (`plan.next_round.RoundEnd`) without starting any."""
-    from paddlike.launch.health.choose import CHOSEN_ENV, check_only, end_checked
+    from paddlike.launch.health.choose import CHOSEN_ENV, check_only
     from paddlike.launch.health.preflight import PreflightError, mark_read
     from paddlike.launch.plan.next_round import RoundEnd
     from paddlike.summary import RootCause, RunStatus
@@ -311,3 +311,34 @@ def note_round_end(run, round_: int, cause) -> None:
         from paddlike.launch.health.quarantine import note_round_end as note
 
         note(kv, round_, cause)
+
+
+def end_checked(run, met, plan, restarts: int, verdict, kv):
+    """A check-only launcher's end (`choose`), once every node read every figure: 0 where this node
+    is healthy, 69 where it is at fault; no worker starts (`plan.next_round.RoundEnd`)."""
+    from paddlike.launch.health.preflight import mark_read
+    from paddlike.launch.plan.next_round import RoundEnd
+    from paddlike.summary import RootCause, RunStatus
+
+    index, n = met.own_index(run.job.index), len(met.nodes)
+    if kv is not None:  # node 0's store stays until every node read the figures
+        mark_read(kv, met.round, index, n, wait=True)
+    if index not in verdict.bad_nodes:
+        run.console.say(
+            "pre-flight check: this host is healthy; the cluster starter now starts the job "
+            "on the first healthy hosts (--num_nodes) and keeps the others as spares"
+        )
+        run.record.finished(plan, [], restarts, status=RunStatus.SUCCEEDED, exit_code=0, cause=None)
+        return RoundEnd(0, None, met.round, 0)
+    own = next(line for line in verdict.lines if line.startswith(f"node {index} "))
+    run.console.error(
+        f"pre-flight check: this host is left out of the job (a spare takes its place if "
+        f"the hostfile has one); its launcher starts no worker and exits {LEFT_OUT_EXIT_CODE}"
+    )
+    cause = RootCause(
+        reason=f"pre-flight check left this node out: {own}", host=run.job.host, node_index=index
+    )
+    run.record.finished(
+        plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT_EXIT_CODE, cause=cause
+    )
+    return RoundEnd(LEFT_OUT_EXIT_CODE, cause, met.round, 0)
