@@ -103,6 +103,10 @@ OPTION_ENV_PREFIX = "PADDLIKE_"
 STDIN_EOF_ENDS = "PADDLIKE_STDIN_EOF_ENDS"
 # "1": describe the job (the check), say READY, wait for GO on stdin (`cluster.hold`)
 HELD_AT_GATE = "PADDLIKE_HELD_AT_GATE"
+# "1": only the pre-flight check, exit 0 (healthy) or 69, no worker (`health.choose`);
+# and the one-command start's line on which of its hosts run (`cluster.spares`)
+PREFLIGHT_ONLY = "PADDLIKE_PREFLIGHT_ONLY"
+PREFLIGHT_CHOSEN = "PADDLIKE_PREFLIGHT_CHOSEN"
 # --job_token_file's variable: unset on each host (the job's token travels instead)
 JOB_TOKEN_FILE = OPTION_ENV_PREFIX + "JOB_TOKEN_FILE"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paddlike.launch.cluster.hostfile import read_hostfile
-from paddlike.launch.cluster.selection import Pick, select_hosts
+from paddlike.launch.cluster.selection import Pick, select_hosts, spare_count
 from paddlike.launch.context.options import our_table
 from paddlike.launch.context.options.parser import DEST, split_argv
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
@@ -47,7 +47,10 @@ def hostfile_picks(
         num_nodes=options.num_nodes,
         num_gpus=options.num_gpus,
         path=options.hostfile or "",
+        spares=True,
     )
+    if not spare_count(picks, options.num_nodes, options.preflight, options.launcher):
+        picks = picks[: options.num_nodes or len(picks)]  # the first N: DeepSpeed's
     counted = any(p.launcher_args() for p in picks)
     if counted and "nproc_per_node" in given:
         raise UsageError(

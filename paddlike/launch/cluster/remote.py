@@ -50,6 +50,12 @@ class RemoteJob(NamedTuple):
     # what each host's launcher is told in --ips: the names ssh connects to (`ssh -G`
     # resolves ~/.ssh/config aliases); empty: the hostfile's names
     addresses: tuple[str, ...] = ()
+    spares: int = 0  # hosts past --num_nodes: the pre-flight check chooses (`spares`)
+
+    @property
+    def nodes(self) -> int:
+        """How many of the hosts run the job (--num_nodes)."""
+        return len(self.picks) - self.spares
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ DeepSpeed's filters, on the hostfile's hosts (the node order stays the file's):
     --include "a:0,1@b"  only host a's devices 0 and 1, and every device of host b
     --exclude "c@a:2"    every host but c, and host a without device 2
     --num_nodes N        the first N hosts;  --num_gpus N: N workers on each host
+                         (`spares`: every host, N of them run the job: `spare_count`)
 
 A host picked with device ids gets `--gpus` with them; otherwise its slots (or
 --num_gpus) become `--slots`: one worker on each of its GPUs 0..N-1, as DeepSpeed reads
@@ -103,8 +104,10 @@ def select_hosts(
     num_nodes: int | None = None,
     num_gpus: int | None = None,
     path: str = "hostfile",
+    spares: bool = False,
 ) -> tuple[Pick, ...]:
-    """The job's hosts from the hostfile's and the filters (see the module's table)."""
+    """The job's hosts from the hostfile's and the filters (see the module's table);
+    `spares`: the hosts past --num_nodes are kept too (the pre-flight check chooses)."""
     if include and exclude:
         raise UsageError(
             "--include/--exclude: give one of them, not both (as in DeepSpeed)", "--include"
@@ -152,7 +155,8 @@ def select_hosts(
                 f"--num_nodes: the hostfile {path} lists {len(picks)} host(s), got {num_nodes}",
                 "--num_nodes",
             )
-        picks = picks[:num_nodes]
+        if not spares:
+            picks = picks[:num_nodes]
     if num_gpus is not None:
         picks = [Pick(p.name, num_gpus) for p in picks]
     if not picks:
@@ -161,3 +165,16 @@ def select_hosts(
             "--exclude",
         )
     return tuple(picks)
+
+
+def spare_count(
+    picks: Sequence[Pick], num_nodes: int | None, preflight: str | None, launcher: str | None
+) -> int:
+    """How many of the picked hosts are spares: those past --num_nodes, where the
+    pre-flight check chooses (`--preflight` on or full, by default for more than one
+    node) and the hosts start over ssh (`cluster.spares`). Otherwise the first N hosts
+    run (DeepSpeed's --num_nodes): no spare."""
+    if num_nodes is None or num_nodes >= len(picks) or launcher not in (None, "ssh"):
+        return 0
+    checked = preflight in ("on", "full") or (preflight is None and num_nodes > 1)
+    return len(picks) - num_nodes if checked else 0

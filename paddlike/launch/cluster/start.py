@@ -27,11 +27,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.cluster import gate, pdsh, remote, srun, ssh
+from paddlike.launch.cluster import gate, pdsh, remote, spares, srun, ssh
 from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks
 from paddlike.launch.cluster.remote import RemoteJob
+from paddlike.launch.cluster.selection import spare_count
 from paddlike.launch.cluster.stream import Consoles, Session
 from paddlike.launch.context.options.record import PROG, LaunchOptions, UsageError
+from paddlike.launch.plan.exitcode import CANNOT_START, signal_exit_code
 
 PREFLIGHT_TIMEOUT = ssh.CONNECT_TIMEOUT + 20  # seconds, for every host at once
 # a host's launcher failed: the others end on their own (they are told through the
@@ -89,6 +91,7 @@ def plan_remote_job(
         python=options.remote_python or python,
         environment=environment,
         job_id=options.job_id or new_job_id(),
+        spares=spare_count(picks, options.num_nodes, options.preflight, options.launcher),
     )
 
 
@@ -142,12 +145,23 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
     base = ssh.ssh_base(options.ssh_args, control, options.ssh_port)
     tag = pdsh.run_tag()
     checked = False  # pdsh's check ran: its run files may be on the hosts
+    everyone: tuple[str, ...] = ()  # every host, spares too: their ssh masters to close
     try:
         job = job._replace(addresses=ssh.connected_names(base, job.hosts))
+        everyone = job.hosts
         if options.dry_run:
-            preview.print_commands(job, launcher, base, tag)
+            shown = spares.check_job(job) if job.spares else job
+            preview.print_commands(shown, launcher, base, tag)
+            if job.spares:
+                print(spares.dry_run_line(job), flush=True)
             return 0
         script = None if options.module or options.no_python else options.training_script
+        relayed = _relayed_signals(options.signals_to_handle, environ)
+        if job.spares:  # the check on every host first, then the job on N of them
+            chosen = _choose_hosts(job, base, environ, options, script, relayed)
+            if isinstance(chosen, int):
+                return chosen
+            job = chosen  # (the masters of every host are closed below: `everyone`)
         if launcher == "pdsh":  # pdsh cannot hold its hosts at a gate: check them first
             checked = True
             problems = ssh.preflight(
@@ -161,17 +175,16 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
             )
             if problems:
                 return _refuse(problems)
-        relayed = _relayed_signals(options.signals_to_handle, environ)
         return _run_sessions(
             job, launcher, base, environ, options.kill_timeout, script, relayed, tag
         )
     except KeyboardInterrupt:  # Ctrl-C before the sessions started: nothing runs anywhere
         _say("SIGINT: stopped before the job started on any host")
-        return 130
+        return signal_exit_code(signal.SIGINT)
     except _Stopped as stopped:
         name = signal.Signals(stopped.signum).name
         _say(f"{name}: stopped before the job started on any host")
-        return 128 + stopped.signum
+        return signal_exit_code(stopped.signum)
     finally:
         for s in previous:  # the cleanup below is not cut short by a second signal
             signal.signal(s, signal.SIG_IGN)
@@ -180,7 +193,7 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
                 base, job.hosts, [f"rm -f -- {pdsh.run_file(tag, h)}" for h in job.hosts]
             )
         if not options.dry_run and not ssh.users_masters(options.ssh_args):
-            ssh.close_masters(base, job.hosts)
+            ssh.close_masters(base, everyone or job.hosts)
         shutil.rmtree(control, ignore_errors=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -189,7 +202,7 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
 def _refuse(problems: Sequence[str]) -> int:
     for line in problems:
         _fail(f"--hostfile: {line}; nothing was started")
-    return 2
+    return CANNOT_START
 
 
 def _run_sessions(
@@ -219,7 +232,7 @@ def _run_sessions(
                     if verdict.signal is not None:
                         name = signal.Signals(verdict.signal).name
                         _say(f"{name}: stopped before the job started on any host")
-                        return 128 + verdict.signal
+                        return signal_exit_code(verdict.signal)
                     return _refuse(verdict.problems)
                 _show_warnings(verdict.stderr)
                 gate.start(sessions)
@@ -236,6 +249,70 @@ def _run_sessions(
                 for pipe in (s.proc.stdin, s.proc.stdout, s.proc.stderr):
                     if pipe is not None:
                         pipe.close()
+
+
+def _choose_hosts(
+    job: RemoteJob,
+    base: Sequence[str],
+    environ: Mapping[str, str],
+    options: LaunchOptions,
+    script: str | None,
+    relayed: tuple[int, ...],
+) -> RemoteJob | int:
+    """Every host's launcher in check-only mode (`spares`), until each has ended: the job
+    on the hosts chosen, or the exit code of a job that does not start."""
+    from paddlike.launch.run.signals import SignalPolicy, signals_to_pipe
+
+    check = spares.check_job(job)
+    sessions: list[Session] = []
+    codes: dict[str, int | None] = {}
+    # the launchers' own deadlines bound the check (rendezvous, figures); this is a backstop
+    backstop = time.monotonic() + options.rdzv_timeout + options.heartbeat_timeout + 60
+    with signals_to_pipe(SignalPolicy(ending=ENDING, forward=relayed, stacks=())) as wake_r:
+        assert wake_r is not None
+        try:
+            sessions = _start_sessions(check, "ssh", base, environ, script)
+            verdict = gate.wait_ready(
+                sessions, wake_r, PREFLIGHT_TIMEOUT, job.cwd, job.python, script
+            )
+            if verdict.problems or verdict.signal is not None:
+                _end_unstarted(sessions)
+                if verdict.signal is not None:
+                    name = signal.Signals(verdict.signal).name
+                    _say(f"{name}: stopped before the job started on any host")
+                    return signal_exit_code(verdict.signal)
+                return _refuse(verdict.problems)
+            _show_warnings(verdict.stderr)
+            gate.start(sessions)
+            consoles = Consoles(sessions, wake_r)
+            stopped: int | None = None
+            try:
+                while consoles.running and time.monotonic() < backstop:
+                    events = consoles.wait(backstop)
+                    for signum in events.signals:
+                        if signum in ENDING and stopped is None:
+                            stopped = signum
+                            _signal_hosts(consoles.running, signum, ending=True)
+            finally:
+                consoles.close()
+            if stopped is not None:
+                _say(f"{signal.Signals(stopped).name}: stopped during the pre-flight check")
+                return signal_exit_code(stopped)
+            codes = {s.host: s.returncode for s in sessions}
+        finally:
+            for s in sessions:
+                if s.proc.poll() is None:
+                    s.proc.kill()
+                    s.proc.wait()
+                for pipe in (s.proc.stdin, s.proc.stdout, s.proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
+    choice = spares.choose(job.hosts, codes, job.nodes)
+    if choice.refusal is not None:
+        code, line = choice.refusal
+        return _fail(line, code)
+    _say(spares.choice_line(choice, job.nodes))
+    return spares.chosen_job(job, choice)
 
 
 def _show_warnings(stderr: Mapping[str, bytes]) -> None:
@@ -345,7 +422,7 @@ def _watch(consoles: Consoles, kill_timeout: float, relayed: tuple[int, ...] = (
                 continue
             signalled = True
             if cause is None:
-                cause, stopped_by = 128 + signum, signum
+                cause, stopped_by = signal_exit_code(signum), signum
             _say(f"{signal.Signals(signum).name}: ending the job on every host")
             _signal_hosts(consoles.running, signum, ending=True)  # one signal each
             if not closed:  # a backstop: their stdin closed (their hang-up), then killed

@@ -8,6 +8,8 @@ and before any worker starts, so that a sick node is named before it slows or ha
     verdict    pure: medians, which node is to blame, the lines every node prints
     preflight  the check over the job's store: figures in, the same verdict everywhere
     gate       the hook the job pipeline calls between the rendezvous and the plan
+    matmul     --preflight full with CuPy: a matrix multiply per GPU, in a child Python
+    choose     check-only launchers, for the one-command start's spares (`cluster.spares`)
 
 Nothing here imports anything heavy; the launcher imports this package only for jobs
 of more than one node (or `--preflight on|full` on one).

@@ -80,6 +80,7 @@ def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seco
                 "gpus": r.gpus,
                 "problems": list(r.problems),
                 "own": None if r.loop is None else round(r.loop),  # bytes/s to itself
+                "matmul": [round(x) for x in r.rates],  # FLOP/s per GPU (full, CuPy)
                 "links": [link(f) for f in r.links],
             }
             for r in reports
@@ -116,11 +117,16 @@ def run_check(
     started = time.monotonic()
     facts = read_facts(log_dir, interface, source if source is not None else gpu_source(environ))
     problems = node_problems(facts, limits, log_dir, interface)
+    rates: tuple[float, ...] = ()
+    if mode == "full":  # a matrix multiply per GPU, where CuPy imports (a child Python)
+        from paddlike.launch.health.matmul import DEADLINE, gpu_rates
+
+        # (within half the figures' wait: the other nodes wait for this node's figures)
+        rates = gpu_rates(environ, timeout=min(DEADLINE, timeout / 2)) or ()
     hosts = list(result.hosts)
     if kv is None or len(hosts) < 2:
-        reports = [
-            NodeReport(index, hosts[index] if hosts else "", (), tuple(problems), facts.gpus)
-        ]
+        host = hosts[index] if hosts else ""
+        reports = [NodeReport(index, host, (), tuple(problems), facts.gpus, rates=rates)]
     else:
         seconds = FULL_SECONDS if mode == "full" else LINK_SECONDS
         reports = exchange(
@@ -133,6 +139,7 @@ def run_check(
             timeout=timeout,
             limits=limits,
             seconds=seconds,
+            rates=rates,
         )
     return judge(reports, limits), reports, time.monotonic() - started
 
@@ -140,14 +147,19 @@ def run_check(
 def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     """`JobRun.round`'s hook (issue 35): None when the round may start its workers, else
     how the round ended (`plan.next_round.RoundEnd`) without starting any."""
+    from paddlike.launch.health.choose import CHOSEN_ENV, check_only
     from paddlike.launch.health.preflight import PreflightError, mark_read
     from paddlike.launch.plan.next_round import RoundEnd
     from paddlike.summary import RootCause, RunStatus
 
     spec, job = run.spec, run.job
     mode = preflight_mode(spec.preflight, job.nnodes)
+    if mode == "off" and check_only(run.environ):
+        mode = "on"  # a check-only launcher (`choose`) never starts workers unchecked
     if mode == "off" or (run.elastic is None and met.round > 0):
         return None  # (a fixed job's restart runs on the nodes the check passed)
+    if met.round == 0 and (chosen := run.environ.get(CHOSEN_ENV)):
+        run.console.say(chosen)  # the hosts the one-command start chose (`choose`)
     kv = getattr(run.peers, "kv", None)
     index = met.own_index(job.index)
     n = len(met.nodes)
@@ -176,6 +188,12 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
     for note in verdict.notes:
         run.console.warn(f"pre-flight check: {note}")
+    if check_only(run.environ):  # the one-command start chooses among its hosts
+        for line in verdict.lines:
+            run.console.error(f"pre-flight check: {line}")
+        if verdict.ok:
+            run.console.say(healthy_line(verdict, n, seconds))
+        return end_checked(run, met, plan, restarts, verdict, kv)
     if verdict.ok:
         if kv is not None:
             mark_read(kv, met.round, index, n, wait=False)  # type: ignore[arg-type]
@@ -293,3 +311,34 @@ def note_round_end(run, round_: int, cause) -> None:
         from paddlike.launch.health.quarantine import note_round_end as note
 
         note(kv, round_, cause)
+
+
+def end_checked(run, met, plan, restarts: int, verdict, kv):
+    """A check-only launcher's end (`choose`), once every node read every figure: 0 where this node
+    is healthy, 69 where it is at fault; no worker starts (`plan.next_round.RoundEnd`)."""
+    from paddlike.launch.health.preflight import mark_read
+    from paddlike.launch.plan.next_round import RoundEnd
+    from paddlike.summary import RootCause, RunStatus
+
+    index, n = met.own_index(run.job.index), len(met.nodes)
+    if kv is not None:  # node 0's store stays until every node read the figures
+        mark_read(kv, met.round, index, n, wait=True)
+    if index not in verdict.bad_nodes:
+        run.console.say(
+            "pre-flight check: this host is healthy; the cluster starter now starts the job "
+            "on the first healthy hosts (--num_nodes) and keeps the others as spares"
+        )
+        run.record.finished(plan, [], restarts, status=RunStatus.SUCCEEDED, exit_code=0, cause=None)
+        return RoundEnd(0, None, met.round, 0)
+    own = next(line for line in verdict.lines if line.startswith(f"node {index} "))
+    run.console.error(
+        f"pre-flight check: this host is left out of the job (a spare takes its place if "
+        f"the hostfile has one); its launcher starts no worker and exits {LEFT_OUT_EXIT_CODE}"
+    )
+    cause = RootCause(
+        reason=f"pre-flight check left this node out: {own}", host=run.job.host, node_index=index
+    )
+    run.record.finished(
+        plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT_EXIT_CODE, cause=cause
+    )
+    return RoundEnd(LEFT_OUT_EXIT_CODE, cause, met.round, 0)

@@ -12,6 +12,8 @@ text is checked by `context.options.values.preflight_limits`).
 | memory_gb    | 0.5     | the node has less memory available (MemAvailable, GB)       |
 | quarantine_rounds | 2  | (elastic) the node's processes or launcher ended this many  |
 |              |         | rounds: left out where the job can do without it (0: never) |
+| matmul       | 0.5     | (full, CuPy) a GPU's matrix-multiply rate is under this     |
+|              |         | fraction of the job's median GPU rate                       |
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Limits(NamedTuple):
     disk: float = 1e9  # bytes free where the logs go
     memory: float = 0.5e9  # bytes of memory available
     quarantine_rounds: float = 2  # elastic: rounds a node may end before it is left out
+    matmul: float = 0.5  # full, CuPy: fraction of the job's median GPU matmul rate
 
     @classmethod
     def of(cls, pairs: tuple[tuple[str, float], ...] | None) -> Limits:
@@ -52,4 +55,5 @@ _NAMES = {
     "disk_gb": ("disk", 1e9),
     "memory_gb": ("memory", 1e9),
     "quarantine_rounds": ("quarantine_rounds", 1.0),
+    "matmul": ("matmul", 1.0),
 }

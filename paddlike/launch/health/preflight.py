@@ -60,7 +60,7 @@ def read_key(round_: int, i: int) -> str:
 def encode_report(r: NodeReport) -> bytes:
     links = [[f.b, f.up, f.down, None if f.rtt == float("inf") else f.rtt] for f in r.links]
     data = {"i": r.index, "h": r.host, "l": links, "p": list(r.problems), "g": r.gpus,
-            "o": r.loop}  # fmt: skip
+            "o": r.loop, "f": list(r.rates)}  # fmt: skip
     return json.dumps(data, separators=(",", ":")).encode()
 
 
@@ -70,7 +70,8 @@ def decode_report(raw: bytes) -> NodeReport:
         LinkFigure(d["i"], b, up, down, float("inf") if rtt is None else rtt)
         for b, up, down, rtt in d["l"]
     )
-    return NodeReport(d["i"], d["h"], links, tuple(d["p"]), d["g"], d.get("o"))
+    rates = tuple(float(x) for x in d.get("f") or ())
+    return NodeReport(d["i"], d["h"], links, tuple(d["p"]), d["g"], d.get("o"), rates)
 
 
 def own_rate(index: int, host: str, port: int) -> float | None:
@@ -108,6 +109,7 @@ def exchange(
     limits: Limits | None = None,
     links: bool = True,
     seconds: float = LINK_SECONDS,
+    rates: tuple[float, ...] = (),
 ) -> list[NodeReport]:
     """Serve, measure, publish and read: every node's report, in node order. Links that
     look slow are measured again (`recheck`) before anything is judged.
@@ -125,7 +127,7 @@ def exchange(
                 ports = [int(x) for x in raw]
                 measured = measure_targets(index, hosts, ports, peers, seconds)
         loop = own_rate(index, hosts[index], server.port) if server is not None else None
-        own = NodeReport(index, hosts[index], measured, tuple(problems), gpus, loop)
+        own = NodeReport(index, hosts[index], measured, tuple(problems), gpus, loop, rates)
         kv.set(figures_key(round_, index), encode_report(own))
         raw = _get(kv, [figures_key(round_, i) for i in range(n)], timeout, range(n), hosts)
         reports = [decode_report(x) for x in raw]

@@ -51,6 +51,7 @@ class NodeReport(NamedTuple):
     problems: tuple[str, ...] = ()  # its own check's findings (`node.node_problems`)
     gpus: int | None = None  # GPUs NVML reports; None without NVML
     loop: float | None = None  # bytes/s this node moves to itself (its CPUs' limit now)
+    rates: tuple[float, ...] = ()  # full, CuPy: each GPU's matmul FLOP/s (`matmul`)
 
 
 class Verdict(NamedTuple):
@@ -198,6 +199,9 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
         if r.gpus is not None and r.gpus < usual:
             lines.append(f"{node_label(r.index, hosts)}: {r.gpus} GPUs, median {usual:g}")
             bad.add(r.index)
+    for index, line in gpu_rate_lines(reports, limits, hosts):
+        lines.append(line)
+        bad.add(index)
     link_bad = _blame(pairs, slow)
     for node in sorted(link_bad, key=lambda i: link_bad[i]):  # in the order they were blamed
         key, f = link_bad[node][1], slow[link_bad[node][1]]
@@ -213,6 +217,32 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
             "(neither end is slow on its other links)"
         )
     return Verdict(tuple(sorted(bad)), tuple(lines), unexplained, bandwidth, rtt, tuple(notes))
+
+
+def gpu_rate_lines(
+    reports: Sequence[NodeReport], limits: Limits, hosts: Sequence[str]
+) -> list[tuple[int, str]]:
+    """(node, line) for each GPU whose matmul rate is under `Limits.matmul` x the median of
+    every GPU's rate in the job (`--preflight full` with CuPy; nodes without figures are
+    not compared). One GPU alone is compared with nothing.
+
+    >>> r = [NodeReport(0, "a", rates=(40e12, 41e12)), NodeReport(1, "b", rates=(40e12, 9e12))]
+    >>> gpu_rate_lines(r, Limits(), ["a", "b"])
+    [(1, 'node 1 (b): GPU 1: 9.0 TFLOP/s matmul, median 40.0 TFLOP/s')]
+    """
+    from paddlike.launch.health.matmul import flops
+
+    every = [rate for r in reports for rate in r.rates]
+    if len(every) < 2:
+        return []
+    usual = median(every)
+    return [
+        (r.index, f"{node_label(r.index, hosts)}: GPU {g}: {flops(rate)} matmul, median "
+         f"{flops(usual)}")
+        for r in reports
+        for g, rate in enumerate(r.rates)
+        if rate < limits.matmul * usual
+    ]  # fmt: skip
 
 
 def _blame(

@@ -11,7 +11,8 @@
 | a lost node, a rendezvous error, a full disk         | 1 (a rendezvous error: its own)  |
 | this node cannot start (its log directory, ports)    | 2, as bad input: nothing started |
 | the pre-flight check failed, no spare (fixed job)    | 2 on every node, nothing started |
-| a node the pre-flight check left out (elastic job)   | 69 (sysexits' UNAVAILABLE)       |
+| a node the pre-flight check left out (elastic job,   | 69 (sysexits' UNAVAILABLE)       |
+| or a hostfile's host among spares: `health.choose`)  |                                  |
 | an elastic job left with fewer than MIN nodes        | the round's code, else 1         |
 
 Signals stay numbers (`signal.Signals`) until they are printed or written; a cause that

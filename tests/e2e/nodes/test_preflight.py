@@ -177,3 +177,61 @@ def test_an_elastic_job_quarantines_a_node_whose_worker_failed_two_rounds(tmp_pa
     summary = json.loads((tmp_path / "log0" / "summary.json").read_text())
     assert summary["status"] == "succeeded"
     assert summary["preflight"]["ok"] is True  # the last round's check: 3 healthy nodes
+
+
+STAND_IN_CUPY = '''
+"""CuPy's few names the pre-flight matmul uses, for a node without a GPU: each product
+takes 5 ms, on GPU 1 of a node with SLOW_GPU=1 it takes 100 ms (a throttled GPU)."""
+import os, time
+float32 = "float32"
+def ones(shape, dtype=None):
+    return shape
+def matmul(a, b):
+    time.sleep(0.1 if os.environ.get("SLOW_GPU") == "1" and cuda.current == 1 else 0.005)
+    return a
+class cuda:
+    current = 0
+    class runtime:
+        @staticmethod
+        def getDeviceCount():
+            return 2
+    class Device:
+        def __init__(self, i):
+            self.i = i
+        def __enter__(self):
+            cuda.current = self.i
+            return self
+        def __exit__(self, *exc):
+            cuda.current = 0
+        def synchronize(self):
+            pass
+'''
+
+
+def test_full_names_a_slow_gpu_by_its_matmul_rate_against_the_jobs_median(tmp_path):
+    """--preflight full where CuPy imports (a stand-in: no GPU here): node 2's GPU 1 is
+    slow, every node names it with its rate and the median, exit 2 before any worker."""
+    import os
+
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(STAND_IN_CUPY)
+    script = write_worker(tmp_path)
+    with netns_cluster(3) as cluster:
+        ips = ",".join(n.addr for n in cluster.nodes)
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            env = {**os.environ, "PYTHONPATH": str(tmp_path), "SLOW_GPU": "1" if i == 2 else "0"}
+            argv = [*LAUNCH, "--ips", ips, "--node_rank", str(i), "--nproc_per_node", "1",
+                    "--preflight", "full", *SLOW, "--log_dir", str(tmp_path / f"log{i}"),
+                    str(script)]  # fmt: skip
+            procs.append(
+                node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+            )
+        ends = [(p.communicate(timeout=90)[0].decode(), p.returncode) for p in procs]
+    slow = cluster.nodes[2].addr
+    for i, (text, code) in enumerate(ends):
+        assert code == 2, text
+        assert f"pre-flight check: node 2 ({slow}): GPU 1: " in text and " matmul, median " in text
+        assert not list((tmp_path / f"log{i}").glob("workerlog.*")), text
+    summary = json.loads((tmp_path / "log0" / "summary.json").read_text())
+    assert [len(n["matmul"]) for n in summary["preflight"]["nodes"]] == [2, 2, 2]

@@ -395,7 +395,8 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
                 ("--preflight_limits",),
                 "the check's thresholds as name=value pairs: bandwidth=0.5 (of the median), "
                 "rtt=4 (times the median), rtt_floor_ms=1, disk_gb=1, memory_gb=0.5, "
-                "quarantine_rounds=2 (elastic: rounds a node may end before it is left out)",
+                "quarantine_rounds=2 (elastic: rounds a node may end before it is left out), "
+                "matmul=0.5 (full: a GPU's matmul rate, of the median)",
                 v.preflight_limits,
             ),
         ),

@@ -356,6 +356,7 @@ PREFLIGHT_LIMITS = (
     "disk_gb",
     "memory_gb",
     "quarantine_rounds",
+    "matmul",
 )
 
 

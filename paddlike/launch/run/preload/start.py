@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from paddlike.launch.console.output import Console
+from paddlike.launch.plan.exitcode import CANNOT_START
 from paddlike.launch.plan.jobspec import PlanSpec
 from paddlike.launch.run.preload.client import Preload, PreloadMissing
 
@@ -29,7 +30,7 @@ def start_preload(
         return Preload.start(modules, argv, environ, warn=console.warn, say=console.say)
     except PreloadMissing as exc:
         console.error(str(exc))
-        return 2
+        return CANNOT_START
     except OSError as exc:  # no subreaper, no interpreter: the job runs, cold
         console.warn(f"--preload: cannot start the zygote ({exc}); workers start cold")
         return None

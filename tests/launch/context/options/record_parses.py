@@ -3,6 +3,11 @@ test_recorded_parses.py (recorded_parses.json), made on the code before the opti
 declared once (issue 33), so that the refactor is checked against it.
 
     .venv/bin/python tests/launch/context/options/record_parses.py [HARVESTED.jsonl ...]
+    .venv/bin/python tests/launch/context/options/record_parses.py --new-option
+
+`--new-option`: after adding an option (a row of our_table.py and its field), record only
+its default (the base record) and the new --help; every recorded call stays as it was, so
+the check still holds the other options to what they gave.
 
 HARVESTED files are (argv, environ) lines caught from the test suite's own calls (a
 pytest plugin wrapping parse_options); the rest of the corpus is made here: every
@@ -243,11 +248,26 @@ def main(harvested: list[str]) -> None:
         first = outcome(call["argv"], call["env"])
         if outcome(call["argv"], call["env"]) == first and "/tmp" not in json.dumps(first):
             kept.append({**call, **compact(first, base)})
-    data = {"base": base, "help": help_text(), "calls": kept}
-    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
-    DATA.write_text(text.replace(',{"argv"', ',\n{"argv"') + "\n")
+    write({"base": base, "help": help_text(), "calls": kept})
     print(f"{len(kept)} calls recorded ({len(unique) - len(kept)} left out) in {DATA}")
 
 
+def new_option() -> None:
+    """The base record and --help as they are now; the recorded calls kept."""
+    data = json.loads(DATA.read_text())
+    data["base"] = outcome(["t.py"], {})["record"]
+    data["help"] = help_text()
+    write(data)
+    print(f"base record and --help recorded anew in {DATA}")
+
+
+def write(data: dict) -> None:
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    DATA.write_text(text.replace(',{"argv"', ',\n{"argv"') + "\n")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--new-option"]:
+        new_option()
+    else:
+        main(sys.argv[1:])

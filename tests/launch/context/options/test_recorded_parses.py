@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(300)
 def test_every_recorded_call_parses_as_recorded():
     data = json.loads(Path(DATA).read_text())
     assert len(data["calls"]) > 4000
-    assert outcome(["t.py"], {})["record"] == data["base"]
+    assert outcome(["t.py"], {})["record"] == data["base"], NEW_OPTION
     wrong = []
     for call in data["calls"]:
         expected = {k: v for k, v in call.items() if k not in ("argv", "env")}
@@ -30,8 +30,15 @@ def test_every_recorded_call_parses_as_recorded():
     assert not wrong, f"{len(wrong)} calls differ, e.g.\n" + "\n".join(wrong[:5])
 
 
+NEW_OPTION = (
+    "a new option? record its default and --help: .venv/bin/python "
+    "tests/launch/context/options/record_parses.py --new-option (anything else that differs "
+    "is a change of behaviour)"
+)
+
+
 def test_help_reads_as_recorded():
-    assert help_text() == json.loads(Path(DATA).read_text())["help"]
+    assert help_text() == json.loads(Path(DATA).read_text())["help"], NEW_OPTION
 
 
 def _as_mapping(result: dict) -> dict:
