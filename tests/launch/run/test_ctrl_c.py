@@ -34,8 +34,9 @@ def _interrupt(tmp_path: Path, how: str, kill_timeout: str = "2") -> tuple[int, 
     pytest.importorskip("torch.distributed", reason="torch is not installed (make torch-env)")
     work = tmp_path / "work"
     work.mkdir()
-    cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2", "--kill_timeout",
-           kill_timeout, "--log_dir", str(tmp_path / "log"), str(WORKER), str(work), how]  # fmt: skip
+    cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2",
+           "--kill_timeout", kill_timeout, "--log_dir", str(tmp_path / "log"), str(WORKER),
+           str(work), how]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, preexec_fn=_default_sigint)  # fmt: skip
