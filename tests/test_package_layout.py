@@ -79,8 +79,9 @@ STAGES = {
     "health": 3,  # the pre-flight check: between the nodes' meeting (peers) and the run
     "run": 4,
     "cluster": 5,
-    "main": 6,
-    "__main__": 7,
+    "specs": 6,  # the narrow records made from the options, for main
+    "main": 7,
+    "__main__": 8,
 }
 MAX_CHAIN = 6
 

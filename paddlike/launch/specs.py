@@ -6,6 +6,7 @@ to `main`, which calls these: no stage after the options takes the whole options
 from __future__ import annotations
 
 from paddlike.launch.context.master import uses_etcd
+from paddlike.launch.context.peers_spec import peers_spec
 from paddlike.launch.plan.jobspec import GivenPorts, Placement, PlanSpec
 from paddlike.launch.plan.membership import ElasticSpec
 from paddlike.launch.run.runspec import GpuLogSpec, RunSpec
@@ -112,6 +113,7 @@ def run_spec(options: LaunchOptions) -> RunSpec:
         workers=plan_spec(options) if options.preload else None,
         etcd_master=etcd,
         gpu_log=gpu_log,
+        peers=peers_spec(options),
         peers_options=options,
     )
 

@@ -198,7 +198,7 @@ def _cannot_start(
 
         where.waiting = "telling the other nodes why this launcher cannot start"
         index = job.index if job.rank_known else None  # else a placeholder until then
-        tell_start_failure(  # peers/ takes the options record today (`RunSpec.peers_options`)
+        tell_start_failure(  # where they meet, from the options alone (`RunSpec.peers_options`)
             spec.peers_options, environ, message, node_index=index, address=job.host
         )
     return CANNOT_START
@@ -227,7 +227,6 @@ def _open_peers(spec: RunSpec, job: NodeJob, progress: ProgressLine, where: Wher
     rounds (fixed or elastic)."""
     if job.nnodes == 1:
         return LocalPeers()
-    from paddlike.launch.context.peers_spec import peers_spec
     from paddlike.launch.peers.links import open_link
     from paddlike.launch.peers.rounds import rounds_for
     from paddlike.launch.peers.session import StorePeers
@@ -235,7 +234,8 @@ def _open_peers(spec: RunSpec, job: NodeJob, progress: ProgressLine, where: Wher
     def waiting(what: str) -> None:
         where.waiting = what
 
-    link = open_link(peers_spec(spec.peers_options), job, progress=progress.show, waiting=waiting)
+    assert spec.peers is not None  # (`launch.specs.run_spec` made it)
+    link = open_link(spec.peers, job, progress=progress.show, waiting=waiting)
     rounds = rounds_for(
         link,
         job.elastic,

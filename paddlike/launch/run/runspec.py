@@ -10,6 +10,7 @@ from paddlike.launch import NamedTuple
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.context.options import LaunchOptions, TeeSelection
+    from paddlike.launch.context.peers_spec import PeersSpec
     from paddlike.launch.plan.jobspec import GivenPorts, PlanSpec
 
 
@@ -47,7 +48,8 @@ class RunSpec(NamedTuple):
     workers: PlanSpec | None = None  # what the workers run (the zygote's argv)
     etcd_master: str = ""  # --master etcd://...; "": the launchers meet at node 0's store
     gpu_log: GpuLogSpec | None = None
-    # What the peers stage is given today (its store link, a start failure told to the
-    # others): the options record, passed through at those two calls only, until peers/
-    # takes a narrow record of its own (issue 33, o33-peers).
+    peers: PeersSpec | None = None  # what the store or etcd link needs (`peers.links`)
+    # A start failure told to the others (`peers.startfail`): where the launchers would
+    # have met is worked out from this node's options alone (every form of job), so the
+    # options record goes there, at that one call: the one place run/ holds it.
     peers_options: LaunchOptions | None = None
