@@ -53,8 +53,9 @@ Schema (version 1) — `summary.json`:
         "bad_nodes": [3], "findings": ["node 3 (198.18.0.4): 2.5 MB/s to node 0, ..."],
         "notes": ["the link node 1 (...) - node 2 (...): ..."],   # slow links, not fatal
         "nodes": [{"index": 0, "host": "198.18.0.1", "gpus": 8 | null, "problems": [],
-                   "links": [{"to": 1, "up": 1.1e9, "down": 1.2e9, "rtt": 5e-05}, ...]}]
-      },
+                   "links": [{"to": 1, "up": 1.1e9, "down": 1.2e9, "rtt": 5e-05}, ...]}],
+        "earlier": [{"round": 0, "ok": false, ...}]   # only where earlier checks found
+      },                                  # something (an elastic job left a node out)
       "restart_causes": [                 # --max_restarts: why each restart happened
         {"round": 1, "cause": "trainer rank 1 exited with code 3",
          "error": "ValueError: bad batch" | null}   # the cause's first error line

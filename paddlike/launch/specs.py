@@ -128,7 +128,7 @@ def collective_job(options: LaunchOptions, node: NodeMatch, devices: DeviceAssig
     from paddlike.launch.plan.planners import collective_node_job
 
     many = len(node.hosts) > 1
-    return collective_node_job(
+    job = collective_node_job(
         plan_spec(options),
         node,
         devices,
@@ -136,6 +136,15 @@ def collective_job(options: LaunchOptions, node: NodeMatch, devices: DeviceAssig
         workers_port=workers_port(options),
         elastic=elastic_spec(options),
     )
+    return _with_preflight(job, options)
+
+
+def _with_preflight(job: NodeJob, options: LaunchOptions) -> NodeJob:
+    """Nodes must also agree on the pre-flight check's mode and limits (issue 35)."""
+    from paddlike.launch.health.limits import agreed_settings
+
+    job.fingerprint.update(agreed_settings(options.preflight, tuple(options.preflight_limits)))
+    return job
 
 
 def ps_counts_job(options: LaunchOptions, node: NodeMatch) -> NodeJob:
@@ -145,7 +154,8 @@ def ps_counts_job(options: LaunchOptions, node: NodeMatch) -> NodeJob:
 
     master = launchers_master(options, node.hosts, node.scheduler_master)
     servers, trainers = options.server_num or 1, options.worker_num or 1
-    return ps_counts_node_job(plan_spec(options), node, servers, trainers, master)
+    job = ps_counts_node_job(plan_spec(options), node, servers, trainers, master)
+    return _with_preflight(job, options)
 
 
 def ps_job(options: LaunchOptions, layout: PsLayout, interface: str, reason: str) -> NodeJob:
@@ -155,4 +165,5 @@ def ps_job(options: LaunchOptions, layout: PsLayout, interface: str, reason: str
     from paddlike.launch.plan.planners import ps_node_job
 
     master = ps_lists_master(layout, options.master, options.master_addr, options.master_port)
-    return ps_node_job(plan_spec(options), layout, interface, reason, master)
+    job = ps_node_job(plan_spec(options), layout, interface, reason, master)
+    return _with_preflight(job, options)

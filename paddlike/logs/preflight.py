@@ -30,9 +30,19 @@ def _ms(seconds: float | None) -> str:
 
 
 def preflight_lines(entry: Mapping[str, object] | None) -> list[str]:
-    """The check's lines; [] when the job ran none."""
+    """The check's lines, earlier rounds' checks that found something first (an elastic
+    job that left a node out: `launch.health.gate.kept_with_earlier`); [] when the job ran
+    none."""
     if not entry:
         return []
+    out: list[str] = []
+    for earlier in entry.get("earlier") or ():  # type: ignore[attr-defined]
+        out.extend(_check_lines(earlier))
+    return out + _check_lines(entry)
+
+
+def _check_lines(entry: Mapping[str, object]) -> list[str]:
+    """One round's check: its verdict, findings, notes and every node's links."""
     word = "passed" if entry.get("ok") else "failed"
     seconds = float(entry.get("seconds") or 0)  # type: ignore[arg-type]
     out = [f"pre-flight check, round {entry.get('round')} ({seconds:.2f} s): {word}"]

@@ -24,12 +24,20 @@ from collections.abc import Mapping
 from paddlike.launch.health.limits import Limits
 from paddlike.launch.health.node import node_problems, read_facts
 from paddlike.launch.health.nvml import NvmlSource
-from paddlike.launch.health.verdict import NodeReport, Verdict, duration, judge, rate
+from paddlike.launch.health.verdict import (
+    NodeReport,
+    Verdict,
+    duration,
+    hidden_by_limits,
+    judge,
+    rate,
+)
 from paddlike.launch.plan.exitcode import CHECK_FAILED, LEFT_OUT
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.health.nvml import GpuSource
+    from paddlike.launch.plan.membership import ElasticSpec
     from paddlike.launch.plan.world import RendezvousResult
 
 CHECK_EXIT_CODE = CHECK_FAILED  # a fixed job whose check failed: every node, nothing started
@@ -88,13 +96,25 @@ def summary_entry(round_: int, verdict: Verdict, reports: list[NodeReport], seco
     }
 
 
-def healthy_line(verdict: Verdict, n: int, seconds: float) -> str:
-    """The one line of a check that found nothing."""
+def kept_with_earlier(previous: dict | None, latest: dict) -> dict:
+    """summary.json's "preflight" after another round's check: the latest, with the
+    earlier checks that found something under "earlier" (oldest first), so that the nodes
+    that go on keep the check that left a node out (its figures, its verdict)."""
+    earlier = list(previous.get("earlier") or ()) if previous else []
+    if previous and not previous.get("ok"):
+        earlier.append({k: v for k, v in previous.items() if k != "earlier"})
+    return {**latest, "earlier": earlier} if earlier else latest
+
+
+def healthy_line(verdict: Verdict, n: int, seconds: float, hidden: str = "") -> str:
+    """The one line of a check that found nothing; `hidden`: the slowest link that only
+    --preflight_limits let pass (`verdict.hidden_by_limits`)."""
     if n < 2 or not verdict.bandwidth:
         return f"pre-flight check: {n} node{'s' if n != 1 else ''} healthy ({seconds:.2f} s)"
+    hidden = f"; {hidden}" if hidden else ""
     return (
         f"pre-flight check: {n} nodes healthy; links median {rate(verdict.bandwidth)}, "
-        f"round trip {duration(verdict.rtt)} ({seconds:.2f} s)"
+        f"round trip {duration(verdict.rtt)}{hidden} ({seconds:.2f} s)"
     )
 
 
@@ -185,19 +205,21 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         )
         return RoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
     verdict = with_quarantine(run, met, verdict, kv, limits)
-    run.record.preflight = summary_entry(met.round, verdict, reports, seconds)
+    run.record.preflight = kept_with_earlier(
+        run.record.preflight, summary_entry(met.round, verdict, reports, seconds)
+    )
     for note in verdict.notes:
         run.console.warn(f"pre-flight check: {note}")
     if check_only(run.environ):  # the one-command start chooses among its hosts
         for line in verdict.lines:
             run.console.error(f"pre-flight check: {line}")
         if verdict.ok:
-            run.console.say(healthy_line(verdict, n, seconds))
+            run.console.say(healthy_line(verdict, n, seconds, hidden_by_limits(reports, limits)))
         return end_checked(run, met, plan, restarts, verdict, kv)
     if verdict.ok:
         if kv is not None:
             mark_read(kv, met.round, index, n, wait=False)  # type: ignore[arg-type]
-        run.console.say(healthy_line(verdict, n, seconds))
+        run.console.say(healthy_line(verdict, n, seconds, hidden_by_limits(reports, limits)))
         return None
     for line in verdict.lines:
         run.console.error(f"pre-flight check: {line}")
@@ -209,10 +231,11 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         host=met.hosts[first_bad] if first_bad is not None else "",
         node_index=first_bad,
     )
+    why = why_not_left_out(run.elastic, n, verdict.bad_nodes)
     run.console.error(
-        "pre-flight check failed: the job does not start, no spare node can take the place "
-        f"of the node at fault (exit {CHECK_EXIT_CODE} on every node; --preflight_limits sets "
-        "the thresholds, --preflight off skips the check)"
+        f"pre-flight check failed: the job does not start, {why} "
+        f"(exit {CHECK_EXIT_CODE} on every node; --preflight_limits sets the thresholds, "
+        "--preflight off skips the check)"
     )
     if kv is not None:
         mark_read(kv, met.round, index, n, wait=True)  # type: ignore[arg-type]
@@ -230,6 +253,30 @@ def can_leave_out(run, verdict: Verdict, n: int) -> bool:
     if spec is None or n - len(verdict.bad_nodes) < spec.min_nodes:
         return False
     return bool(run.spec.etcd_master) or 0 not in verdict.bad_nodes
+
+
+def why_not_left_out(spec: ElasticSpec | None, n: int, bad: tuple[int, ...]) -> str:
+    """Why a job of `n` nodes cannot go on without the nodes at fault (`can_leave_out`
+    said no), for the failure's line.
+
+    | job                    | at fault   | why                                         |
+    | ---------------------- | ---------- | ------------------------------------------- |
+    | fixed                  | any        | no spare node can take its place            |
+    | elastic, MIN still met | node 0     | node 0 hosts the launchers' store           |
+    | elastic, under MIN     | any        | the nodes left would be under MIN           |
+    """
+    keep = n - len(bad)
+    if spec is not None and keep >= spec.min_nodes:  # (so node 0, hosting the store, is bad)
+        return (
+            "node 0 hosts the launchers' store (--master) and the job cannot go on without "
+            "it (with --master etcd://... any node can be left out)"
+        )
+    if spec is not None:
+        return (
+            f"without the nodes at fault {keep} node{'s' if keep != 1 else ''} would be left, "
+            f"under --nnodes {spec.range_text}'s minimum"
+        )
+    return "no spare node can take the place of the node at fault"
 
 
 def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict, kv):

@@ -57,3 +57,28 @@ _NAMES = {
     "quarantine_rounds": ("quarantine_rounds", 1.0),
     "matmul": ("matmul", 1.0),
 }
+
+
+def agreed_settings(preflight: str | None, pairs: tuple[tuple[str, float], ...]) -> dict[str, str]:
+    """The check's settings as fingerprint fields (`plan.agreement.check_fingerprints`):
+    nodes that would check with other modes or thresholds reach other verdicts, so they
+    must disagree at the rendezvous, before anything starts (issue 35).
+
+    None (the default on several nodes) and "on" are the same check; limits equal to the
+    defaults are the defaults however they were spelled; with the check off they are moot.
+
+    (None, ())                 -> {"preflight": "on", "preflight_limits": "the defaults"}
+    ("on", (("rtt", 4.0),))    -> {"preflight": "on", "preflight_limits": "the defaults"}
+    ("full", (("rtt", 8.0),))  -> {"preflight": "full", "preflight_limits": "rtt=8"}
+    ("off", (("rtt", 8.0),))   -> {"preflight": "off"}
+    """
+    mode = preflight or "on"
+    if mode == "off":
+        return {"preflight": mode}
+    limits, defaults = Limits.of(pairs), Limits()
+    changed = [
+        f"{name}={getattr(limits, field) / scale:g}"
+        for name, (field, scale) in _NAMES.items()
+        if getattr(limits, field) != getattr(defaults, field)
+    ]
+    return {"preflight": mode, "preflight_limits": ",".join(changed) or "the defaults"}

@@ -219,6 +219,34 @@ def judge(reports: Sequence[NodeReport], limits: Limits) -> Verdict:
     return Verdict(tuple(sorted(bad)), tuple(lines), unexplained, bandwidth, rtt, tuple(notes))
 
 
+def hidden_by_limits(reports: Sequence[NodeReport], limits: Limits) -> str:
+    """The slowest link that the default thresholds would call slow and `limits` (looser
+    bandwidth, rtt or rtt_floor_ms) let pass, for the healthy line; "" when none, so that a
+    slow node hidden by --preflight_limits is still seen."""
+    default = Limits()
+    strict = limits._replace(
+        bandwidth=max(limits.bandwidth, default.bandwidth),
+        rtt=min(limits.rtt, default.rtt),
+        rtt_floor=min(limits.rtt_floor, default.rtt_floor),
+    )
+    if strict == limits:
+        return ""
+    pairs = pair_figures(reports)
+    passed = set(slow_pairs(reports, pairs, limits))
+    hidden = {k: f for k, f in slow_pairs(reports, pairs, strict).items() if k not in passed}
+    if not hidden:
+        return ""
+    hosts = [""] * (max((r.index for r in reports), default=-1) + 1)
+    for r in reports:
+        hosts[r.index] = r.host
+    (a, b), f = min(hidden.items(), key=lambda kv: _worst(kv[1]))
+    bandwidth, rtt = reference(pairs)
+    return (
+        f"slowest link {node_label(a, hosts)} - {node_label(b, hosts)}: "
+        f"{_link_text(f, b, bandwidth, rtt, strict)}, passed only by --preflight_limits"
+    )
+
+
 def gpu_rate_lines(
     reports: Sequence[NodeReport], limits: Limits, hosts: Sequence[str]
 ) -> list[tuple[int, str]]:

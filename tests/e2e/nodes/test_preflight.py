@@ -73,6 +73,34 @@ def test_a_fixed_job_with_a_throttled_node_exits_2_on_every_node_naming_it(tmp_p
         assert "pre-flight check: node 0" not in text and "pre-flight check: node 1" not in text
 
 
+def test_limits_set_on_one_node_only_stop_every_node_at_the_rendezvous(tmp_path):
+    """PADDLIKE_PREFLIGHT_LIMITS in one node's environment: the nodes would judge by other
+    thresholds, so they disagree when they meet, as on any option: exit 2 everywhere."""
+    import os
+
+    script = write_worker(tmp_path)
+    with netns_cluster(3) as cluster:
+        ips = ",".join(n.addr for n in cluster.nodes)
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            env = dict(os.environ)
+            if i == 1:
+                env["PADDLIKE_PREFLIGHT_LIMITS"] = "bandwidth=0.3"
+            argv = [*LAUNCH, "--ips", ips, "--nproc_per_node", "1", *SLOW,
+                    "--log_dir", str(tmp_path / f"log{i}"), str(script)]  # fmt: skip
+            procs.append(
+                node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+            )
+        ends = [(p.communicate(timeout=90)[0].decode(), p.returncode) for p in procs]
+    addr = cluster.nodes[1].addr
+    for i, (text, code) in enumerate(ends):
+        assert code == 2, text
+        assert "rendezvous: node 1 (" in text and f"{addr}) disagrees on preflight_limits: " in text
+        assert "it has 'bandwidth=0.3', node 0 (" in text and "has 'the defaults'" in text, text
+        assert "healthy" not in text and "no figures from" not in text, text
+        assert not list((tmp_path / f"log{i}").glob("workerlog.*")), text
+
+
 @pytest.mark.parametrize(("n", "attempt"), [(3, 0), (3, 1), (3, 2), (8, 0)])
 def test_a_healthy_job_raises_no_alarm(tmp_path, n, attempt):
     with netns_cluster(n) as cluster:
@@ -139,6 +167,16 @@ def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_pat
         assert "pre-flight check: 3 nodes healthy" in text, text  # the new round's check
         log = (tmp_path / f"log{i}" / "workerlog.0").read_text()
         assert "ROUND" in log and log.split("ROUND")[-1].split()[1] == "3", log  # WORLD_SIZE 3
+    # the nodes that went on keep the check that left it out, and the reader shows it
+    keeper = tmp_path / f"log{(bad + 1) % 4}"
+    kept = json.loads((keeper / "summary.json").read_text())["preflight"]
+    assert kept["ok"] is True and kept["earlier"][0]["bad_nodes"] == [bad]
+    assert len(kept["earlier"][0]["nodes"]) == 4
+    shown = subprocess.run([sys.executable, "-m", "paddlike.logs", str(keeper)],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "pre-flight check, round 0 (" in shown.stdout, shown.stdout
+    assert "): failed" in shown.stdout and "): passed" in shown.stdout, shown.stdout
+    assert f"  node {bad} ({slow.addr}): " in shown.stdout, shown.stdout
     text, code = ends[bad]
     assert code == LEFT_OUT_EXIT_CODE, text
     assert "this node is left out of the elastic job, which goes on with 3 nodes" in text, text
@@ -146,6 +184,31 @@ def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_pat
     summary = json.loads((tmp_path / f"log{bad}" / "summary.json").read_text())
     assert summary["exit_code"] == LEFT_OUT_EXIT_CODE
     assert summary["root_cause"]["reason"].startswith("pre-flight check left this node out: ")
+
+
+def test_an_elastic_job_whose_store_host_is_slow_ends_saying_it_cannot_go_on_without_it(
+    tmp_path,
+):
+    """Node 0 hosts the launchers' store (--master at it): the job cannot leave it out;
+    every node says why (not that a spare is missing) and exits 2 before any worker."""
+    script = tmp_path / "w.py"
+    script.write_text(ELASTIC_WORKER)
+    with netns_cluster(4) as cluster:
+        master = f"{cluster.nodes[0].addr}:6391"
+        throttle(cluster.nodes[0])
+        procs = []
+        for i, node in enumerate(cluster.nodes):
+            argv = [*LAUNCH, "--nnodes", "3:4", "--master", master, "--nproc_per_node", "1",
+                    "--rdzv_last_call", "5", "--log_dir", str(tmp_path / f"log{i}"),
+                    str(script)]  # fmt: skip
+            procs.append(node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        ends = [(p.communicate(timeout=90)[0].decode(), p.returncode) for p in procs]
+    for i, (text, code) in enumerate(ends):
+        assert code == 2, text
+        assert f"pre-flight check: node 0 ({cluster.nodes[0].addr}): " in text, text
+        assert "node 0 hosts the launchers' store (--master) and the job cannot go on" in text
+        assert "no spare node" not in text, text
+        assert not list((tmp_path / f"log{i}").glob("workerlog.*")), text
 
 
 def test_an_elastic_job_quarantines_a_node_whose_worker_failed_two_rounds(tmp_path):

@@ -84,7 +84,10 @@ def test_limits_parse_and_scale():
      ("rtt=fast", "expected a number for rtt"),
      ("bandwidth=2", "at most 1"),
      ("rtt=0.5", "at least 1"),
-     ("disk_gb=-1", "expected a finite number >= 0 for disk_gb")],
+     ("disk_gb=-1", "expected a finite number >= 0 for disk_gb"),
+     ("rtt=4,bandwidth=0.3,rtt=8", "^rtt is given twice; give each name once$"),
+     ("quarantine_rounds=1.5", "^expected a whole number of rounds for quarantine_rounds$"),
+     ("bandwidth=0.3 rtt=8", "^expected a number for bandwidth; separate the pairs with commas$")],
 )  # fmt: skip
 def test_bad_limits_say_what_was_expected(text, message):
     with pytest.raises(ValueError, match=message):

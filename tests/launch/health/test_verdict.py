@@ -118,6 +118,22 @@ def test_thresholds_are_settable():
     assert judge(reports, Limits(bandwidth=0.01)).ok  # 38 MB/s is over 1% of 1.1 GB/s
 
 
+def test_a_slow_node_hidden_by_loosened_limits_is_still_seen_in_the_healthy_line():
+    from paddlike.launch.health.gate import healthy_line
+    from paddlike.launch.health.verdict import hidden_by_limits
+
+    reports = ring_reports(4, slow_nodes=[1])
+    loose = Limits(bandwidth=0.01)
+    hidden = hidden_by_limits(reports, loose)
+    assert hidden.startswith("slowest link node ") and "(198.18.0.2)" in hidden
+    assert hidden.endswith("38 MB/s to node 1, median 1.1 GB/s, passed only by --preflight_limits")
+    line = healthy_line(judge(reports, loose), 4, 0.3, hidden)
+    assert line.startswith("pre-flight check: 4 nodes healthy; links median 1.1 GB/s, round ")
+    assert f"; {hidden} (0.30 s)" in line
+    assert hidden_by_limits(reports, Limits()) == ""  # the defaults hide nothing
+    assert hidden_by_limits(ring_reports(4), loose) == ""  # nothing slow to hide
+
+
 def test_an_unreachable_peer_is_a_link_with_no_answer():
     reports = ring_reports(4)
     dead = [LinkFigure(f.a, f.b, 0.0, 0.0, float("inf")) for f in reports[2].links]

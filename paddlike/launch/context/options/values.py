@@ -371,10 +371,15 @@ def preflight_limits(text: str) -> tuple[tuple[str, float], ...]:
                 f"expected name=value pairs with names {', '.join(PREFLIGHT_LIMITS)} "
                 "(e.g. bandwidth=0.5,rtt=4)"
             )
+        if any(n == name for n, _ in pairs):
+            raise BadValue(f"{name} is given twice; give each name once")
         try:
             number = float(value)
         except ValueError:
-            raise BadValue(f"expected a number for {name}") from None
+            commas = "; separate the pairs with commas" if "=" in value else ""
+            raise BadValue(f"expected a number for {name}{commas}") from None
+        if name == "quarantine_rounds" and not number.is_integer():
+            raise BadValue("expected a whole number of rounds for quarantine_rounds")
         if not 0 <= number < INF:
             raise BadValue(f"expected a finite number >= 0 for {name}")
         if name == "bandwidth" and number > 1:
