@@ -452,7 +452,8 @@ class JobRun:
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
         stragglers = straggler_watch(
-            self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks
+            self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks,
+            self.elastic,
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from paddlike.launch.peers.stackreq import StackChannel
+    from paddlike.launch.plan.membership import ElasticSpec
     from paddlike.launch.plan.plan import LaunchPlan
     from paddlike.launch.run.record import RunRecord
     from paddlike.launch.run.runspec import RunSpec
@@ -183,10 +184,15 @@ class StragglerWatch:
         on_table: Callable[[dict[str, Any]], None] | None = None,
         on_straggler: str = "warn",
         leave: Callable[[], None] | None = None,
+        nnodes: int = 1,
+        min_nodes: int = 0,
+        nnodes_text: str = "",
     ) -> None:
-        """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave;
-        a node told so calls `leave` (the launcher's SIGTERM to itself: an elastic job's
-        node leaves at the next round, its ranks saving at the preemption stop step)."""
+        """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave,
+        unless the round's `nnodes` less those told would fall below `min_nodes` (an
+        elastic job's MIN; `nnodes_text` is --nnodes as given): then it warns, once per
+        node. A node told so calls `leave` (the launcher's SIGTERM to itself: an elastic
+        job's node leaves at the next round, its ranks saving at the preemption stop step)."""
         self.log_dir = log_dir
         self.console = console
         self.period = period
@@ -198,6 +204,10 @@ class StragglerWatch:
         self.on_straggler = on_straggler
         self._leave = leave or _sigterm_self
         self._excluded: set[int] = set()  # nodes node 0 told to leave
+        self._kept: set[int] = set()  # stragglers' nodes kept: the job is at its MIN
+        self.nnodes = nnodes
+        self.min_nodes = min_nodes
+        self.nnodes_text = nnodes_text
         self.named: tuple[str, ...] = ()  # who the console named last
         self.checks = 0  # this round's checks that compared collectives
         self.since = 0  # the check that first named who is named now
@@ -303,6 +313,16 @@ class StragglerWatch:
                     "launchers' store: it stays (warned only)"
                 )
                 continue
+            left = self.nnodes - len(self._excluded)
+            if left - 1 < self.min_nodes:
+                if i not in self._kept:
+                    self._kept.add(i)
+                    self.console.warn(
+                        f"--on_straggler exclude: node {s.row.node} is a straggler, but it "
+                        f"stays: the job has {left} nodes, --nnodes {self.nnodes_text} needs "
+                        f"{self.min_nodes}"
+                    )
+                continue
             self._excluded.add(i)
             if self.channel is not None:
                 self.channel.exclude(i)
@@ -341,6 +361,7 @@ def straggler_watch(
     console: Console,
     record: RunRecord,
     stacks: StackChannel | None = None,
+    elastic: ElasticSpec | None = None,
 ) -> StragglerWatch:
     """The round's watch from the job's spec (a period of 0: one that never checks); on
     many nodes its channel goes beside the round's stack requests (`stacks`)."""
@@ -360,4 +381,9 @@ def straggler_watch(
         channel=channel,
         on_table=record.stragglers_found,
         on_straggler=spec.on_straggler,
+        nnodes=plan.nnodes,
+        min_nodes=elastic.min_nodes if elastic is not None else 0,
+        nnodes_text=(
+            f"{elastic.min_nodes}:{elastic.max_nodes}" if elastic is not None else str(plan.nnodes)
+        ),
     )

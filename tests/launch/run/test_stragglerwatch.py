@@ -123,6 +123,39 @@ def test_on_straggler_exclude_tells_the_straggling_node_to_leave_never_node_0() 
     assert channels[0].excluded() is None
 
 
+def test_on_straggler_exclude_at_the_minimum_node_count_warns_once_and_keeps_the_node() -> None:
+    # the trial: --nnodes 2:3 running on 2 nodes; excluding one ended the whole job
+    kv = MemoryKV()
+    channels = [StoreChannel(lambda: kv, round_=1, node_index=i, nnodes=2) for i in range(2)]
+    err = io.StringIO()
+    zero = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=channels[0], on_straggler="exclude", nnodes=2, min_nodes=2, nnodes_text="2:3",
+    )  # fmt: skip
+    mine, late = part(range(0, 2), {}, "a"), part(range(2, 4), {2: 0.05, 3: 0.05}, "b")
+    late.index = 1
+    balanced = part(range(2, 4), {}, "b")
+    balanced.index = 1
+    for theirs in (late, balanced, late):  # named, kept up, named again: one warning
+        zero.decide([mine, theirs])
+    assert channels[1].excluded() is None
+    said = err.getvalue()
+    assert "leaves the job" not in said
+    warning = (
+        "paddlike.launch: warning: --on_straggler exclude: node b is a straggler, but it "
+        "stays: the job has 2 nodes, --nnodes 2:3 needs 2"
+    )
+    assert [line for line in said.splitlines() if "--on_straggler" in line] == [warning]
+    # with a node to spare, the straggler leaves
+    three = StragglerWatch(
+        "/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1, node_index=0,
+        node="a", channel=channels[0], on_straggler="exclude", nnodes=3, min_nodes=2,
+        nnodes_text="2:3",
+    )  # fmt: skip
+    three.decide([mine, late])
+    assert channels[1].excluded() == 1
+
+
 def test_on_straggler_exclude_needs_an_elastic_job() -> None:
     refused = (
         r"^--on_straggler: exclude makes a straggling node leave the job, which only an "
