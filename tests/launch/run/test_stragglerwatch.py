@@ -165,6 +165,10 @@ def test_on_straggler_exclude_needs_an_elastic_job() -> None:
         parse_options(["--on_straggler", "exclude", "train.py"], {})
     with pytest.raises(UsageError, match="--on_straggler: expected warn or exclude, got 'drop'"):
         parse_options(["--on_straggler", "drop", "train.py"], {})
+    # N:N is a fixed job: the message says MIN must be below MAX, not to give what was given
+    fixed = ["--nnodes", "2:2", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
+    with pytest.raises(UsageError, match=r"MIN:MAX with MIN below MAX \(N:N, like N, is a fixed"):
+        parse_options([*fixed, "train.py"], {})
     elastic = ["--nnodes", "2:3", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
     assert parse_options([*elastic, "train.py"], {}).on_straggler == "exclude"
     assert parse_options(["train.py"], {}).on_straggler == "warn"
