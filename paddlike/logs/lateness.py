@@ -439,7 +439,8 @@ def summary_lines(table: Mapping[str, object] | None) -> list[str]:
     if not table:
         return [
             "no straggler check compared collectives in this job (--straggler_check 0, "
-            "no collective, or the job ended before the first check)"
+            "no collective, TORCH_FR_BUFFER_SIZE=0 turning torch's flight recorder off, or "
+            "the job ended before the first check)"
         ]
     ranks, nodes = rows_from_json(table)
     window = table.get("window")

@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from paddlike.launch.console.output import Console
 from paddlike.summary import ProcessRecord
@@ -350,6 +350,17 @@ class StragglerWatch:
         return True
 
 
+def recorder_off(environ: Mapping[str, str]) -> str:
+    """"NAME=0" where the user's environment turns torch's flight recorder off (the probe
+    leaves a size the user gave alone), else "": the check then sees no torch collective."""
+    from paddlike.logs.worker_probe import FR_BUFFER_NAMES
+
+    for name in FR_BUFFER_NAMES:
+        if environ.get(name, "").strip() == "0":
+            return f"{name}=0"
+    return ""
+
+
 def _sigterm_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -362,9 +373,17 @@ def straggler_watch(
     record: RunRecord,
     stacks: StackChannel | None = None,
     elastic: ElasticSpec | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> StragglerWatch:
     """The round's watch from the job's spec (a period of 0: one that never checks); on
-    many nodes its channel goes beside the round's stack requests (`stacks`)."""
+    many nodes its channel goes beside the round's stack requests (`stacks`). Node 0's
+    first round warns where the user's `environ` turns torch's flight recorder off."""
+    off = recorder_off(os.environ if environ is None else environ)
+    if off and spec.straggler_check > 0 and plan.node_index == 0 and not record.rounds_started:
+        console.warn(
+            f"--straggler_check: {off} in the environment turns torch's flight recorder off: "
+            "the check sees no torch collective (unset it, or give it a size, to compare them)"
+        )
     channel = None
     if stacks is not None and spec.straggler_check > 0:
         from paddlike.launch.peers.stragglers import store_channel

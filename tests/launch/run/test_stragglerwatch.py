@@ -194,3 +194,31 @@ def test_every_check_rewrites_the_running_jobs_summary_with_its_heat_map(tmp_pat
         assert [r["rank"] for r in heat["ranks"] if r["straggler"]] == [2]
         assert heat["ranks"][2]["lateness_ms"][-1] == pytest.approx(50.0, abs=0.1)
         assert len(heat["collectives"]) == 49
+
+
+def test_torch_flight_recorder_turned_off_by_the_user_is_said_once_at_the_start(tmp_path) -> None:
+    # the trial: TORCH_FR_BUFFER_SIZE=0 made the check silently see nothing of torch jobs
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.launch.run.runspec import RunSpec
+    from paddlike.launch.run.stragglerwatch import straggler_watch
+    from paddlike.logs.lateness import summary_lines
+    from tests.launch.run.test_supervisor import make_plan
+
+    spec = RunSpec(log_dir=str(tmp_path), ports=None, straggler_check=10.0)  # type: ignore[arg-type]
+    record, plan = RunRecord(tmp_path, warn=lambda _: None), make_plan([], 2)
+    said = []
+    for environ in ({"TORCH_FR_BUFFER_SIZE": "0"}, {"TORCH_FR_BUFFER_SIZE": "2000"}, {}):
+        err = io.StringIO()
+        straggler_watch(spec, plan, tmp_path, Console(err), record, environ=environ)
+        said.append(err.getvalue().splitlines())
+    assert said == [[
+        "paddlike.launch: warning: --straggler_check: TORCH_FR_BUFFER_SIZE=0 in the "
+        "environment turns torch's flight recorder off: the check sees no torch collective "
+        "(unset it, or give it a size, to compare them)"
+    ], [], []]  # fmt: skip
+    record.running(plan, [], 0)  # a later round: said once, at the start
+    err = io.StringIO()
+    straggler_watch(spec, plan, tmp_path, Console(err), record,
+                    environ={"TORCH_FR_BUFFER_SIZE": "0"})  # fmt: skip
+    assert err.getvalue() == ""
+    assert "TORCH_FR_BUFFER_SIZE=0" in summary_lines(None)[0]
