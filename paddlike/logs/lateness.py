@@ -446,4 +446,11 @@ def summary_lines(table: Mapping[str, object] | None) -> list[str]:
     window = table.get("window")
     named = table.get("named")
     lines = [str(x) for x in named] if isinstance(named, list) and named else ["no straggler"]
+    excluded = table.get("excluded")
+    for item in excluded if isinstance(excluded, list) else []:
+        if isinstance(item, dict) and item.get("node"):
+            lines.append(
+                f"excluded: node {item['node']} left the job (--on_straggler exclude): "
+                f"{item.get('line', '')}"
+            )
     return [*lines, *table_lines(ranks, nodes, window if isinstance(window, int) else 0)]

@@ -187,12 +187,15 @@ class StragglerWatch:
         nnodes: int = 1,
         min_nodes: int = 0,
         nnodes_text: str = "",
+        excluded: Sequence[dict[str, Any]] = (),
     ) -> None:
         """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave,
         unless the round's `nnodes` less those told would fall below `min_nodes` (an
         elastic job's MIN; `nnodes_text` is --nnodes as given): then it warns, once per
         node. A node told so calls `leave` (the launcher's SIGTERM to itself: an elastic
-        job's node leaves at the next round, its ranks saving at the preemption stop step)."""
+        job's node leaves at the next round, its ranks saving at the preemption stop step).
+        `excluded`: the nodes earlier rounds excluded (summary.json's "excluded", kept in
+        every later table so that the job's summary still names them)."""
         self.log_dir = log_dir
         self.console = console
         self.period = period
@@ -205,6 +208,8 @@ class StragglerWatch:
         self._leave = leave or _sigterm_self
         self._excluded: set[int] = set()  # nodes node 0 told to leave
         self._kept: set[int] = set()  # stragglers' nodes kept: the job is at its MIN
+        # {"node", "line", "time"} per node told to leave, earlier rounds' first
+        self.exclusions: list[dict[str, Any]] = list(excluded)
         self.nnodes = nnodes
         self.min_nodes = min_nodes
         self.nnodes_text = nnodes_text
@@ -298,7 +303,7 @@ class StragglerWatch:
                 self._exclude(found, {n: p.index for p in parts for n in p.nodes.values()})
             if self.on_table is not None:
                 table = {"time": time.time(), "check": self.checks, "since": self.since}
-                self.on_table({**table, **found.to_json()})
+                self.on_table({**table, **found.to_json(), "excluded": list(self.exclusions)})
         return found
 
     def _exclude(self, found: Lateness, index_of: dict[str, int]) -> None:
@@ -324,6 +329,7 @@ class StragglerWatch:
                     )
                 continue
             self._excluded.add(i)
+            self.exclusions.append({"node": s.row.node, "line": s.line, "time": time.time()})
             if self.channel is not None:
                 self.channel.exclude(i)
             self.console.say(f"--on_straggler exclude: node {s.row.node} leaves the job")
@@ -389,6 +395,7 @@ def straggler_watch(
         from paddlike.launch.peers.stragglers import store_channel
 
         channel = store_channel(stacks)
+    earlier = (record.stragglers or {}).get("excluded")
     return StragglerWatch(
         str(log_dir),
         console,
@@ -405,4 +412,5 @@ def straggler_watch(
         nnodes_text=(
             f"{elastic.min_nodes}:{elastic.max_nodes}" if elastic is not None else str(plan.nnodes)
         ),
+        excluded=earlier if isinstance(earlier, list) else (),
     )

@@ -222,3 +222,38 @@ def test_torch_flight_recorder_turned_off_by_the_user_is_said_once_at_the_start(
                     environ={"TORCH_FR_BUFFER_SIZE": "0"})  # fmt: skip
     assert err.getvalue() == ""
     assert "TORCH_FR_BUFFER_SIZE=0" in summary_lines(None)[0]
+
+
+def test_an_excluded_node_stays_named_in_the_summary_after_the_next_rounds_checks(tmp_path) -> None:
+    # the trial: the round after the exclusion rewrote the table balanced, and nothing in
+    # summary.json said "straggler"
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.launch.run.runspec import RunSpec
+    from paddlike.launch.run.stragglerwatch import straggler_watch
+    from paddlike.logs.lateness import summary_lines
+    from paddlike.summary import read_summary
+    from tests.launch.run.test_supervisor import make_plan
+
+    kv = MemoryKV()
+    record, plan = RunRecord(tmp_path, warn=lambda _: None), make_plan([], 3)
+    record.running(plan, [], 0)
+    zero = StragglerWatch(
+        "/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=StoreChannel(lambda: kv, round_=1, node_index=0, nnodes=3),
+        on_straggler="exclude", nnodes=3, min_nodes=2, nnodes_text="2:3",
+        on_table=record.stragglers_found,
+    )  # fmt: skip
+    mine, late = part(range(0, 2), {}, "a"), part(range(2, 4), {2: 0.05, 3: 0.05}, "b")
+    late.index = 1
+    zero.decide([mine, late])
+    spec = RunSpec(log_dir=str(tmp_path), ports=None, straggler_check=10.0)  # type: ignore[arg-type]
+    after = straggler_watch(spec, plan, tmp_path, Console(io.StringIO()), record, environ={})
+    after.decide([part(range(0, 2), {}, "a")])  # the next round: node b gone, balanced
+    table = read_summary(tmp_path).stragglers
+    assert table["named"] == [] and [e["node"] for e in table["excluded"]] == ["b"]
+    lines = summary_lines(table)
+    assert lines[:2] == ["no straggler", (
+        "excluded: node b left the job (--on_straggler exclude): straggler: node b (ranks "
+        "2–3, all late together) arrived last at 100% of the last 49 collectives, +50 ms "
+        "median (a collective every 100 ms)"
+    )]  # fmt: skip
