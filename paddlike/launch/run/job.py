@@ -453,7 +453,7 @@ class JobRun:
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
         stragglers = straggler_watch(
             self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks,
-            self.elastic,
+            self.elastic, leave_for=supervisor.leave_for,
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:

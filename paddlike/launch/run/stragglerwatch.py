@@ -367,6 +367,11 @@ def recorder_off(environ: Mapping[str, str]) -> str:
     return ""
 
 
+def excluded_reason(host: str) -> str:
+    """The cause's reason when node 0 excluded this node (summary.json, node 0's round line)."""
+    return f"node {host} left: excluded as a straggler (--on_straggler exclude)"
+
+
 def _sigterm_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -380,10 +385,13 @@ def straggler_watch(
     stacks: StackChannel | None = None,
     elastic: ElasticSpec | None = None,
     environ: Mapping[str, str] | None = None,
+    leave_for: Callable[[str], None] | None = None,
 ) -> StragglerWatch:
     """The round's watch from the job's spec (a period of 0: one that never checks); on
     many nodes its channel goes beside the round's stack requests (`stacks`). Node 0's
-    first round warns where the user's `environ` turns torch's flight recorder off."""
+    first round warns where the user's `environ` turns torch's flight recorder off.
+    `leave_for`: how this node leaves when node 0 excludes it (the supervisor's, giving the
+    leaving its own cause); None: a plain SIGTERM to this launcher."""
     off = recorder_off(os.environ if environ is None else environ)
     if off and spec.straggler_check > 0 and plan.node_index == 0 and not record.rounds_started:
         console.warn(
@@ -413,4 +421,5 @@ def straggler_watch(
             f"{elastic.min_nodes}:{elastic.max_nodes}" if elastic is not None else str(plan.nnodes)
         ),
         excluded=earlier if isinstance(earlier, list) else (),
+        leave=None if leave_for is None else lambda: leave_for(excluded_reason(plan.host)),
     )
