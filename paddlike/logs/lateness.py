@@ -413,16 +413,22 @@ def rows_from_json(data: Mapping[str, object]) -> tuple[list[Row], list[Row]]:
 
 
 def table_lines(rows: Sequence[Row], nodes: Sequence[Row], window: int) -> list[str]:
-    """`python -m paddlike.logs --stragglers`: per rank (nodes after), the share of last
-    arrivals, median and p90 lateness; the stragglers first, marked with *."""
+    """`python -m paddlike.logs --stragglers`: per rank (nodes before them), the share of
+    last arrivals, median and p90 lateness; the stragglers (rank or node) first, marked
+    with *. Columns are as wide as their longest entry (long hostnames); a node's row
+    names the node once, in "who"."""
     if not rows:
         return ["no collective was compared across ranks (none ran, or one rank only)"]
-    head = f"{'':2}{'who':<12}{'node':<14}{'last':>6}{'median':>10}{'p90':>10}  log"
+    ordered = sorted([*nodes, *rows], key=lambda r: not r.straggler)  # stable: nodes first
+    node_of = [r.node if r.rank >= 0 else "" for r in ordered]
+    who_w = max(12, *(len(r.who) + 2 for r in ordered))
+    node_w = max(14, *(len(n) + 2 for n in node_of))
+    head = f"{'':2}{'who':<{who_w}}{'node':<{node_w}}{'last':>6}{'median':>10}{'p90':>10}  log"
     lines = [f"lateness at the last {window} collectives (time after the first arrival):", head]
-    for r in (*sorted(nodes, key=lambda r: not r.straggler), *rows):
+    for r, node in zip(ordered, node_of, strict=True):
         mark = "* " if r.straggler else "  "
         lines.append(
-            f"{mark}{r.who:<12}{r.node:<14}{r.last_share:>6.0%}"
+            f"{mark}{r.who:<{who_w}}{node:<{node_w}}{r.last_share:>6.0%}"
             f"{'+' + _ms(r.median):>10}{'+' + _ms(r.p90):>10}  {r.log}"
         )
     return lines
@@ -433,10 +439,18 @@ def summary_lines(table: Mapping[str, object] | None) -> list[str]:
     if not table:
         return [
             "no straggler check compared collectives in this job (--straggler_check 0, "
-            "no collective, or the job ended before the first check)"
+            "no collective, TORCH_FR_BUFFER_SIZE=0 turning torch's flight recorder off, or "
+            "the job ended before the first check)"
         ]
     ranks, nodes = rows_from_json(table)
     window = table.get("window")
     named = table.get("named")
     lines = [str(x) for x in named] if isinstance(named, list) and named else ["no straggler"]
+    excluded = table.get("excluded")
+    for item in excluded if isinstance(excluded, list) else []:
+        if isinstance(item, dict) and item.get("node"):
+            lines.append(
+                f"excluded: node {item['node']} left the job (--on_straggler exclude): "
+                f"{item.get('line', '')}"
+            )
     return [*lines, *table_lines(ranks, nodes, window if isinstance(window, int) else 0)]

@@ -289,3 +289,22 @@ def test_a_rank_outside_a_collectives_group_has_no_cell_there() -> None:
 def test_too_few_collectives_keep_no_heat_map() -> None:
     found = find_stragglers(job(3, n=5))
     assert found.heat is None and found.to_json()["heat"] is None
+
+
+def test_on_many_nodes_the_straggler_comes_first_and_long_names_keep_their_columns() -> None:
+    # the trial: "node 198.18.0.2198.18.0.2", a long hostname pushing the columns, and
+    # the nodes' rows before the one straggling rank
+    long = "worker-17.training-cluster.example.internal"
+    nodes = {0: "198.18.0.1", 1: "198.18.0.1", 2: "198.18.0.2", 3: long}
+    found = find_stragglers(job(4, {1: 0.05}, jitter=0.0), nodes=nodes,
+                            logs={r: f"workerlog.{r}" for r in range(4)})  # fmt: skip
+    ranks, node_rows = rows_from_json(found.to_json())
+    lines = table_lines(ranks, node_rows, found.window)
+    assert lines[2].startswith("* rank 1 ")
+    assert not any(line.startswith("*") for line in lines[3:])
+    assert not any("198.18.0.2198.18.0.2" in line or long + long in line for line in lines)
+    log_column = {line.index("workerlog") for line in lines if "workerlog" in line}
+    assert len(log_column) == 1  # every rank's log starts in the same column
+    header = lines[1]
+    for line in lines[2:]:  # each row's share sits under the header's "last"
+        assert line[header.index("last") - 2 : header.index("last") + 4].strip().endswith("%")

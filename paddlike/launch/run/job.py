@@ -205,9 +205,8 @@ def _cannot_start(
 
 
 def _job_claim(spec: RunSpec, job: NodeJob) -> JobClaim | None:
-    """Which job this is, for the log directory, before the rendezvous (None on one
-    node: a one-node job never shares its directory). Every node of one job computes
-    the same: the job id, else where the launchers meet and the fingerprint."""
+    """The job's claim on its log directory before the rendezvous, the same on every node
+    (its id, else where the launchers meet and the fingerprint); None on one node."""
     if job.nnodes == 1:
         return None
     if spec.etcd_master:
@@ -452,7 +451,8 @@ class JobRun:
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
         stragglers = straggler_watch(
-            self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks
+            self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks,
+            self.elastic, leave_for=supervisor.leave_for,
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:

@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from paddlike.launch.console.output import Console
 from paddlike.summary import ProcessRecord
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from paddlike.launch.peers.stackreq import StackChannel
+    from paddlike.launch.plan.membership import ElasticSpec
     from paddlike.launch.plan.plan import LaunchPlan
     from paddlike.launch.run.record import RunRecord
     from paddlike.launch.run.runspec import RunSpec
@@ -183,10 +184,18 @@ class StragglerWatch:
         on_table: Callable[[dict[str, Any]], None] | None = None,
         on_straggler: str = "warn",
         leave: Callable[[], None] | None = None,
+        nnodes: int = 1,
+        min_nodes: int = 0,
+        nnodes_text: str = "",
+        excluded: Sequence[dict[str, Any]] = (),
     ) -> None:
-        """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave;
-        a node told so calls `leave` (the launcher's SIGTERM to itself: an elastic job's
-        node leaves at the next round, its ranks saving at the preemption stop step)."""
+        """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave,
+        unless the round's `nnodes` less those told would fall below `min_nodes` (an
+        elastic job's MIN; `nnodes_text` is --nnodes as given): then it warns, once per
+        node. A node told so calls `leave` (the launcher's SIGTERM to itself: an elastic
+        job's node leaves at the next round, its ranks saving at the preemption stop step).
+        `excluded`: the nodes earlier rounds excluded (summary.json's "excluded", kept in
+        every later table so that the job's summary still names them)."""
         self.log_dir = log_dir
         self.console = console
         self.period = period
@@ -198,6 +207,12 @@ class StragglerWatch:
         self.on_straggler = on_straggler
         self._leave = leave or _sigterm_self
         self._excluded: set[int] = set()  # nodes node 0 told to leave
+        self._kept: set[int] = set()  # stragglers' nodes kept: the job is at its MIN
+        # {"node", "line", "time"} per node told to leave, earlier rounds' first
+        self.exclusions: list[dict[str, Any]] = list(excluded)
+        self.nnodes = nnodes
+        self.min_nodes = min_nodes
+        self.nnodes_text = nnodes_text
         self.named: tuple[str, ...] = ()  # who the console named last
         self.checks = 0  # this round's checks that compared collectives
         self.since = 0  # the check that first named who is named now
@@ -288,7 +303,7 @@ class StragglerWatch:
                 self._exclude(found, {n: p.index for p in parts for n in p.nodes.values()})
             if self.on_table is not None:
                 table = {"time": time.time(), "check": self.checks, "since": self.since}
-                self.on_table({**table, **found.to_json()})
+                self.on_table({**table, **found.to_json(), "excluded": list(self.exclusions)})
         return found
 
     def _exclude(self, found: Lateness, index_of: dict[str, int]) -> None:
@@ -303,7 +318,18 @@ class StragglerWatch:
                     "launchers' store: it stays (warned only)"
                 )
                 continue
+            left = self.nnodes - len(self._excluded)
+            if left - 1 < self.min_nodes:
+                if i not in self._kept:
+                    self._kept.add(i)
+                    self.console.warn(
+                        f"--on_straggler exclude: node {s.row.node} is a straggler, but it "
+                        f"stays: the job has {left} nodes, --nnodes {self.nnodes_text} needs "
+                        f"{self.min_nodes}"
+                    )
+                continue
             self._excluded.add(i)
+            self.exclusions.append({"node": s.row.node, "line": s.line, "time": time.time()})
             if self.channel is not None:
                 self.channel.exclude(i)
             self.console.say(f"--on_straggler exclude: node {s.row.node} leaves the job")
@@ -330,6 +356,22 @@ class StragglerWatch:
         return True
 
 
+def recorder_off(environ: Mapping[str, str]) -> str:
+    """"NAME=0" where the user's environment turns torch's flight recorder off (the probe
+    leaves a size the user gave alone), else "": the check then sees no torch collective."""
+    from paddlike.logs.worker_probe import FR_BUFFER_NAMES
+
+    for name in FR_BUFFER_NAMES:
+        if environ.get(name, "").strip() == "0":
+            return f"{name}=0"
+    return ""
+
+
+def excluded_reason(host: str) -> str:
+    """The cause's reason when node 0 excluded this node (summary.json, node 0's round line)."""
+    return f"node {host} left: excluded as a straggler (--on_straggler exclude)"
+
+
 def _sigterm_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -341,14 +383,27 @@ def straggler_watch(
     console: Console,
     record: RunRecord,
     stacks: StackChannel | None = None,
+    elastic: ElasticSpec | None = None,
+    environ: Mapping[str, str] | None = None,
+    leave_for: Callable[[str], None] | None = None,
 ) -> StragglerWatch:
     """The round's watch from the job's spec (a period of 0: one that never checks); on
-    many nodes its channel goes beside the round's stack requests (`stacks`)."""
+    many nodes its channel goes beside the round's stack requests (`stacks`). Node 0's
+    first round warns where the user's `environ` turns torch's flight recorder off.
+    `leave_for`: how this node leaves when node 0 excludes it (the supervisor's, giving the
+    leaving its own cause); None: a plain SIGTERM to this launcher."""
+    off = recorder_off(os.environ if environ is None else environ)
+    if off and spec.straggler_check > 0 and plan.node_index == 0 and not record.rounds_started:
+        console.warn(
+            f"--straggler_check: {off} in the environment turns torch's flight recorder off: "
+            "the check sees no torch collective (unset it, or give it a size, to compare them)"
+        )
     channel = None
     if stacks is not None and spec.straggler_check > 0:
         from paddlike.launch.peers.stragglers import store_channel
 
         channel = store_channel(stacks)
+    earlier = (record.stragglers or {}).get("excluded")
     return StragglerWatch(
         str(log_dir),
         console,
@@ -360,4 +415,11 @@ def straggler_watch(
         channel=channel,
         on_table=record.stragglers_found,
         on_straggler=spec.on_straggler,
+        nnodes=plan.nnodes,
+        min_nodes=elastic.min_nodes if elastic is not None else 0,
+        nnodes_text=(
+            f"{elastic.min_nodes}:{elastic.max_nodes}" if elastic is not None else str(plan.nnodes)
+        ),
+        excluded=earlier if isinstance(earlier, list) else (),
+        leave=None if leave_for is None else lambda: leave_for(excluded_reason(plan.host)),
     )

@@ -119,6 +119,7 @@ class Supervisor:
         self.tee_among_hosts = tee_among_hosts
         self._tee_poll: float | None = None  # set when inotify is unavailable
         self._teardown = Teardown(console, guardian, kill_timeout)
+        self._leave_reason: str | None = None  # `leave_for`'s, for the SIGTERM it sends
 
     # ------------------------------------------------------------------ the round
     def run(
@@ -358,10 +359,19 @@ class Supervisor:
             cause = launcher_signal_cause(
                 self.plan.host, self.plan.node_index, signum, "", time.time()
             )
+            if signum == signal.SIGTERM and self._leave_reason is not None:
+                cause, self._leave_reason = cause.replace(reason=self._leave_reason), None
             # Ctrl-C reaches only the launcher (the workers have sessions of their own):
             # the workers get it as SIGINT first, as in a terminal or under torchrun.
             first = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
             self._fail(rnd, cause, first=first)
+
+    def leave_for(self, reason: str) -> None:
+        """Another thread (--on_straggler exclude): this launcher leaves the job as on
+        SIGTERM (an elastic node leaves, its ranks save at the stop step), the cause
+        saying `reason` instead of "received SIGTERM"."""
+        self._leave_reason = reason
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _forward(self, rnd: RoundState, signum: int, name: str) -> None:
         """--signals_to_handle: `signum` to every running worker; the round goes on."""

@@ -4,6 +4,7 @@ ranks all sleep an extra 50 ms before each all_reduce is named by node 0, leaves
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -50,3 +51,9 @@ def test_the_straggling_node_of_an_elastic_job_leaves_and_the_others_finish(tmp_
     assert f"straggler: node {slow} (ranks " in outs[0], outs[0]
     assert f"--on_straggler exclude: node {slow} leaves the job" in outs[0], outs[0]
     assert "this node leaves the elastic job (as on SIGTERM)" in outs[2], outs[2]
+    # the trial: node 0 said "launcher on <slow> received SIGTERM"; the leaving says why
+    why = f"node {slow} left: excluded as a straggler (--on_straggler exclude)"
+    assert f"new round (membership change): {why}" in outs[0], outs[0]
+    assert f"launcher on {slow} received SIGTERM" not in outs[0], outs[0]
+    summary = json.loads((tmp_path / "log2" / "summary.json").read_text())
+    assert summary["root_cause"]["reason"] == why

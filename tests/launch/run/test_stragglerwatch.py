@@ -123,6 +123,39 @@ def test_on_straggler_exclude_tells_the_straggling_node_to_leave_never_node_0() 
     assert channels[0].excluded() is None
 
 
+def test_on_straggler_exclude_at_the_minimum_node_count_warns_once_and_keeps_the_node() -> None:
+    # the trial: --nnodes 2:3 running on 2 nodes; excluding one ended the whole job
+    kv = MemoryKV()
+    channels = [StoreChannel(lambda: kv, round_=1, node_index=i, nnodes=2) for i in range(2)]
+    err = io.StringIO()
+    zero = StragglerWatch(
+        "/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=channels[0], on_straggler="exclude", nnodes=2, min_nodes=2, nnodes_text="2:3",
+    )  # fmt: skip
+    mine, late = part(range(0, 2), {}, "a"), part(range(2, 4), {2: 0.05, 3: 0.05}, "b")
+    late.index = 1
+    balanced = part(range(2, 4), {}, "b")
+    balanced.index = 1
+    for theirs in (late, balanced, late):  # named, kept up, named again: one warning
+        zero.decide([mine, theirs])
+    assert channels[1].excluded() is None
+    said = err.getvalue()
+    assert "leaves the job" not in said
+    warning = (
+        "paddlike.launch: warning: --on_straggler exclude: node b is a straggler, but it "
+        "stays: the job has 2 nodes, --nnodes 2:3 needs 2"
+    )
+    assert [line for line in said.splitlines() if "--on_straggler" in line] == [warning]
+    # with a node to spare, the straggler leaves
+    three = StragglerWatch(
+        "/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1, node_index=0,
+        node="a", channel=channels[0], on_straggler="exclude", nnodes=3, min_nodes=2,
+        nnodes_text="2:3",
+    )  # fmt: skip
+    three.decide([mine, late])
+    assert channels[1].excluded() == 1
+
+
 def test_on_straggler_exclude_needs_an_elastic_job() -> None:
     refused = (
         r"^--on_straggler: exclude makes a straggling node leave the job, which only an "
@@ -132,6 +165,10 @@ def test_on_straggler_exclude_needs_an_elastic_job() -> None:
         parse_options(["--on_straggler", "exclude", "train.py"], {})
     with pytest.raises(UsageError, match="--on_straggler: expected warn or exclude, got 'drop'"):
         parse_options(["--on_straggler", "drop", "train.py"], {})
+    # N:N is a fixed job: the message says MIN must be below MAX, not to give what was given
+    fixed = ["--nnodes", "2:2", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
+    with pytest.raises(UsageError, match=r"MIN:MAX with MIN below MAX \(N:N, like N, is a fixed"):
+        parse_options([*fixed, "train.py"], {})
     elastic = ["--nnodes", "2:3", "--master", "127.0.0.1:6170", "--on_straggler", "exclude"]
     assert parse_options([*elastic, "train.py"], {}).on_straggler == "exclude"
     assert parse_options(["train.py"], {}).on_straggler == "warn"
@@ -157,3 +194,66 @@ def test_every_check_rewrites_the_running_jobs_summary_with_its_heat_map(tmp_pat
         assert [r["rank"] for r in heat["ranks"] if r["straggler"]] == [2]
         assert heat["ranks"][2]["lateness_ms"][-1] == pytest.approx(50.0, abs=0.1)
         assert len(heat["collectives"]) == 49
+
+
+def test_torch_flight_recorder_turned_off_by_the_user_is_said_once_at_the_start(tmp_path) -> None:
+    # the trial: TORCH_FR_BUFFER_SIZE=0 made the check silently see nothing of torch jobs
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.launch.run.runspec import RunSpec
+    from paddlike.launch.run.stragglerwatch import straggler_watch
+    from paddlike.logs.lateness import summary_lines
+    from tests.launch.run.test_supervisor import make_plan
+
+    spec = RunSpec(log_dir=str(tmp_path), ports=None, straggler_check=10.0)  # type: ignore[arg-type]
+    record, plan = RunRecord(tmp_path, warn=lambda _: None), make_plan([], 2)
+    said = []
+    for environ in ({"TORCH_FR_BUFFER_SIZE": "0"}, {"TORCH_FR_BUFFER_SIZE": "2000"}, {}):
+        err = io.StringIO()
+        straggler_watch(spec, plan, tmp_path, Console(err), record, environ=environ)
+        said.append(err.getvalue().splitlines())
+    assert said == [[
+        "paddlike.launch: warning: --straggler_check: TORCH_FR_BUFFER_SIZE=0 in the "
+        "environment turns torch's flight recorder off: the check sees no torch collective "
+        "(unset it, or give it a size, to compare them)"
+    ], [], []]  # fmt: skip
+    record.running(plan, [], 0)  # a later round: said once, at the start
+    err = io.StringIO()
+    straggler_watch(spec, plan, tmp_path, Console(err), record,
+                    environ={"TORCH_FR_BUFFER_SIZE": "0"})  # fmt: skip
+    assert err.getvalue() == ""
+    assert "TORCH_FR_BUFFER_SIZE=0" in summary_lines(None)[0]
+
+
+def test_an_excluded_node_stays_named_in_the_summary_after_the_next_rounds_checks(tmp_path) -> None:
+    # the trial: the round after the exclusion rewrote the table balanced, and nothing in
+    # summary.json said "straggler"
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.launch.run.runspec import RunSpec
+    from paddlike.launch.run.stragglerwatch import straggler_watch
+    from paddlike.logs.lateness import summary_lines
+    from paddlike.summary import read_summary
+    from tests.launch.run.test_supervisor import make_plan
+
+    kv = MemoryKV()
+    record, plan = RunRecord(tmp_path, warn=lambda _: None), make_plan([], 3)
+    record.running(plan, [], 0)
+    zero = StragglerWatch(
+        "/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1, node_index=0, node="a",
+        channel=StoreChannel(lambda: kv, round_=1, node_index=0, nnodes=3),
+        on_straggler="exclude", nnodes=3, min_nodes=2, nnodes_text="2:3",
+        on_table=record.stragglers_found,
+    )  # fmt: skip
+    mine, late = part(range(0, 2), {}, "a"), part(range(2, 4), {2: 0.05, 3: 0.05}, "b")
+    late.index = 1
+    zero.decide([mine, late])
+    spec = RunSpec(log_dir=str(tmp_path), ports=None, straggler_check=10.0)  # type: ignore[arg-type]
+    after = straggler_watch(spec, plan, tmp_path, Console(io.StringIO()), record, environ={})
+    after.decide([part(range(0, 2), {}, "a")])  # the next round: node b gone, balanced
+    table = read_summary(tmp_path).stragglers
+    assert table["named"] == [] and [e["node"] for e in table["excluded"]] == ["b"]
+    lines = summary_lines(table)
+    assert lines[:2] == ["no straggler", (
+        "excluded: node b left the job (--on_straggler exclude): straggler: node b (ranks "
+        "2–3, all late together) arrived last at 100% of the last 49 collectives, +50 ms "
+        "median (a collective every 100 ms)"
+    )]  # fmt: skip

@@ -144,7 +144,8 @@ def check_combinations(o: LaunchOptions) -> None:
     elif o.on_straggler == "exclude":  # issue 37
         raise UsageError(
             f"{o.label('on_straggler')}: exclude makes a straggling node leave the job, which "
-            "only an elastic job survives: give --nnodes MIN:MAX, or use --on_straggler warn",
+            "only an elastic job survives: give --nnodes MIN:MAX with MIN below MAX (N:N, like N, "
+            "is a fixed job), or use --on_straggler warn",
             "--on_straggler",
         )
     if o.run_mode == "ps-heter":
