@@ -365,7 +365,8 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
             Option(
                 ("--on_straggler",),
                 "once a straggler is named: warn (default), or exclude (an elastic job: the "
-                "straggling node leaves at the next round, as on SIGTERM; never node 0)",
+                "straggling node leaves at the next round, as on SIGTERM; never node 0, nor "
+                "below MIN nodes: then warned)",
                 v.ON_STRAGGLER,
             ),
         ),
