@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import stat
@@ -195,12 +194,16 @@ def owner_record(host: str, job_key: str | None = None, job_what: str | None = N
 
 def write_owner(root: Path, owner: dict[str, Any]) -> None:
     """Replace the owner file atomically (a reader never sees half of it)."""
+    import json  # here, not at import: a launch's start (a --dry_run) needs none
+
     write_atomically(root / OWNER_FILE, json.dumps(owner) + "\n")
 
 
 def read_owner(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The owner record, or None where there is none (no launcher holds the directory,
     or it was written by Paddle's launchers) or it cannot be read."""
+    import json
+
     try:
         owner = json.loads(read_regular(Path(root) / OWNER_FILE))
     except (OSError, ValueError):

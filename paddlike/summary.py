@@ -81,7 +81,6 @@ when the round ended because its nodes changed; else null), reason (one sentence
 
 from __future__ import annotations
 
-import json
 import os
 from enum import Enum
 from pathlib import Path
@@ -431,6 +430,8 @@ class RunSummary(_Record):
 
 def summary_text(summary: RunSummary) -> str:
     """summary.json's bytes as text: one format for every writer."""
+    import json  # here, not at import: a launch's start (a --dry_run) writes none
+
     return json.dumps(summary.to_json(), indent=2) + "\n"
 
 
@@ -449,4 +450,6 @@ def read_summary(log_dir: str | os.PathLike[str]) -> RunSummary | None:
             text = f.read()
     except FileNotFoundError:
         return None
+    import json
+
     return RunSummary.from_json(json.loads(text))

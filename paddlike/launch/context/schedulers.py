@@ -43,7 +43,8 @@ class SchedulerInfo(NamedTuple):
     source: str = ""  # the variable that gave the host list, for messages
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# compiled by `re` at its first use (and cached there), not at import: start-up time
+_RANGE = r"^(\d+)(?:-(\d+))?$"
 
 
 def _split_top(text: str) -> list[str]:
@@ -69,7 +70,7 @@ def _expand_ranges(body: str) -> list[str]:
     """'01-03,7' -> ['01', '02', '03', '7'], keeping the zero padding of the start."""
     out = []
     for item in body.split(","):
-        m = _RANGE.match(item.strip())
+        m = re.match(_RANGE, item.strip())
         if not m:
             raise ValueError(f"bad range {item!r}")
         lo, hi = m.group(1), m.group(2)

@@ -11,7 +11,6 @@ Pure: the ports a node reserves and the rendezvous that trades them are the shel
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -175,7 +174,8 @@ def job_fields(
         "run_mode": run_mode,
         "paddlike version": version,
         "training script": script,
-        "script arguments": json.dumps(list(script_args)),
+        # repr, not json: json is not imported at a launch's start (start-up time)
+        "script arguments": repr(list(script_args)),
     }
     if job_id:
         fields["job_id"] = job_id
