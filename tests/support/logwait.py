@@ -53,10 +53,9 @@ class _TreeWatch:
         while not d.is_dir() and d != d.parent:
             d = d.parent
         self._add(d)
-        if d == self.root:
-            for sub in self.root.rglob("*"):
-                if sub.is_dir():
-                    self._add(sub)
+        if d == self.root:  # os.walk, not rglob: a directory made and removed meanwhile
+            for top, _, _ in os.walk(self.root):  # (etcd's wal.tmp) is passed over
+                self._add(Path(top))
 
     def close(self) -> None:
         os.close(self.fd)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from paddlike.launch.cluster.remote import REMOTE_SHELL, check_failure
+from paddlike.launch.cluster.stopping import spawning
 
 SSH_FAILED = 255  # ssh's own failure (the remote command's codes are passed through)
 CONNECT_TIMEOUT = 10  # seconds, the TCP connect and the handshake
@@ -123,15 +124,16 @@ def preflight(
         for host, text in zip(hosts, scripts, strict=True):
             read, write = os.pipe()
             try:
-                procs.append(
-                    subprocess.Popen(
-                        session_argv(base, host),
-                        stdin=read,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE,
-                        start_new_session=True,  # a Ctrl-C here is the starter's to handle
+                with spawning():  # a signal meanwhile: raised once the Popen is kept
+                    procs.append(
+                        subprocess.Popen(
+                            session_argv(base, host),
+                            stdin=read,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE,
+                            start_new_session=True,  # a Ctrl-C here is the starter's
+                        )
                     )
-                )
                 os.close(read)
                 read = -1
                 with contextlib.suppress(BrokenPipeError):  # ssh failed at once: its message
@@ -215,15 +217,16 @@ def connected_names(
     deadline = time.monotonic() + timeout
     try:
         for host in hosts:
-            procs.append(
-                subprocess.Popen(
-                    [*base, "-G", "--", host],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,  # its Match exec commands go with it
+            with spawning():  # a signal meanwhile: raised once the Popen is kept
+                procs.append(
+                    subprocess.Popen(
+                        [*base, "-G", "--", host],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,  # its Match exec commands go with it
+                    )
                 )
-            )
         for host, proc in zip(hosts, procs, strict=True):
             try:
                 out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))

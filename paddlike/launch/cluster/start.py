@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.cluster import gate, pdsh, remote, spares, srun, ssh
+from paddlike.launch.cluster import gate, pdsh, remote, spares, srun, ssh, stopping
 from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks
 from paddlike.launch.cluster.remote import RemoteJob
 from paddlike.launch.cluster.selection import spare_count
@@ -95,20 +95,6 @@ def plan_remote_job(
     )
 
 
-class _Stopped(Exception):
-    """SIGTERM or SIGHUP before the sessions started (`ssh -G`, pdsh's check)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    for other in (signal.SIGTERM, signal.SIGHUP):  # a second one cuts no clean-up short
-        signal.signal(other, signal.SIG_IGN)
-    raise _Stopped(signum)
-
-
 def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """python -m paddlike.launch --hostfile ... : the whole job from here; the exit code."""
     from paddlike.launch.cluster import preview
@@ -136,17 +122,34 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
             os.execvpe(command[0], command, srun.srun_environment(environ, job))
         except OSError as exc:
             return _fail(f"--launcher slurm: cannot run {command[0]} ({exc.strerror})", 1)
+    # Ctrl-C, SIGTERM or SIGHUP while ssh resolves names or pdsh's check runs: `Stopped`
+    with stopping.stop_on_signals():
+        try:
+            return _over_ssh(job, launcher, options, environ)
+        except stopping.Stopped as stopped:  # before the sessions started: none runs anywhere
+            name = signal.Signals(stopped.signum).name
+            _say(f"{name}: stopped before the job started on any host")
+            return signal_exit_code(stopped.signum)
+
+
+def _over_ssh(
+    job: RemoteJob, launcher: str, options: LaunchOptions, environ: Mapping[str, str]
+) -> int:
+    """The job over ssh or pdsh, from resolving the hosts' names to the last session's
+    end; every master connection and control file gone after."""
     import shutil
     import tempfile
 
-    # SIGTERM or SIGHUP while ssh resolves names or pdsh's check runs: ended like Ctrl-C
-    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    control = tempfile.mkdtemp(prefix="paddlike-ssh-")
-    base = ssh.ssh_base(options.ssh_args, control, options.ssh_port)
+    from paddlike.launch.cluster import preview
+
+    control = ""
+    base: list[str] = []
     tag = pdsh.run_tag()
     checked = False  # pdsh's check ran: its run files may be on the hosts
     everyone: tuple[str, ...] = ()  # every host, spares too: their ssh masters to close
     try:
+        control = tempfile.mkdtemp(prefix="paddlike-ssh-")
+        base = ssh.ssh_base(options.ssh_args, control, options.ssh_port)
         job = job._replace(addresses=ssh.connected_names(base, job.hosts))
         everyone = job.hosts
         if options.dry_run:
@@ -178,25 +181,16 @@ def start_cluster(options: LaunchOptions, argv: Sequence[str], environ: Mapping[
         return _run_sessions(
             job, launcher, base, environ, options.kill_timeout, script, relayed, tag
         )
-    except KeyboardInterrupt:  # Ctrl-C before the sessions started: nothing runs anywhere
-        _say("SIGINT: stopped before the job started on any host")
-        return signal_exit_code(signal.SIGINT)
-    except _Stopped as stopped:
-        name = signal.Signals(stopped.signum).name
-        _say(f"{name}: stopped before the job started on any host")
-        return signal_exit_code(stopped.signum)
     finally:
-        for s in previous:  # the cleanup below is not cut short by a second signal
-            signal.signal(s, signal.SIG_IGN)
+        stopping.ignore_signals()  # the cleanup below is not cut short by a second signal
         if checked:
             ssh.run_everywhere(
                 base, job.hosts, [f"rm -f -- {pdsh.run_file(tag, h)}" for h in job.hosts]
             )
-        if not options.dry_run and not ssh.users_masters(options.ssh_args):
+        if base and not options.dry_run and not ssh.users_masters(options.ssh_args):
             ssh.close_masters(base, everyone or job.hosts)
-        shutil.rmtree(control, ignore_errors=True)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        if control:
+            shutil.rmtree(control, ignore_errors=True)
 
 
 def _refuse(problems: Sequence[str]) -> int:
