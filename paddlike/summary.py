@@ -240,6 +240,14 @@ class ProcessRecord(_Record):
         return cls(**data)
 
 
+def notice_source(signal: object, node_index: object, host: object, reason: object) -> str:
+    """Who sent a stop notice, in words: "SIGTERM on node 1 (10.0.0.2)"; or, for a node that
+    left for a reason of the job's own (--on_straggler exclude), that reason."""
+    if isinstance(reason, str) and reason and not reason.startswith("launcher on "):
+        return reason
+    return f"{signal} on node {node_index} ({host})"
+
+
 # the signals to a launcher that are a preemption notice (`RootCause.preempted`)
 PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1")
 

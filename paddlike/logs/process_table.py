@@ -170,7 +170,7 @@ def format_job(job: JobView, *, color: bool = False) -> str:
     if job.root_cause is not None:
         out.append(format_root_cause(job.root_cause, color=color, log_dir=job.root_cause_log_dir))
         out.append("")
-    preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
+    preempted = job.preemptions()
     if preempted:  # every node's part: the stop step, who did not stop at it
         out.extend([format_preemption(preempted), ""])
     checked = [n.summary.preflight for n in job.nodes if n.summary and n.summary.preflight]

@@ -131,10 +131,17 @@ class JobView:
         return [p for node in self.nodes for p in node.processes]
 
     @property
+    def deciding(self) -> list[NodeView]:
+        """The nodes whose end is the job's: an elastic job that went on after a node left
+        (a signal, --on_straggler exclude, its launcher lost) ended with the nodes of its
+        last round; the node that left keeps its own section, but not the job's verdict."""
+        return deciding_nodes(self.nodes)
+
+    @property
     def status(self) -> str:
-        """running if any node runs; else failed, interrupted, gone (a launcher died
-        without recording the end), succeeded (every node), unknown."""
-        statuses = {node.status for node in self.nodes}
+        """running if any deciding node runs; else failed, interrupted, gone (a launcher
+        died without recording the end), succeeded (every one), unknown."""
+        statuses = {node.status for node in self.deciding}
         for status in (RunStatus.RUNNING, RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.GONE):
             if status in statuses:
                 return status
@@ -143,6 +150,10 @@ class JobView:
         if any(p.status == ProcessStatus.FAILED for p in self.processes):
             return RunStatus.FAILED
         return RunStatus.UNKNOWN
+
+    def preemptions(self) -> list[dict]:
+        """The deciding nodes' preemption records (summary.json's "preemption")."""
+        return [n.summary.preemption for n in self.deciding if n.summary and n.summary.preemption]
 
     def find(self, role: str, rank: int) -> ProcessView | None:
         """The process of `role` with global `rank` (or local index where the rank is unknown)."""
@@ -153,6 +164,24 @@ class JobView:
             if proc.role == role and proc.rank is None and proc.local_index == rank:
                 return proc
         return None
+
+
+def deciding_nodes(nodes: list[NodeView]) -> list[NodeView]:
+    """`nodes` less those whose last recorded elastic round is older than another's (they
+    left; the job went on without them). Fixed jobs record no rounds: every node decides."""
+    last = {  # a node that ended before any round of its own ended: older than any
+        id(n): max(
+            (int(r.get("round", 0)) for r in n.summary.rounds),
+            default=None if n.status == RunStatus.RUNNING else -1,
+        )
+        for n in nodes
+        if n.summary is not None
+    }
+    latest = max((r for r in last.values() if r is not None), default=None)
+    if latest is None or latest < 0:
+        return nodes
+    kept = [n for n in nodes if last.get(id(n)) in (None, latest)]
+    return kept or nodes
 
 
 # --- finding node directories -------------------------------------------------------
@@ -461,7 +490,9 @@ def _root_cause(nodes: list[NodeView], tail_lines: int) -> tuple[RootCause | Non
     """The summaries' root cause (the job-wide one; the earliest if nodes disagree);
     else, for inferred directories, the first process whose log shows an error."""
     causes = [
-        (n.summary.root_cause, n) for n in nodes if n.summary and n.summary.root_cause is not None
+        (n.summary.root_cause, n)
+        for n in deciding_nodes(nodes)  # not a node that left a job which went on
+        if n.summary and n.summary.root_cause is not None
     ]
     if causes:
         cause, node = min(causes, key=lambda c: (c[0].time is None, c[0].time or 0.0))

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike.logformat import TAIL_LINES, read_regular
 from paddlike.logformat import read_tail as read_tail  # one tail reader, the launcher's too
-from paddlike.summary import RootCause
+from paddlike.summary import RootCause, notice_source
 
 # A worker's structured error (torch's `@record` writes it to TORCHELASTIC_ERROR_FILE,
 # which the launcher sets to this name next to the worker's log).
@@ -313,10 +313,11 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
     called should_stop(), so none saved at a common step; ...")."""
     first = parts[0]
     at = time.strftime("%H:%M:%S", time.localtime(float(first.get("time") or 0.0)))  # type: ignore[arg-type]
-    text = (
-        f"preempted by {first.get('signal')} on node {first.get('node_index')} "
-        f"({first.get('host')}) at {at}"
+    source = notice_source(
+        first.get("signal"), first.get("node_index"), first.get("host"), first.get("reason")
     )
+    by = "preempted by" if source.startswith(f"{first.get('signal')} ") else "stopped:"
+    text = f"{by} {source} at {at}"
     steps = {p.get("stop_step") for p in parts} - {None}
     step = f"step {min(steps)}" if len(steps) == 1 else "no agreed step"
     missed = sorted(

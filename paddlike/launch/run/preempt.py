@@ -121,6 +121,7 @@ class Preemption:
             "node_index": notice.node_index,
             "host": notice.host,
             "time": notice.time,
+            "reason": notice.reason,  # not a signal's: --on_straggler exclude's leaving
             # no step from any rank here: the agreed number would name a save nobody made
             "stop_step": self.stop.step if self.stop is not None and heard else None,
             "not_stopped": [

@@ -35,7 +35,7 @@ import time
 
 from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.roundstate import Phase, Proc, RoundState
-from paddlike.summary import ProcessStatus, RootCause
+from paddlike.summary import ProcessStatus, RootCause, notice_source
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -110,9 +110,11 @@ class Teardown:
         if not 0.0 <= elapsed <= NOTICE_CLOCK_SLACK:
             elapsed = 0.0
         grace = max(0.0, self.kill_timeout - elapsed)
+        source = notice_source(notice.signal, notice.node_index, notice.host, notice.reason)
+        what = "preemption notice" if source.startswith(f"{notice.signal} ") else "stop notice"
         self.console.say(
-            f"preemption notice: {notice.signal} on node {notice.node_index} ({notice.host}) "
-            f"at {at}: SIGTERM to {len(alive)} process{'es' if len(alive) != 1 else ''} "
+            f"{what}: {source} at {at}: "
+            f"SIGTERM to {len(alive)} process{'es' if len(alive) != 1 else ''} "
             f"(their children once they exit), SIGKILL {self.kill_timeout:g} s after the notice"
         )
         # the ranks marked (a rank's SIGTERM is a notice only then), SIGTERM, and only then

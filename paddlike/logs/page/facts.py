@@ -127,7 +127,7 @@ def report_text(job: JobView) -> str:
         ),
         [],
     )
-    preempted = [n.summary.preemption for n in job.nodes if n.summary and n.summary.preemption]
+    preempted = job.preemptions()
     said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
     slow = [  # --straggler_check's stragglers (issue 37)
         s for n in job.nodes if n.summary for s in (n.summary.stragglers or {}).get("named", [])
@@ -141,7 +141,8 @@ def _report_text(job: JobView) -> str:
     if job.root_cause is not None:
         return format_root_cause(job.root_cause, log_dir=job.root_cause_log_dir)
     procs = job.processes
-    if job.status == RunStatus.SUCCEEDED:
+    if job.status == RunStatus.SUCCEEDED:  # the last round's nodes (a node that left: not)
+        procs = [p for node in job.deciding for p in node.processes]
         starts = [p.start_time for p in procs if p.start_time is not None]
         ends = [p.end_time for p in procs if p.end_time is not None]
         duration = max(ends) - min(starts) if starts and ends else None
@@ -149,7 +150,7 @@ def _report_text(job: JobView) -> str:
         return format_success(
             sum(p.role == "trainer" for p in procs) or len(procs),
             duration,
-            nnodes=len(job.nodes),
+            nnodes=len(job.deciding),
             log_dir=job.nodes[0].log_dir if len(job.nodes) == 1 else None,
             restarts=restarts,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -57,3 +58,16 @@ def test_the_straggling_node_of_an_elastic_job_leaves_and_the_others_finish(tmp_
     assert f"launcher on {slow} received SIGTERM" not in outs[0], outs[0]
     summary = json.loads((tmp_path / "log2" / "summary.json").read_text())
     assert summary["root_cause"]["reason"] == why
+    # no node calls the exclusion a SIGTERM from outside; the reader's verdict is the
+    # job's (its last round's nodes succeeded), the node that left keeps its own section
+    for out in outs:
+        assert f"stop notice: {why} at " in out, out
+        assert "preemption notice" not in out, out
+    logs = subprocess.run(
+        [sys.executable, "-m", "paddlike.logs", *(str(tmp_path / f"log{i}") for i in range(3))],
+        capture_output=True, text=True, env=_env(), timeout=60,
+    )  # fmt: skip
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert "STOPPED" not in logs.stdout and "preempted by" not in logs.stdout, logs.stdout
+    assert logs.stdout.rstrip().splitlines()[-1].startswith("job succeeded: "), logs.stdout
+    assert "node 2 of 3 (" in logs.stdout and why in logs.stdout, logs.stdout
