@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from paddlike.contract import PREFLIGHT_CHOSEN as CHOSEN_ENV
 from paddlike.contract import PREFLIGHT_ONLY as CHECK_ONLY_ENV
 from paddlike.launch import NamedTuple
-from paddlike.launch.plan.exitcode import LEFT_OUT as LEFT_OUT_EXIT_CODE
+from paddlike.launch.plan.exitcode import LEFT_OUT
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def choose(hosts: Sequence[str], codes: Mapping[str, int | None], nodes: int) ->
     """The job's hosts from the check-only launchers' exit codes (the module's table)."""
     for host in hosts:
         code = codes.get(host)
-        if code not in (0, LEFT_OUT_EXIT_CODE):
+        if code not in (0, LEFT_OUT):
             return Choice(
                 refusal=(
                     code or 1,
@@ -57,7 +57,7 @@ def choose(hosts: Sequence[str], codes: Mapping[str, int | None], nodes: int) ->
                 )
             )
     healthy = tuple(h for h in hosts if codes[h] == 0)
-    left_out = tuple(h for h in hosts if codes[h] == LEFT_OUT_EXIT_CODE)
+    left_out = tuple(h for h in hosts if codes[h] == LEFT_OUT)
     if len(healthy) < nodes:
         return Choice(
             left_out=left_out,
@@ -78,7 +78,7 @@ def choice_line(choice: Choice, nodes: int) -> str:
     spare = ", ".join(choice.standby) or "none"
     return (
         f"pre-flight check: the job runs on {', '.join(choice.run)} (--num_nodes {nodes}); "
-        f"left out by the check: {left} (exit {LEFT_OUT_EXIT_CODE} there, the figure in "
+        f"left out by the check: {left} (exit {LEFT_OUT} there, the figure in "
         f"its lines above); standing by: {spare} (passed the check, no worker started)"
     )
 

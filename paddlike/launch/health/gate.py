@@ -12,7 +12,7 @@ starts (`JobRun.round`): run the check, say the verdict on every node, and decid
 A fixed job checks its first round; an elastic job every round (its members change).
 A failed verdict ends a fixed job with exit 2 on every node before any worker starts;
 an elastic job with more members than MIN starts without the nodes at fault, which exit
-with `LEFT_OUT_EXIT_CODE` (`plan.membership` rules; the codes are `plan.exitcode`'s).
+with `LEFT_OUT` (`plan.membership` rules; the codes are `plan.exitcode`'s).
 """
 
 from __future__ import annotations
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
     from paddlike.launch.health.nvml import GpuSource
     from paddlike.launch.plan.membership import ElasticSpec
     from paddlike.launch.plan.world import RendezvousResult
-
-CHECK_EXIT_CODE = CHECK_FAILED  # a fixed job whose check failed: every node, nothing started
-LEFT_OUT_EXIT_CODE = LEFT_OUT  # an elastic job's node left out by the check
 
 
 def preflight_mode(given: str | None, nnodes: int) -> str:
@@ -201,9 +198,9 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
         cause = RootCause(reason=str(exc), host=job.host, node_index=index)
         run.console.error(str(exc))
         run.record.finished(
-            plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
+            plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_FAILED, cause=cause
         )
-        return RoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+        return RoundEnd(CHECK_FAILED, cause, met.round, 0)
     verdict = with_quarantine(run, met, verdict, kv, limits)
     run.record.preflight = kept_with_earlier(
         run.record.preflight, summary_entry(met.round, verdict, reports, seconds)
@@ -234,15 +231,15 @@ def check_before_start(run, met: RendezvousResult, plan, restarts: int):
     why = why_not_left_out(run.elastic, n, verdict.bad_nodes)
     run.console.error(
         f"pre-flight check failed: the job does not start, {why} "
-        f"(exit {CHECK_EXIT_CODE} on every node; --preflight_limits sets the thresholds, "
+        f"(exit {CHECK_FAILED} on every node; --preflight_limits sets the thresholds, "
         "--preflight off skips the check)"
     )
     if kv is not None:
         mark_read(kv, met.round, index, n, wait=True)  # type: ignore[arg-type]
     run.record.finished(
-        plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_EXIT_CODE, cause=cause
+        plan, [], restarts, status=RunStatus.FAILED, exit_code=CHECK_FAILED, cause=cause
     )
-    return RoundEnd(CHECK_EXIT_CODE, cause, met.round, 0)
+    return RoundEnd(CHECK_FAILED, cause, met.round, 0)
 
 
 def can_leave_out(run, verdict: Verdict, n: int) -> bool:
@@ -280,7 +277,7 @@ def why_not_left_out(spec: ElasticSpec | None, n: int, bad: tuple[int, ...]) -> 
 
 
 def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict, kv):
-    """The nodes at fault leave (their launchers exit `LEFT_OUT_EXIT_CODE`, no worker
+    """The nodes at fault leave (their launchers exit `LEFT_OUT`, no worker
     started); the others end this round unstarted and meet again without them."""
     from paddlike.launch.health.preflight import mark_read
     from paddlike.launch.plan.membership import LEFT
@@ -296,7 +293,7 @@ def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict,
         run.console.error(
             f"pre-flight check: this node is left out of the elastic job, which goes on with "
             f"{keep} node{'s' if keep != 1 else ''} (--nnodes {spec.range_text}); its launcher "
-            f"starts no worker and exits {LEFT_OUT_EXIT_CODE}"
+            f"starts no worker and exits {LEFT_OUT}"
         )
         mark_read(kv, met.round, index, n, wait=True)  # (etcd: its keys go with its lease)
         own = next(line for line in verdict.lines if line.startswith(f"node {index} "))
@@ -307,9 +304,9 @@ def leave_out(run, met: RendezvousResult, plan, restarts: int, verdict: Verdict,
         )
         run.leaving = True  # (nodes waiting to join are not told that the job ended)
         run.record.finished(
-            plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT_EXIT_CODE, cause=cause
+            plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT, cause=cause
         )
-        return RoundEnd(LEFT_OUT_EXIT_CODE, cause, met.round, 0)
+        return RoundEnd(LEFT_OUT, cause, met.round, 0)
     run.console.warn(
         f"pre-flight check: the job goes on without {names}: a new round of {keep} "
         f"node{'s' if keep != 1 else ''} (--nnodes {spec.range_text})"
@@ -380,12 +377,12 @@ def end_checked(run, met, plan, restarts: int, verdict, kv):
     own = next(line for line in verdict.lines if line.startswith(f"node {index} "))
     run.console.error(
         f"pre-flight check: this host is left out of the job (a spare takes its place if "
-        f"the hostfile has one); its launcher starts no worker and exits {LEFT_OUT_EXIT_CODE}"
+        f"the hostfile has one); its launcher starts no worker and exits {LEFT_OUT}"
     )
     cause = RootCause(
         reason=f"pre-flight check left this node out: {own}", host=run.job.host, node_index=index
     )
     run.record.finished(
-        plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT_EXIT_CODE, cause=cause
+        plan, [], restarts, status=RunStatus.FAILED, exit_code=LEFT_OUT, cause=cause
     )
-    return RoundEnd(LEFT_OUT_EXIT_CODE, cause, met.round, 0)
+    return RoundEnd(LEFT_OUT, cause, met.round, 0)

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from paddlike.launch.health.choose import LEFT_OUT_EXIT_CODE
+from paddlike.launch.plan.exitcode import LEFT_OUT
 from tests.e2e.cluster.common import site, worker_ranks
 from tests.e2e.nodes.test_preflight import throttle
 
@@ -40,7 +40,7 @@ def test_a_throttled_host_is_left_out_and_the_job_runs_on_the_two_healthy_ones(
         for host in ("h0", "h1", "h2"):  # every node's console names the slow one
             assert f"[{host}] paddlike.launch: error: pre-flight check: node 1 ({slow.addr}" in out
         assert " MB/s to node " in out and ", median " in out, out
-        assert "this host is left out of the job" in out and f"exits {LEFT_OUT_EXIT_CODE}" in out
+        assert "this host is left out of the job" in out and f"exits {LEFT_OUT}" in out
         assert (
             "pre-flight check: the job runs on h0, h2 (--num_nodes 2); left out by the check: "
             "h1 (exit 69 there" in out

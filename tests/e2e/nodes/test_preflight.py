@@ -134,7 +134,7 @@ print("ROUND", os.environ["RANK"], os.environ["WORLD_SIZE"], flush=True)
 @pytest.mark.parametrize("backend", ["store", "etcd"])
 def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_path, backend):
     """Node 0's store: node 3 is left out. etcd: node 0 is an ordinary node, left out too."""
-    from paddlike.launch.health.gate import LEFT_OUT_EXIT_CODE
+    from paddlike.launch.plan.exitcode import LEFT_OUT
     from tests.e2e.elastic.test_nodes import ETCD, _etcd_on
 
     if backend == "etcd" and ETCD is None:
@@ -178,11 +178,11 @@ def test_an_elastic_job_starts_without_the_throttled_node_which_exits_69(tmp_pat
     assert "): failed" in shown.stdout and "): passed" in shown.stdout, shown.stdout
     assert f"  node {bad} ({slow.addr}): " in shown.stdout, shown.stdout
     text, code = ends[bad]
-    assert code == LEFT_OUT_EXIT_CODE, text
+    assert code == LEFT_OUT, text
     assert "this node is left out of the elastic job, which goes on with 3 nodes" in text, text
     assert not list((tmp_path / f"log{bad}").glob("workerlog.*")), text
     summary = json.loads((tmp_path / f"log{bad}" / "summary.json").read_text())
-    assert summary["exit_code"] == LEFT_OUT_EXIT_CODE
+    assert summary["exit_code"] == LEFT_OUT
     assert summary["root_cause"]["reason"].startswith("pre-flight check left this node out: ")
 
 
@@ -213,7 +213,7 @@ def test_an_elastic_job_whose_store_host_is_slow_ends_saying_it_cannot_go_on_wit
 
 def test_an_elastic_job_quarantines_a_node_whose_worker_failed_two_rounds(tmp_path):
     """Node 3's worker exits 3 in rounds 0 and 1 (restarts); round 2 starts without it."""
-    from paddlike.launch.health.gate import LEFT_OUT_EXIT_CODE
+    from paddlike.launch.plan.exitcode import LEFT_OUT
 
     script = write_worker(tmp_path)
     with netns_cluster(4) as cluster:
@@ -235,7 +235,7 @@ def test_an_elastic_job_quarantines_a_node_whose_worker_failed_two_rounds(tmp_pa
         ), text
         assert f"the job goes on without node 3 ({addr}): a new round of 3 nodes" in text
     text, code = ends[3]
-    assert code == LEFT_OUT_EXIT_CODE, text
+    assert code == LEFT_OUT, text
     assert "this node is left out of the elastic job" in text, text
     summary = json.loads((tmp_path / "log0" / "summary.json").read_text())
     assert summary["status"] == "succeeded"
