@@ -15,13 +15,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.cluster.common import LAUNCH, REPO, Site, site
-from tests.support.logwait import wait_exited
+from tests.support.logwait import wait_exited, wait_until
 from tests.support.second_user import PROC_SPY
 
 pytestmark = pytest.mark.timeout(180)
@@ -274,23 +274,19 @@ def test_a_signal_during_pdshs_check_ends_its_master_connections_and_run_files(
 
 
 def _wait_for_socket(tmp: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
-    import time
-
-    end = time.monotonic() + timeout
-    while not list(tmp.glob("paddlike-ssh-*/*")):  # ssh's socket: nothing to await
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < end, "no master connection to h0"
-        time.sleep(0.02)
+    """Until ssh's master socket is made under `tmp`, failing if the starter ends first."""
+    _wait_for_files(lambda: list(tmp.glob("paddlike-ssh-*/*")), tmp, proc, timeout, "h0's master")
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
-    import time
+    _wait_for_files(path.exists, path.parent, proc, timeout, "ssh -G's Match exec")
 
-    end = time.monotonic() + timeout
-    while not path.exists():  # a file another process makes: nothing to await but it
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < end, "ssh -G never ran the config's Match exec"
-        time.sleep(0.02)
+
+def _wait_for_files(
+    ready: Callable[[], object], under: Path, proc: subprocess.Popen, timeout: float, what: str
+) -> None:
+    if not wait_until(ready, under=under, timeout=timeout, what=what, writer=proc):
+        pytest.fail(f"the starter exited {proc.returncode} before {what}: {proc.communicate()[1]}")
 
 
 def _processes_naming(text: str, timeout: float = 10) -> list[str]:

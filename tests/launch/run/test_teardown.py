@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests.support.fixed_ports import fixed_ports
+from tests.support.logwait import wait_until
 
 DEADLINE = 20.0
 
@@ -66,11 +67,10 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _wait_for(files: list[Path], proc: subprocess.Popen) -> None:
-    end = time.monotonic() + DEADLINE
-    while not all(f.exists() for f in files):
-        assert proc.poll() is None, f"launcher exited {proc.returncode} early"
-        assert time.monotonic() < end, f"timed out waiting for {files}"
-        time.sleep(0.01)
+    """Until every one of `files` exists (they are made in one directory)."""
+    ready = lambda: all(f.exists() for f in files)  # noqa: E731
+    done = wait_until(ready, under=files[0].parent, timeout=DEADLINE, what=f"{files}", writer=proc)
+    assert done, f"launcher exited {proc.returncode} early"
 
 
 def _kill_pids_in(work: Path, *patterns: str) -> None:
