@@ -34,6 +34,7 @@ from paddlike.logformat import (
 from paddlike.logs.diagnosed import hang_lines
 from paddlike.logs.hang import compare_flights, describe_stragglers, find_stragglers
 from paddlike.logs.page.last_signs import last_signs, mark_first, newest_dump
+from paddlike.logs.preflight import preflight_lines
 from paddlike.logs.process_table import format_job, restart_lines
 from paddlike.logs.reader import JobView, NodeView, ProcessView
 from paddlike.logs.report import (
@@ -132,8 +133,16 @@ def report_text(job: JobView) -> str:
     slow = [  # --straggler_check's stragglers (issue 37)
         s for n in job.nodes if n.summary for s in (n.summary.stragglers or {}).get("named", [])
     ]
+    checked = next(
+        (n.summary.preflight for n in job.nodes if n.summary and n.summary.preflight), None
+    )
     return "\n".join(
-        [_report_text(job), *said, *(line.strip() for line in [*restarted, *hung, *slow])]
+        [
+            _report_text(job),
+            *said,
+            *(line.strip() for line in [*restarted, *hung, *slow]),
+            *preflight_lines(checked),  # the pre-flight check (issue 35), as the reader prints it
+        ]
     )
 
 
