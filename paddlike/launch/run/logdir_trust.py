@@ -58,6 +58,7 @@ def check_log_dir_path(root: Path) -> None:
     here = Path(root.anchor)
     parts = root.parts[1:]
     for index, part in enumerate(parts):
+        _check_guarded(here, root)
         path = here / part
         try:
             found = os.lstat(path)
@@ -98,6 +99,23 @@ def _check_link(path: Path, found: os.stat_result, parent: Path, *, last: bool) 
             f"{what} {path} is a symbolic link (to {_target(path)}) that belongs to "
             f"{user_name(found.st_uid)}, not to this user: the launcher does not follow "
             "another user's links; pass another --log_dir"
+        )
+
+
+def _check_guarded(directory: Path, root: Path) -> None:
+    """Refuse a path through a directory that any user may write without the sticky bit:
+    there another user can rename what the launcher checked and put a link in its place
+    before the files are opened (the kernel's protected_symlinks guards only sticky ones)."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise LogDirError(
+            f"log directory {root}: {directory} on its path can be written by every user "
+            f"and has no sticky bit (mode {stat.S_IMODE(mode):04o}), so another user could "
+            f"put a link in place of the log directory; chmod +t {directory}, or pass "
+            "another --log_dir"
         )
 
 

@@ -176,3 +176,27 @@ def test_a_fifo_planted_as_the_owner_file_of_a_held_directory_does_not_hang_the_
         f"paddlike.launch: error: --log_dir: log directory {shared_log} is in use by another "
         "launcher (its pid is unknown); wait for it to finish or pass another --log_dir"
     ]
+
+
+def test_a_log_directory_under_a_world_writable_directory_without_the_sticky_bit_is_refused():
+    """There the second user can rename log/ and put a link to root's directory in its
+    place between the launcher's check and its opens (seen once in 15 runs): refused first,
+    one line, exit 2, nothing started or written."""
+    with shared_temp_dir() as shared:
+        open_dir = shared / "team"
+        open_dir.mkdir()
+        open_dir.chmod(0o777)  # writable by every user, no sticky bit
+        log = open_dir / "log"
+        done = _launch(log)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"paddlike.launch: error: --log_dir: log directory {log}: {open_dir} on its path "
+            "can be written by every user and has no sticky bit (mode 0777), so another user "
+            f"could put a link in place of the log directory; chmod +t {open_dir}, or pass "
+            "another --log_dir"
+        ]
+        assert not log.exists()
+        assert not (open_dir / "train.py.STARTED").exists()
+        open_dir.chmod(0o1777)  # the advice taken: the same launch runs
+        done = _launch(log)
+        assert done.returncode == 0, done.stderr
