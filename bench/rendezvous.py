@@ -418,9 +418,20 @@ class SimResult(NamedTuple):
     moved: int  # key and value bytes, both ways, all nodes
     calls: int
     error: str
+    server_cpu: float | None = None  # CPU seconds the store's process spent meanwhile
 
 
-def simulate(n: int, spec: dict, previous: bool) -> SimResult:
+def _cpu_seconds(pid: int | None) -> float | None:
+    """user + system CPU seconds of process `pid` so far (None: not ours to measure)."""
+    if pid is None:
+        return None
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def simulate(n: int, spec: dict, previous: bool, server_pid: int | None = None) -> SimResult:
     """N nodes' rendezvous against one store, as threads of ceil(N / NODES_PER_PROCESS)
     driver processes started beforehand and released together."""
     share = -(-n // _SIM["nodes_per_process"])
@@ -440,19 +451,26 @@ def simulate(n: int, spec: dict, previous: bool) -> SimResult:
         for proc in drivers:
             if proc.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
                 raise SystemExit("a simulation driver did not start")
+        cpu_before = _cpu_seconds(server_pid)
         started = time.monotonic()
         for proc in drivers:
             proc.stdin.write("go\n")  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]
         reports = [json.loads(proc.stdout.readline()) for proc in drivers]  # type: ignore[union-attr]
+        cpu_after = _cpu_seconds(server_pid)
     finally:
         for proc in drivers:
             _stop(proc)
     lasts = [r["last"] for r in reports]
     elapsed = (max(lasts) if None not in lasts else time.monotonic()) - started
     error = next((r["error"] for r in reports if r["error"]), "")
+    server_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     return SimResult(
-        elapsed, sum(r["bytes"] for r in reports), sum(r["calls"] for r in reports), error
+        elapsed,
+        sum(r["bytes"] for r in reports),
+        sum(r["calls"] for r in reports),
+        error,
+        server_cpu,
     )
 
 
@@ -524,7 +542,7 @@ def _previous_store(tmp: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _store_process(previous: bool) -> Iterator[tuple[str, int]]:
+def _store_process(previous: bool) -> Iterator[tuple[tuple[str, int], int]]:
     """Node 0's store on loopback in a child process, killed at the end whatever happens."""
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         where = str(_previous_store(Path(tmp))) if previous else ""
@@ -535,7 +553,7 @@ def _store_process(previous: bool) -> Iterator[tuple[str, int]]:
             line = proc.stdout.readline()
             if not line:
                 raise SystemExit("the store process did not start")
-            yield ("127.0.0.1", int(line))
+            yield ("127.0.0.1", int(line)), proc.pid
         finally:
             _stop(proc)
 
@@ -549,18 +567,20 @@ def _stop(proc: subprocess.Popen) -> None:
 def _run(backend: str, n: int, timeout: float, previous: bool) -> SimResult:
     """One size, one protocol: a fresh store (or etcd) for it."""
     with contextlib.ExitStack() as stack:
+        pid = None
         if backend == "store":
-            address = stack.enter_context(_store_process(previous))
+            address, pid = stack.enter_context(_store_process(previous))
         else:
             address = stack.enter_context(_loopback_etcd())
         spec = {"backend": backend, "address": address, "timeout": timeout, "job_id": f"sim{n}"}
-        return simulate(n, spec, previous)
+        return simulate(n, spec, previous, server_pid=pid)
 
 
 def _cell(r: SimResult, n: int) -> str:
     if r.error:
         return f"{r.elapsed:.2f} s, failed: {r.error[:90]}"
-    return f"{r.elapsed:.3f} s, {r.moved / n:,.0f} B/node, {r.calls / n:.1f} calls/node"
+    cpu = f", store CPU {r.server_cpu:.2f} s" if r.server_cpu is not None else ""
+    return f"{r.elapsed:.3f} s, {r.moved / n:,.0f} B/node, {r.calls / n:.1f} calls/node{cpu}"
 
 
 def simulated_main(sizes: list[int], backends: list[str], timeout: float, baseline: bool) -> None:
@@ -571,8 +591,13 @@ def simulated_main(sizes: list[int], backends: list[str], timeout: float, baseli
     print(f"with its own connection), released together; loopback, {cores} cores; node 0's")
     print("store in a process of its own (as in node 0's launcher), etcd a local server;")
     print("bytes = keys and values moved between the nodes and the store (both ways); time =")
-    print("from the common start to the last node's verdict\n")
-    head = f"{'backend':<8} {'nodes':>6} {'time':>8} {'bytes/node':>11} {'calls/node':>10}"
+    print("from the common start to the last node's verdict; store CPU = the CPU seconds")
+    print("node 0's store process spent meanwhile (on a cluster, the nodes' share of the")
+    print("time runs on their own machines: this is node 0's part of it)\n")
+    head = (
+        f"{'backend':<8} {'nodes':>6} {'time':>8} {'store CPU':>9} {'bytes/node':>11} "
+        f"{'calls/node':>10}"
+    )
     print(f"{head}  growth (x nodes: time, bytes/node) | previous protocol, same run (ratio)")
     for backend in backends:
         if backend == "etcd" and shutil.which("etcd") is None:
@@ -589,8 +614,9 @@ def simulated_main(sizes: list[int], backends: list[str], timeout: float, baseli
                     f"x{n / n0:g}: x{r.elapsed / r0.elapsed:.1f}, "
                     f"x{(r.moved / n) / (r0.moved / n0):.1f}"
                 )
+            cpu = f"{r.server_cpu:>8.2f}s" if r.server_cpu is not None else f"{'-':>9}"
             line = (
-                f"{backend:<8} {n:>6} {r.elapsed:>7.3f}s {r.moved / n:>11,.0f} "
+                f"{backend:<8} {n:>6} {r.elapsed:>7.3f}s {cpu} {r.moved / n:>11,.0f} "
                 f"{r.calls / n:>10.1f}  {r.error[:100] or growth}"
             )
             print(line, flush=True)
