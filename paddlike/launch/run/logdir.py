@@ -386,12 +386,19 @@ def _open_lock(path: Path) -> int:
         owner = os.fstat(fd).st_uid
         if foreign(owner):
             os.close(fd)
-            raise LogDirError(
-                f"log directory {path.parent} is held by {user_name(owner)}: its lock file "
-                f"{path} is theirs, not this user's; pass another --log_dir"
-            )
+            raise LogDirError(_held_by(path, owner))
         return fd
+    with contextlib.suppress(OSError):  # not even readable: whose is it?
+        if foreign(owner := os.lstat(path).st_uid):
+            raise LogDirError(_held_by(path, owner))
     raise cannot_open(path, denied) from denied
+
+
+def _held_by(path: Path, owner: int) -> str:
+    return (
+        f"log directory {path.parent} is held by {user_name(owner)}: its lock file "
+        f"{path} is theirs, not this user's; pass another --log_dir"
+    )
 
 
 def _dir_name(host: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from paddlike.launch.run.logdir import LogDir
+from tests.support.second_user import SECOND_UID
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -124,3 +125,23 @@ def test_a_directory_in_place_of_a_file_the_launcher_replaces_is_refused_first(t
     ]
     assert not (tmp_path / "STARTED").exists()
     assert sorted(p.name for p in log.iterdir()) == [".paddlike.lock", name]
+
+
+def test_another_users_lock_this_user_cannot_even_read_names_them_not_a_chmod(tmp_path):
+    """Not "make it writable" (their lock is theirs to keep): the holder, and another
+    --log_dir."""
+    log = tmp_path / "log"
+    log.mkdir()
+    log.chmod(0o1777)
+    tmp_path.chmod(0o755)
+    lock = log / ".paddlike.lock"
+    lock.touch(0o600)
+    lock.chmod(0o600)
+    os.chown(lock, SECOND_UID, SECOND_UID)
+    done = _launch(log, _as_a_user())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"paddlike.launch: error: --log_dir: log directory {log} is held by uid {SECOND_UID}: "
+        f"its lock file {lock} is theirs, not this user's; pass another --log_dir"
+    ]
+    assert not (tmp_path / "STARTED").exists()
