@@ -35,8 +35,11 @@ def parse_hostfile(text: str, path: str = "hostfile") -> tuple[Host, ...]:
         for word in words[1:]:
             key, eq, value = word.partition("=")
             if key != "slots" or not eq:
+                # a near miss of "slots" (slot=, Slots=, slost=) is most likely meant
+                near = eq and key.lower() in ("slot", "slots", "solts", "slost", "sltos")
+                hint = f" (did you mean 'slots={value}'?)" if near else ""
                 raise UsageError(
-                    f"{where}: expected 'host' or 'host slots=N', got {raw.strip()!r}",
+                    f"{where}: expected 'host' or 'host slots=N', got {raw.strip()!r}{hint}",
                     "--hostfile",
                 )
             if slots is not None:

@@ -31,6 +31,8 @@ def test_a_hostfile_lists_hosts_in_its_order_with_their_slots(text, hosts) -> No
             "h0 gpus=2\n",
             "--hostfile: hf line 1: expected 'host' or 'host slots=N', got 'h0 gpus=2'",
         ),
+        ("localhost slot=2\n", "got 'localhost slot=2' (did you mean 'slots=2'?)"),
+        ("h0 Slots=4\n", "got 'h0 Slots=4' (did you mean 'slots=4'?)"),
         ("h0 slots=1 slots=2\n", "slots= given twice"),
         ("# nothing\n\n", "--hostfile: hf lists no host"),
         ("-oProxyCommand=x\n", "hf line 1: host '-oProxyCommand=x' starts with '-' (ssh would"),
