@@ -223,3 +223,11 @@ def test_bad_cluster_input_is_one_line_and_exit_2(args, line) -> None:
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1
     assert line in done.stderr
+
+
+@pytest.mark.parametrize("name", ["localhost", "127.0.0.1", "::1"])
+def test_a_loopback_name_beside_other_hosts_is_refused(tmp_path, name) -> None:
+    """Each host would reach itself by that name: node 0 would be wrong on every other."""
+    with pytest.raises(UsageError, match=f"--hostfile: '{name}' beside other hosts names a"):
+        _plan(tmp_path, f"{name} slots=1\nnode-b slots=1\n")
+    assert _plan(tmp_path, f"{name} slots=1\nnode-b slots=1\n", "-e", "node-b").hosts == (name,)
