@@ -27,14 +27,19 @@ class KeyIndex:
         return (mix64(keys.view(np.uint64)) & np.uint64(self.mask)).astype(np.int64)
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
-        """The row of every key, -1 where the key is absent."""
-        out = np.full(len(keys), -1, dtype=np.int64)
-        pending = np.arange(len(keys))
-        k, h = keys, self._home(keys)
+        """The row of every key, -1 where the key is absent. The first probe is done for
+        every key at once without index bookkeeping (at load <= 1/2 it resolves most);
+        `np.take` gathers faster than fancy indexing."""
+        h = self._home(keys)
+        rows = np.take(self.slot_rows, h)
+        hit = np.take(self.slot_keys, h) == keys
+        out = np.where(hit, rows, -1)
+        pending = np.flatnonzero(~hit & (rows >= 0))  # another key sits there: probe on
+        k, h = keys[pending], (h[pending] + 1) & self.mask
         while pending.size:
-            rows = self.slot_rows[h]
+            rows = np.take(self.slot_rows, h)
             empty = rows < 0
-            hit = ~empty & (self.slot_keys[h] == k)
+            hit = ~empty & (np.take(self.slot_keys, h) == k)
             out[pending[hit]] = rows[hit]
             go_on = ~(empty | hit)
             pending, k, h = pending[go_on], k[go_on], (h[go_on] + 1) & self.mask
