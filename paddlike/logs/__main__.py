@@ -26,8 +26,9 @@ from paddlike.commands import command_name, stdout_closed
 from paddlike.logformat import read_regular_text
 from paddlike.logs import outcome
 from paddlike.logs.follow_logs import Follower
+from paddlike.logs.nodedirs import LogDirError, node_dirs
 from paddlike.logs.process_table import format_job, format_process_tail
-from paddlike.logs.reader import JobView, LogDirError, ProcessView, load, node_dirs
+from paddlike.logs.reader import JobView, ProcessView, load
 from paddlike.logs.report import TAIL_LINES, read_tail, use_color
 
 ROLES = ("trainer", "server", "heter")

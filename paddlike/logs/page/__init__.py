@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TextIO
 
 from paddlike.logs import outcome
+from paddlike.logs.nodedirs import LogDirError
 from paddlike.logs.page.build import build_page, write_atomically
-from paddlike.logs.reader import LogDirError, load
+from paddlike.logs.reader import load
 
 __all__ = ["build_page", "main", "write_atomically"]
 

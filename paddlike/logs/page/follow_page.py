@@ -19,8 +19,9 @@ from typing import TextIO
 
 from paddlike.distributed import progress as P
 from paddlike.logs import outcome
+from paddlike.logs.nodedirs import LogDirError
 from paddlike.logs.page.build import build_page, write_atomically
-from paddlike.logs.reader import JobView, LogDirError, load
+from paddlike.logs.reader import JobView, load
 from paddlike.summary import RunStatus
 
 INTERVAL = 2.0  # seconds between two pages (and two reloads of the page)
