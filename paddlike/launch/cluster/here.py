@@ -25,9 +25,8 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping, Sequence
 
+from paddlike.launch.cluster.hostfile import LOOPBACK_NAMES
 from paddlike.launch.context.options.record import LaunchOptions
-
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost")
 
 
 def is_this_machine(name: str, hostname: str | None = None) -> bool:

@@ -10,8 +10,14 @@ is the user's mistake: `UsageError` naming the file, the line number and the lin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from paddlike.launch import NamedTuple
 from paddlike.launch.context.options.record import UsageError
+
+# the names by which every host reaches itself (`here.is_this_machine`; refused beside
+# other hosts: `start.plan_remote_job`)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost")
 
 
 class Host(NamedTuple):
@@ -86,3 +92,18 @@ def read_hostfile(path: str) -> tuple[Host, ...]:
     except UnicodeDecodeError:
         raise UsageError(f"--hostfile: {path!r} is not text", "--hostfile") from None
     return parse_hostfile(text, path)
+
+
+def refuse_loopback_among_others(names: Sequence[str]) -> None:
+    """`localhost` (or 127.x) beside other hosts: each host would reach itself by that name,
+    so node 0 and the peers' addresses would be wrong everywhere but here."""
+    if len(names) < 2:
+        return
+    for name in names:
+        if name in LOOPBACK_NAMES or name.startswith("127."):
+            raise UsageError(
+                f"--hostfile: {name!r} beside other hosts names a different machine on "
+                "each of them (their own loopback); write this machine's host name or "
+                "address instead",
+                "--hostfile",
+            )

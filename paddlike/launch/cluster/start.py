@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.cluster import gate, pdsh, remote, spares, srun, ssh, stopping
+from paddlike.launch.cluster.hostfile import refuse_loopback_among_others
 from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks
 from paddlike.launch.cluster.remote import RemoteJob
 from paddlike.launch.cluster.selection import spare_count
@@ -66,7 +67,7 @@ def plan_remote_job(
     picks: tuple = ()
     if options.hostfile:
         picks = hostfile_picks(options, argv)
-        _refuse_loopback_among_others(picks)
+        refuse_loopback_among_others([p.name for p in picks])
     elif options.launcher != "slurm":
         raise UsageError(
             f"--launcher {options.launcher}: needs --hostfile FILE (the hosts to start)",
@@ -192,23 +193,6 @@ def _over_ssh(
             ssh.close_masters(base, everyone or job.hosts)
         if control:
             shutil.rmtree(control, ignore_errors=True)
-
-
-def _refuse_loopback_among_others(picks: Sequence) -> None:
-    """`localhost` (or 127.x) beside other hosts: each host would reach itself by that name,
-    so node 0 and the peers' addresses would be wrong everywhere but here."""
-    from paddlike.launch.cluster.here import LOOPBACK_NAMES
-
-    if len(picks) < 2:
-        return
-    for pick in picks:
-        if pick.name in LOOPBACK_NAMES or pick.name.startswith("127."):
-            raise UsageError(
-                f"--hostfile: {pick.name!r} beside other hosts names a different machine on "
-                "each of them (their own loopback); write this machine's host name or "
-                "address instead",
-                "--hostfile",
-            )
 
 
 def _refuse(problems: Sequence[str]) -> int:
