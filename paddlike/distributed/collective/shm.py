@@ -164,7 +164,7 @@ class ShmArena:
         self._no_sleepers = bytes(min(self.size, MAX_SLEEPER_FLAGS))
         self._always_wake = self.size > MAX_SLEEPER_FLAGS  # ranks past the flags share one
         self._few = self.size <= 8  # every flag in the header's first word
-        self._all_reached = 0  # the latest step every peer is known to have posted
+        self._use_seen = False  # every peer is known to have posted the use's first step
         seg_bytes = HEADER_BYTES + 2 * buffer_bytes
         path = os.path.join(SHM_DIR, f"paddlike-{os.getpid()}-{secrets.token_hex(6)}")
         own = _Segment(path, seg_bytes, create=True)
@@ -237,7 +237,7 @@ class ShmArena:
     def begin_use(self, deadline: float, what: str) -> None:
         """Before writing this rank's next buffer."""
         use = self._use_step
-        if use is not None and ((self._all_reached - use) & 0xFFFFFFFF) >= 0x80000000:
+        if use is not None and not self._use_seen:
             for k in self._peers:
                 self._wait(k, use, deadline, what)
         self._use_step = None
@@ -293,7 +293,7 @@ class ShmArena:
         """Post the next step and wait until `peers` (default: all) have posted it."""
         step = self.step = (self.step + 1) & 0xFFFFFFFF
         if self._use_step is None:
-            self._use_step = step
+            self._use_step, self._use_seen = step, False
         own = self._own
         own.counter[0] = step
         self._wake_sleepers(own)
@@ -302,7 +302,7 @@ class ShmArena:
             if k != self.rank and ((counters[k][0] - step) & 0xFFFFFFFF) >= 0x80000000:
                 self._wait(k, step, deadline, what)
         if peers is None:
-            self._all_reached = step
+            self._use_seen = True  # every peer posted this step, so the use's first too
 
     def _wake_sleepers(self, own: _Segment) -> None:
         """futex_wake only when a peer has said it sleeps (or may sleep) on our counter."""
