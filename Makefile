@@ -121,6 +121,7 @@ bench: $(STAMP) torch-env
 	$(PY) -m compileall -q paddlike > /dev/null
 	$(PY) bench/launch.py
 	$(PY) bench/collectives.py
+	$(PY) bench/call_path.py
 	$(PY) bench/ps.py
 	$(PY) bench/rendezvous.py
 	$(PY) bench/elastic.py

@@ -3,7 +3,7 @@ launcher's own pipeline.
 
 The calling process acts as the launcher. It describes the job exactly as
 ``PADDLIKE_SPAWN_JOBDIR=JOBDIR python -m paddlike.launch --nproc_per_node N --log_dir DIR
--m paddlike.distributed._spawn_child`` would (`paddlike.launch.main.describe`) and
+-m paddlike._spawn_child`` would (`paddlike.launch.main.describe`) and
 runs it (`paddlike.launch.run.job.run_job`), so the children get the launched
 environment contract, endpoints, log files, deadlines, teardown (SIGTERM to every
 process group, a grace period, SIGKILL) and `summary.json`. The function and its
@@ -64,7 +64,9 @@ SPAWN_OPTIONS = ("start_method", "gpus", "ips", "backend", "print_config", "log_
 BACKENDS = ("auto", "gloo", "nccl")
 # The children's bootstrap (`python -m` it). Imported here only where used: were the
 # package to import it, `-m` would run a module already in sys.modules (runpy warns).
-_CHILD_MODULE = "paddlike.distributed._spawn_child"
+# The children's first import: outside `paddlike.distributed`, so that a child imports only
+# what its function needs, not the whole runtime package (issue 38: spawn's start-up).
+_CHILD_MODULE = "paddlike._spawn_child"
 
 
 # --- the context ------------------------------------------------------------------------
@@ -314,7 +316,7 @@ def _start(
     logs = os.path.abspath(log_dir) if log_dir is not None else str(jobdir / "log")
     try:
         argv = _launch_argv(nprocs, logs, gpus=gpus, ips=ips, backend=backend)
-        from . import _spawn_child as child
+        from .. import _spawn_child as child
 
         try:
             child.write_call(jobdir, fn, args, convention)

@@ -93,7 +93,7 @@ def outcome(jobdir: Path, log_dir: str, code: int, launcher_text: str, nprocs: i
     """Return values in rank order, or raise the failure's exception."""
     from paddlike.summary import RunStatus, read_summary
 
-    from . import _spawn_child as child
+    from .. import _spawn_child as child
 
     summary = read_summary(log_dir)
     if code == 0 and summary is not None and summary.status == RunStatus.SUCCEEDED:

@@ -63,6 +63,13 @@ def test_spawn_returns_every_processes_value_in_rank_order(nprocs):
     assert_gone([v[3] for v in values])
 
 
+def test_a_child_whose_function_needs_no_runtime_does_not_import_it():
+    # The runtime package (numpy's users, the store, the collectives) is imported by a
+    # child only if its function asks for it: a child starts no slower than it must.
+    context = dist.spawn(fns.paddlike_modules, nprocs=1)
+    assert context.return_values == [["paddlike", "paddlike._spawn_child"]]
+
+
 def test_start_processes_calls_fn_with_the_process_index_first():
     context = dist.start_processes(fns.index_first, args=("x",), nprocs=2)
     assert context.return_values == [(0, "x", 0), (1, "x", 1)]

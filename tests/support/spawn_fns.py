@@ -44,6 +44,13 @@ def where_am_i(tag: str) -> tuple[str, int, int, int]:
     return tag, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.getpid()
 
 
+def paddlike_modules() -> list[str]:
+    """The paddlike modules this child had imported by the time its function ran."""
+    import sys
+
+    return sorted(name for name in sys.modules if name.split(".")[0] == "paddlike")
+
+
 def index_first(i: int, tag: str) -> tuple[int, str, int]:
     """torch's convention: fn(i, *args)."""
     return i, tag, int(os.environ["LOCAL_RANK"])

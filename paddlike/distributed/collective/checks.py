@@ -30,8 +30,34 @@ SUPPORTED_DTYPES = frozenset(
 DEVICE_ONLY_DTYPES = frozenset(np.dtype(t) for t in ("uint32", "uint64"))
 
 
+# (dtype -> the array types that passed the type and dtype checks with it): those checks
+# run once per kind of array, not per call; layout (contiguous, writeable) is per array.
+_ACCEPTED: dict[Any, tuple[type, ...]] = {}
+
+
 def check_array(x: Any, op: str, arg: str) -> None:
     """A C-contiguous array of a supported dtype; refused with the reason otherwise."""
+    dtype = getattr(x, "dtype", None)
+    try:
+        known = type(x) in _ACCEPTED.get(dtype, ())
+    except TypeError:  # an unhashable `dtype` attribute: not an array
+        known = False
+    if not known:
+        _check_kind(x, op, arg)
+        _ACCEPTED[dtype] = (*_ACCEPTED.get(dtype, ()), type(x))
+    flags = x.flags
+    if not flags.c_contiguous:
+        raise ValueError(
+            f"{op}: argument {arg!r} is not C-contiguous (shape {tuple(x.shape)}, strides "
+            f"{tuple(x.strides)}); collectives write in place, so pass a contiguous array, "
+            f"e.g. np.ascontiguousarray(x), and use that array afterwards"
+        )
+    if not getattr(flags, "writeable", True):  # cupy arrays are always writeable
+        raise ValueError(f"{op}: argument {arg!r} is read-only; pass a writeable array")
+
+
+def _check_kind(x: Any, op: str, arg: str) -> None:
+    """An array (dtype, flags, shape) of a dtype its backend carries."""
     if not hasattr(x, "dtype") or not hasattr(x, "flags") or not hasattr(x, "shape"):
         raise TypeError(
             f"{op}: argument {arg!r} must be an array (numpy on the CPU backend, cupy on NCCL), "
@@ -43,14 +69,6 @@ def check_array(x: Any, op: str, arg: str) -> None:
     ):
         names = ", ".join(sorted(str(d) for d in SUPPORTED_DTYPES))
         raise TypeError(f"{op}: argument {arg!r} has dtype {x.dtype}, which is not one of {names}")
-    if not x.flags.c_contiguous:
-        raise ValueError(
-            f"{op}: argument {arg!r} is not C-contiguous (shape {tuple(x.shape)}, strides "
-            f"{tuple(x.strides)}); collectives write in place, so pass a contiguous array, "
-            f"e.g. np.ascontiguousarray(x), and use that array afterwards"
-        )
-    if not getattr(x.flags, "writeable", True):  # cupy arrays are always writeable
-        raise ValueError(f"{op}: argument {arg!r} is read-only; pass a writeable array")
 
 
 def check_same(x: Any, like: Any, op: str, arg: str) -> None:

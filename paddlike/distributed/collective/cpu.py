@@ -154,7 +154,7 @@ class CpuCommunicator(Communicator):
         self, opname: str, nbytes: int, deadline: float, what: str, pieces: int,
         before: Callable[[int, int], None], after: Callable[[int, int], None],
         sources: Sequence[int] | None = None,
-        extra: tuple[int, int] = (0, 0),
+        extra: tuple[int, int] | None = None,
         verify: Callable[[int], None] | None = None,
     ) -> None:  # fmt: skip
         """The common shape: for each piece, `before(i, buf)` writes this rank's buffer, a
@@ -464,6 +464,8 @@ class CpuCommunicator(Communicator):
 
     def barrier(self, deadline: float, leaving: bool = False) -> None:
         name = EXIT_BARRIER if leaving else "barrier"
+        if self.size == 1:
+            return  # a group of one: nobody to wait for
         if self.arena is not None:
             arena = self.arena
             parity = arena.begin(OPCODE[name], 0, deadline, name)

@@ -10,9 +10,10 @@ Each entry: operation number on this rank, sequence number within its group (wha
 ranks compare), group id, operation, bytes, dtype, root/peer, start and end time
 (monotonic), state. An asynchronous operation's start is when it was issued.
 
-Cost: two monotonic clock reads and two packed stores per operation (the ring entry
-at the start, its end time and state at the end), about half a microsecond; readers
-derive the operation count and the last activity from the ring.
+Cost per operation: one pack of the ring entry at the start (its start time is the clock
+read the call path makes for its deadline anyway; its end time 0 reads as "running" and
+its state is already "done"), one clock read and one store at the end (a failure stores
+its state first); readers derive the operation count and the last activity from the ring.
 `PADDLIKE_FLIGHT_RECORD=0` turns it off (benchmarks compare both). Outside a launch
 (no PADDLE_LOG_DIR) there is no file and nothing is recorded.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .. import progress as P
@@ -32,14 +34,16 @@ ENABLE_ENV = "PADDLIKE_FLIGHT_RECORD"
 
 _enabled = os.environ.get(ENABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 _numbers = itertools.count(1)  # next() is atomic under the GIL: threads get distinct numbers
-_group_seq: dict[int, int] = {}
+_group_seq: dict[int, Iterator[int]] = {}  # group id -> its sequence numbers, from 1
 _dtype_codes: dict[Any, int] = {}
 _monotonic = time.monotonic
 _OP_CODES = P.OP_CODES
-_START_PACK = P.ENTRY_START.pack_into
+_ENTRY_PACK = P.ENTRY.pack_into
+_DONE, _FAILED = P.DONE, P.FAILED
 _HEADER, _MASK, _SHIFT = P.HEADER_BYTES, P.CAPACITY - 1, P.ENTRY.size.bit_length() - 1
 assert P.CAPACITY & _MASK == 0 and P.ENTRY.size == 1 << _SHIFT  # powers of two
 _END_OFFSET, _STATE_OFFSET = P.ENTRY_END_OFFSET, P.ENTRY_STATE_OFFSET
+assert _END_OFFSET & 7 == 0 and _STATE_OFFSET & 3 == 0
 
 
 def _dtype_code(dtype: Any) -> int:
@@ -53,9 +57,17 @@ def _dtype_code(dtype: Any) -> int:
     return code
 
 
-def begin(op: str, group_id: int, tensor: Any = None, peer: int = -1) -> tuple[int, float] | None:
+def _sequence(group_id: int) -> Iterator[int]:
+    seq = _group_seq[group_id] = itertools.count(1)
+    return seq
+
+
+def begin(
+    op: str, group_id: int, tensor: Any = None, peer: int = -1, now: float | None = None
+) -> tuple[int, float] | None:
     """Record that this rank issued `op` on group `group_id`; the token for `end`, or None
-    when nothing is recorded."""
+    when nothing is recorded. `now`: the caller's own monotonic reading, if it has one
+    (the call path reads the clock for its deadline anyway: one read serves both)."""
     if not _enabled:
         return None
     w = P._writer
@@ -66,8 +78,7 @@ def begin(op: str, group_id: int, tensor: Any = None, peer: int = -1) -> tuple[i
         if w is None:
             return None
     n = next(_numbers)
-    seq = _group_seq.get(group_id, 0) + 1
-    _group_seq[group_id] = seq
+    seq = next(_group_seq.get(group_id) or _sequence(group_id))
     if tensor is not None:
         nbytes, dtype = tensor.nbytes, tensor.dtype
         code = _dtype_codes.get(dtype)
@@ -75,11 +86,15 @@ def begin(op: str, group_id: int, tensor: Any = None, peer: int = -1) -> tuple[i
             code = _dtype_code(dtype)
     else:
         nbytes = code = 0
-    now = _monotonic()
+    if now is None:
+        now = _monotonic()
     off = _HEADER + ((n & _MASK) << _SHIFT)  # slot n % CAPACITY, 64 bytes each
-    # The slot's end time and state stay the previous occupant's until end(): an end
-    # before this start reads as "running" (see progress.read_progress).
-    _START_PACK(w.buf, off, n, seq, group_id, _OP_CODES.get(op, 0), nbytes, code, peer, now)
+    # End time 0 (before the start: readers see "running", see progress.read_progress)
+    # and state "done", so that a success needs one store at the end: its end time.
+    _ENTRY_PACK(
+        w.buf, off, n, seq, group_id, _OP_CODES.get(op, 0), nbytes, code, peer, now, 0.0,
+        _DONE, 0,
+    )  # fmt: skip
     return off, now
 
 
@@ -91,9 +106,10 @@ def end(token: tuple[int, float] | None, ok: bool) -> None:
     if w is None:
         return
     off, start = token
+    if not ok:  # the state first: the end time is what makes readers believe it
+        w.ints[(off + _STATE_OFFSET) >> 2] = _FAILED
     now = _monotonic()
-    w.doubles[(off + _END_OFFSET) >> 3] = now  # end_mono, then the state that validates it
-    w.ints[(off + _STATE_OFFSET) >> 2] = 2 if ok else 3
+    w.doubles[(off + _END_OFFSET) >> 3] = now
     w.coll_time += now - start  # published by the next heartbeat (busy time per step)
 
 

@@ -27,9 +27,17 @@ HOST, DEVICE = "host", "device"
 KIND_WORDS = {HOST: "a host array (numpy)", DEVICE: "a device array (cupy)"}
 
 
+_KINDS: dict[type, str] = {}  # array type -> its kind: one dict read per call
+
+
 def array_kind(x: Any) -> str:
-    """DEVICE for cupy arrays, HOST for anything else (numpy): one attribute read."""
-    return DEVICE if type(x).__module__.startswith("cupy") else HOST
+    """DEVICE for cupy arrays, HOST for anything else (numpy)."""
+    kind = _KINDS.get(type(x))
+    if kind is None:
+        kind = DEVICE if type(x).__module__.startswith("cupy") else HOST
+        if len(_KINDS) < 64:  # array types are few; never grow without bound
+            _KINDS[type(x)] = kind
+    return kind
 
 
 @dataclass(eq=False)

@@ -50,7 +50,8 @@ def _group(group: Group | None, what: str) -> Group:
             )
     elif not isinstance(group, Group):
         raise TypeError(f"{what}: group must be a Group from new_group(), got {group!r}")
-    group.require_member(what)
+    if group.rank < 0 or group.closed:
+        group.require_member(what)
     return group
 
 
@@ -58,7 +59,9 @@ def _lane(g: Group, x: Any, what: str, arg: str = "tensor") -> Lane:
     """The lane of `x`'s kind (host: CPU backend, device: NCCL), checked up front so that a
     mistake leaves the group usable: the kind, and on NCCL the dtype."""
     kind = array_kind(x)
-    lane = g.lane(kind, what, arg)
+    lane = g.lanes.get(kind)
+    if lane is None:
+        lane = g.lane(kind, what, arg)  # refused, naming the kind and the backend
     if kind is DEVICE:
         from .nccl import nccl_dtype_name
 
@@ -97,43 +100,72 @@ def _run(
 ) -> Task | None:
     """Every operation passes here: the one place that orders, records and runs them.
     `fn(communicator, deadline)` runs on `lane` (by default `tensor`'s kind's); `tensor`
-    and `peer` (a global rank) also describe the operation in the flight record."""
+    and `peer` (a global rank) also describe the operation in the flight record.
+    A synchronous operation runs in the caller's thread once the operations queued
+    before it are done; one clock read serves its deadline and its flight record."""
     if lane is None:
         lane = g.default_lane(what) if tensor is None else _lane(g, tensor, what)
-    context = lane.context()  # e.g. the caller's CUDA stream, for the queue thread
-    record = flight.begin(what, g.id, tensor, peer)  # in issue order, like the ranks' order
+    # e.g. the caller's CUDA stream, for the queue thread; host lanes have none
+    context = None if lane.context is _NO_CONTEXT else lane.context()
+    now = _monotonic()
+    record = flight.begin(what, g.id, tensor, peer, now)  # in issue order, like the ranks'
+    if not sync_op:
+        return lane.queue.submit(lambda: _execute(g, lane, what, fn, context, record, None), what)
+    if lane.queue.wait_idle():
+        now = _monotonic()  # the deadline starts once the earlier operations are done
+    _execute(g, lane, what, fn, context, record, now + g.timeout)
+    return None
 
-    def call() -> None:
-        if lane.broken is not None:
-            flight.end(record, False)
-            why = f"{what}: group {g.id} cannot be used after an earlier failure ({lane.broken})"
-            if isinstance(lane.broken, PeerExitedError):  # still a consequence of that exit
-                raise PeerExitedError(why, peer=lane.broken.peer)
-            raise CollectiveError(why)
-        comm = None
-        try:
+
+_NO_CONTEXT = contextlib.nullcontext
+_AVG = ReduceOp.AVG
+_monotonic = time.monotonic
+
+
+def _execute(
+    g: Group,
+    lane: Lane,
+    what: str,
+    fn: Callable[[Any, float], None],
+    context: contextlib.AbstractContextManager[None] | None,
+    record: Any,
+    deadline: float | None,
+) -> None:
+    """Run one operation on its lane (its deadline: `deadline`, or its timeout from now)
+    and record its end; a failure breaks the lane, as the ranks are now out of step."""
+    if lane.broken is not None:
+        flight.end(record, False)
+        why = f"{what}: group {g.id} cannot be used after an earlier failure ({lane.broken})"
+        if isinstance(lane.broken, PeerExitedError):  # still a consequence of that exit
+            raise PeerExitedError(why, peer=lane.broken.peer)
+        raise CollectiveError(why)
+    comm = lane.comm
+    try:
+        if context is None:
+            if comm is None:
+                comm = lane.communicator()
+                deadline = None
+            fn(comm, _monotonic() + g.timeout if deadline is None else deadline)
+        else:
             with context:
                 comm = lane.communicator()
-                fn(comm, time.monotonic() + g.timeout)
-        except BaseException as exc:
-            flight.end(record, False)
-            # The ranks are now out of step: close the connections so that peers blocked on
-            # this rank fail at once (they see it leave) instead of at their deadline.
-            lane.broken = exc
-            if comm is not None:
-                with contextlib.suppress(Exception):
-                    comm.abort()
-            if isinstance(exc, CollectiveTimeoutError) and len(g.lanes) > 1 and \
-                    lane.kind != DEVICE:  # fmt: skip
-                raise CollectiveTimeoutError(
-                    f"{exc}; or a rank called {what} with a device (cupy) array where this rank "
-                    f"used a host (numpy) array: one operation needs one kind on every rank"
-                ) from None
-            raise
-        flight.end(record, True)
-
-    task = lane.queue.run(call, what, sync_op)
-    return None if sync_op else task
+                fn(comm, _monotonic() + g.timeout)
+    except BaseException as exc:
+        flight.end(record, False)
+        # The ranks are now out of step: close the connections so that peers blocked on
+        # this rank fail at once (they see it leave) instead of at their deadline.
+        lane.broken = exc
+        if comm is not None:
+            with contextlib.suppress(Exception):
+                comm.abort()
+        if isinstance(exc, CollectiveTimeoutError) and len(g.lanes) > 1 and \
+                lane.kind != DEVICE:  # fmt: skip
+            raise CollectiveTimeoutError(
+                f"{exc}; or a rank called {what} with a device (cupy) array where this rank "
+                f"used a host (numpy) array: one operation needs one kind on every rank"
+            ) from None
+        raise
+    flight.end(record, True)
 
 
 def all_reduce(
@@ -148,9 +180,10 @@ def all_reduce(
     the same shape and dtype that does not overlap `tensor`), into `out`, leaving `tensor`
     unchanged: no copy of the input first (the global view's P -> B uses it)."""
     g = _group(group, "all_reduce")
-    rop = as_reduce_op(op)
+    rop = op if type(op) is ReduceOp else as_reduce_op(op)
     check_array(tensor, "all_reduce", "tensor")
-    check_op_dtype(rop, tensor.dtype, "all_reduce")
+    if rop is _AVG:
+        check_op_dtype(rop, tensor.dtype, "all_reduce")
     if out is None or out is tensor:
         return _run(g, "all_reduce", lambda c, d: c.all_reduce(tensor, rop, d), sync_op, tensor)
     check_same(out, tensor, "all_reduce", "out")

@@ -20,6 +20,7 @@ class ReduceOp(enum.IntEnum):
     AVG = 4
 
 
+_AVG = ReduceOp.AVG  # a module constant: reading it off the class costs more per call
 _UFUNC = {
     ReduceOp.SUM: np.add,
     ReduceOp.AVG: np.add,
@@ -47,7 +48,7 @@ def as_reduce_op(op: object) -> ReduceOp:
 
 def check_op_dtype(op: ReduceOp, dtype: np.dtype, what: str) -> None:
     """AVG needs a floating dtype: averaging ints or flags has no exact answer."""
-    if op is ReduceOp.AVG and dtype.kind not in "fc":
+    if op is _AVG and dtype.kind not in "fc":
         raise TypeError(
             f"{what}: ReduceOp.AVG needs a floating-point array, got dtype {dtype}; "
             f"use ReduceOp.SUM and divide, or cast to float32 first"
@@ -65,10 +66,10 @@ def reduce_into(op: ReduceOp, out: np.ndarray, parts: Sequence[np.ndarray], worl
         if out is not parts[0]:
             np.copyto(out, parts[0])
     else:
-        ufunc(parts[0], parts[1], out=out)
-        for part in parts[2:]:
-            ufunc(out, part, out=out)
-    if op is ReduceOp.AVG:
+        ufunc(parts[0], parts[1], out)  # out positionally: the keyword costs a parse per call
+        for k in range(2, len(parts)):
+            ufunc(out, parts[k], out)
+    if op is _AVG:
         np.divide(out, world, out=out, casting="unsafe")
 
 

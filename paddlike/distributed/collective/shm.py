@@ -123,11 +123,14 @@ class _Segment:
         self.bytes = np.frombuffer(self.mm, dtype=np.uint8)
         self.counter = memoryview(self.mm).cast("I")[:1]  # type: ignore[index]
         self.sleepers = memoryview(self.mm)[_SLEEPERS:HEADER_BYTES]
+        # The first 8 flags as one word: ranks 0-7 ask for a wake-up in one load, not a compare.
+        self.first_sleepers = memoryview(self.mm)[_SLEEPERS : _SLEEPERS + 8].cast("Q")  # type: ignore[index]
         self.addr = self.bytes.ctypes.data
 
     def close(self) -> None:
         self.counter.release()
         self.sleepers.release()
+        self.first_sleepers.release()
         del self.bytes
         with contextlib.suppress(BufferError):
             self.mm.close()
@@ -160,6 +163,8 @@ class ShmArena:
         self._spin = SPIN_SECONDS
         self._no_sleepers = bytes(min(self.size, MAX_SLEEPER_FLAGS))
         self._always_wake = self.size > MAX_SLEEPER_FLAGS  # ranks past the flags share one
+        self._few = self.size <= 8  # every flag in the header's first word
+        self._use_seen = False  # every peer is known to have posted the use's first step
         seg_bytes = HEADER_BYTES + 2 * buffer_bytes
         path = os.path.join(SHM_DIR, f"paddlike-{os.getpid()}-{secrets.token_hex(6)}")
         own = _Segment(path, seg_bytes, create=True)
@@ -185,10 +190,18 @@ class ShmArena:
             for s in self.segs if s is not None
         ]  # fmt: skip
         self._typed: dict[tuple[int, int, np.dtype], np.ndarray] = {}
+        self._own = own
+        self._counters = [s.counter for s in self.segs if s is not None]
+        self._peers = [k for k in range(self.size) if k != rank]
+        # Per buffer, the latest (dtype, elements, every rank's view of that many): a small
+        # operation repeated on arrays of one size slices nothing.
+        self._parts: list[tuple[np.dtype | None, int, list[np.ndarray]]] = [(None, 0, [])] * 2
 
     def close(self) -> None:
         self._views = []
         self._typed.clear()
+        self._parts = [(None, 0, [])] * 2
+        self._counters = []
         for seg in self.segs:
             if seg is not None:
                 seg.close()
@@ -205,6 +218,14 @@ class ShmArena:
             self._typed[key] = typed
         return typed
 
+    def parts(self, buf: int, dtype: np.dtype, m: int) -> list[np.ndarray]:
+        """Every rank's buffer `buf` as its first `m` elements of `dtype`, by rank."""
+        cached_dtype, cached_m, views = self._parts[buf]
+        if cached_dtype is not dtype or cached_m != m:
+            views = [self.data(k, buf, dtype)[:m] for k in range(self.size)]
+            self._parts[buf] = (dtype, m, views)
+        return views
+
     # --- ordering ----------------------------------------------------------------------
 
     # A "use" is one round of a buffer: write it, post, read the peers' buffers. A rank may
@@ -215,26 +236,27 @@ class ShmArena:
 
     def begin_use(self, deadline: float, what: str) -> None:
         """Before writing this rank's next buffer."""
-        if self._use_step is not None:
-            for k in range(self.size):
-                if k != self.rank:
-                    self._wait(k, self._use_step, deadline, what)
+        use = self._use_step
+        if use is not None and not self._use_seen:
+            for k in self._peers:
+                self._wait(k, use, deadline, what)
         self._use_step = None
 
     def begin(
         self, opcode: int, nbytes: int, deadline: float, what: str,
-        extra: tuple[int, int] = (0, 0),
+        extra: tuple[int, int] | None = None,
     ) -> int:  # fmt: skip
         """Start an op (and its first use): publish its descriptor (and `extra`, two u64 the
-        peers read with `extra_of`) in one of two slots, used alternately; returns the slot.
-        After begin_use, so no peer still reads that slot."""
+        peers read with `extra_of`: only an op that publishes them reads them) in one of two
+        slots, used alternately; returns the slot. After begin_use, so no peer still reads
+        that slot."""
         self.begin_use(deadline, what)
         parity = self.ops & 1
         self.ops += 1
-        seg = self.segs[self.rank]
-        assert seg is not None
-        _DESC.pack_into(seg.mm, _DESC_OFFSETS[parity], opcode, 0, nbytes)
-        _EXTRA.pack_into(seg.mm, _EXTRA_OFFSETS[parity], *extra)
+        mm = self._own.mm
+        _DESC.pack_into(mm, _DESC_OFFSETS[parity], opcode, 0, nbytes)
+        if extra is not None:
+            _EXTRA.pack_into(mm, _EXTRA_OFFSETS[parity], *extra)
         return parity
 
     def extra_of(self, k: int, parity: int) -> tuple[int, int]:
@@ -249,10 +271,14 @@ class ShmArena:
     ) -> None:  # fmt: skip
         """After the op's first wait: the ranks waited for published the same descriptor.
         A rank that published the runtime's exit barrier instead left the job."""
-        for k in range(self.size) if ranks is None else ranks:
+        offset, mine = _DESC_OFFSETS[parity], (opcode, 0, nbytes)
+        for k in self._peers if ranks is None else ranks:
             seg = self.segs[k]
             assert seg is not None
-            their_op, _, their_bytes = _DESC.unpack_from(seg.mm, _DESC_OFFSETS[parity])
+            theirs_desc = _DESC.unpack_from(seg.mm, offset)
+            if theirs_desc == mine:
+                continue
+            their_op, _, their_bytes = theirs_desc
             theirs = names[their_op - 1] if 0 < their_op <= len(names) else "?"
             if their_op != opcode and theirs == EXIT_BARRIER:
                 raise peer_left(what, self.global_ranks[k], names[opcode - 1])
@@ -265,21 +291,26 @@ class ShmArena:
 
     def sync(self, deadline: float, what: str, peers: Sequence[int] | None = None) -> None:
         """Post the next step and wait until `peers` (default: all) have posted it."""
-        self.step = (self.step + 1) & 0xFFFFFFFF
+        step = self.step = (self.step + 1) & 0xFFFFFFFF
         if self._use_step is None:
-            self._use_step = self.step
-        own = self.segs[self.rank]
-        assert own is not None
-        own.counter[0] = self.step
+            self._use_step, self._use_seen = step, False
+        own = self._own
+        own.counter[0] = step
         self._wake_sleepers(own)
-        for k in range(self.size) if peers is None else peers:
-            if k != self.rank:
-                self._wait(k, self.step, deadline, what)
+        counters = self._counters
+        for k in self._peers if peers is None else peers:
+            if k != self.rank and ((counters[k][0] - step) & 0xFFFFFFFF) >= 0x80000000:
+                self._wait(k, step, deadline, what)
+        if peers is None:
+            self._use_seen = True  # every peer posted this step, so the use's first too
 
     def _wake_sleepers(self, own: _Segment) -> None:
         """futex_wake only when a peer has said it sleeps (or may sleep) on our counter."""
         _fence()
-        if self._always_wake or own.sleepers[: len(self._no_sleepers)] != self._no_sleepers:
+        if self._few:
+            if own.first_sleepers[0]:
+                _futex_wake(own.addr)
+        elif self._always_wake or own.sleepers[: len(self._no_sleepers)] != self._no_sleepers:
             _futex_wake(own.addr)
 
     def _wait(self, k: int, target: int, deadline: float, what: str) -> None:

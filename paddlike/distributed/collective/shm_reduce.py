@@ -53,21 +53,22 @@ def _one_step(
     arena: ShmArena, buf: int, x: np.ndarray, op: ReduceOp, deadline: float,
     root: int | None, what: str, out: np.ndarray | None,
 ) -> None:  # fmt: skip
-    n, r = arena.size, arena.rank
-    src = x.reshape(-1)
-    dt, m = src.dtype, src.size
+    src = x if x.ndim == 1 else x.reshape(-1)
+    nbytes = x.nbytes
     opcode = OPCODE[what]
-    parity = arena.begin(opcode, x.nbytes, deadline, what)
-    arena.data(r, buf, dt)[:m] = src
-    keeps = root is None or r == root
-    # A rank that keeps nothing waits for the root alone: enough to see a mismatched call
-    # there (both sides name it), without waiting for the other contributors.
-    sources = None if keeps else [root]
-    arena.sync(deadline, what, peers=sources)
-    arena.check(parity, opcode, x.nbytes, what, OPCODES, ranks=sources)
-    if keeps:
-        dst = src if out is None else out.reshape(-1)
-        reduce_into(op, dst, [arena.data(k, buf, dt)[:m] for k in range(n)], n)
+    parity = arena.begin(opcode, nbytes, deadline, what)
+    parts = arena.parts(buf, src.dtype, src.size)  # every rank's buffer, by rank
+    parts[arena.rank][...] = src
+    if root is None or arena.rank == root:
+        arena.sync(deadline, what)
+        arena.check(parity, opcode, nbytes, what, OPCODES)
+        dst = src if out is None else out if out.ndim == 1 else out.reshape(-1)
+        reduce_into(op, dst, parts, arena.size)
+    else:
+        # A rank that keeps nothing waits for the root alone: enough to see a mismatched
+        # call there (both sides name it), without waiting for the other contributors.
+        arena.sync(deadline, what, peers=[root])
+        arena.check(parity, opcode, nbytes, what, OPCODES, ranks=[root])
 
 
 def _chunked(

@@ -46,16 +46,6 @@ class Task:
         return f"<Task {self.what} {state}>"
 
 
-class _Done(Task):
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self._done.set()
-
-
-# A finished synchronous operation's handle never changes: one per name, not an Event per call.
-_DONE: dict[str, _Done] = {}
-
-
 class OpQueue:
     """Runs one communicator's operations in submission order."""
 
@@ -63,20 +53,20 @@ class OpQueue:
         self.name = name
         self._queue: queue.SimpleQueue[tuple[Callable[[], None], Task] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._last: Task | None = None
+        self._last: Task | None = None  # the latest queued operation, until it is done
         self._lock = threading.Lock()
 
-    def run(self, fn: Callable[[], None], what: str, sync: bool) -> Task:
-        if sync:
-            with self._lock:
-                last = self._last
-            if last is not None and not last.is_completed():
-                last._done.wait()
-            fn()  # errors propagate to the caller directly
-            done = _DONE.get(what)
-            if done is None:
-                done = _DONE[what] = _Done(what)
-            return done
+    def wait_idle(self) -> bool:
+        """Before a synchronous operation runs in the caller's thread: wait for the
+        operations queued before it; whether there were any."""
+        last = self._last  # one read: None (the common case) or a task that may be done
+        if last is None or last._done.is_set():
+            return False
+        last._done.wait()
+        return True
+
+    def submit(self, fn: Callable[[], None], what: str) -> Task:
+        """Queue an asynchronous operation; its Task says when it is done."""
         task = Task(what)
         with self._lock:
             if self._thread is None:
@@ -100,6 +90,9 @@ class OpQueue:
                 task._finish(exc if isinstance(exc, Exception) else CollectiveError(str(exc)))
             else:
                 task._finish(None)
+            with self._lock:
+                if self._last is task:
+                    self._last = None
 
     def close(self) -> None:
         with self._lock:

@@ -1,7 +1,7 @@
 """The job directory of one `spawn` / `start_processes` call, and the child's side of it.
 
 The parent (acting as the launcher) writes ``call.pkl``; every child is started by the
-launcher as its training script, ``python -u -m paddlike.distributed._spawn_child``, with
+launcher as its training script, ``python -u -m paddlike._spawn_child``, with
 the launched environment contract and ``PADDLIKE_SPAWN_JOBDIR=JOBDIR`` (an environment
 variable, not an argument: the script's arguments are part of the configuration every
 node of a many-node job must share, and each node has its own job directory), and
@@ -17,8 +17,10 @@ A child that raises also prints its traceback to stderr, so its log file and the
 launcher's failure report show it. Files are written under a temporary name and
 renamed: the parent never reads half a file.
 
-Import-light on purpose (json and pickle are imported where used): the package imports
-it with `spawn`, and it is every child's first import.
+Import-light on purpose (json and pickle are imported where used), and outside
+`paddlike.distributed`: it is every child's first import, and a child imports that
+package only if its function does (the package's import was a third of what `spawn`
+cost over multiprocessing).
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def main(argv: list[str], environ: Mapping[str, str] = os.environ) -> int:
     """Run the call as local process N (the launcher's PADDLE_LOCAL_RANK); the exit code."""
     if argv or not environ.get(JOBDIR_ENV):
         sys.stderr.write(
-            f"usage: {JOBDIR_ENV}=JOBDIR python -m paddlike.distributed._spawn_child "
+            f"usage: {JOBDIR_ENV}=JOBDIR python -m paddlike._spawn_child "
             "(started by paddlike.distributed.spawn, not by hand)\n"
         )
         return 2
@@ -183,9 +185,9 @@ def main(argv: list[str], environ: Mapping[str, str] = os.environ) -> int:
 
 if __name__ == "__main__":
     # Run through the module's real name: the `bootstrapping` flag that `spawn` checks
-    # must live in `paddlike.distributed._spawn_child`, not in this `__main__` copy
+    # must live in `paddlike._spawn_child`, not in this `__main__` copy
     # (which the parent's re-imported __main__ also replaces in sys.modules).
-    from paddlike.distributed._spawn_child import main as _main
+    from paddlike._spawn_child import main as _main
 
     sys.stdout.flush()
     sys.exit(_main(sys.argv[1:]))
