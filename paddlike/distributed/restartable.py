@@ -143,6 +143,9 @@ def _tear_down() -> None:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+    import gc
+
+    gc.collect()  # a group in a reference cycle closes its connections now, not later
 
 
 def _adopt(env: dict[str, str], formed: Formed) -> None:
@@ -187,26 +190,44 @@ def restartable(fn: Callable[[], T]) -> T:
     try:
         while True:
             try:
-                parking.armed = True
-                try:
-                    result = fn()
-                except RoundInterrupted:
-                    raise
-                except (SystemExit, KeyboardInterrupt, GeneratorExit):
-                    parking.armed = False
-                    raise
-                except BaseException as own:
-                    _await_park(parking, own)
-                    raise  # (never reached: _await_park raises)
+                return _run_once(fn, parking)
+            except RoundInterrupted as interrupted:
                 parking.armed = False
-                return result
-            except RoundInterrupted:
-                parking.armed = False
-                _tear_down()
-                parking.parked()
-                _adopt(parking.next_environment(wait), formed)
+                _forget(interrupted)
+            # outside the except clause: no frame of fn's is referenced any more, so that
+            # what its collectives held (torch's gloo pairs) is freed with the group
+            _tear_down()
+            parking.parked()
+            _adopt(parking.next_environment(wait), formed)
     finally:
         parking.close()
+
+
+def _run_once(fn: Callable[[], T], parking: _Parking) -> T:
+    """fn() under the park signal; an exception of its own waits for it (`_await_park`)."""
+    parking.armed = True
+    try:
+        result = fn()
+    except RoundInterrupted:
+        raise
+    except (SystemExit, KeyboardInterrupt, GeneratorExit):
+        parking.armed = False
+        raise
+    except BaseException as own:
+        _await_park(parking, own)
+        raise  # (never reached: _await_park raises)
+    parking.armed = False
+    return result
+
+
+def _forget(exc: BaseException | None) -> None:
+    """Drop the tracebacks of `exc` and what it was raised in the middle of: their frames
+    hold fn's locals (tensors, the collective's work and its process group)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__context__
 
 
 def _await_park(parking: _Parking, own: BaseException) -> Any:
