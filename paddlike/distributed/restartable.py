@@ -143,9 +143,6 @@ def _tear_down() -> None:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
-    import gc
-
-    gc.collect()  # a group in a reference cycle closes its connections now, not later
 
 
 def _adopt(env: dict[str, str], formed: Formed) -> None:

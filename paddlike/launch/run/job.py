@@ -321,8 +321,8 @@ class JobRun:
         try:
             code = run_rounds(self.elastic, self.spec.max_restarts, self.round, self.console.say)
         finally:
-            if self.warm is not None:  # processes kept for a round that does not come
-                self.warm.close(self.spec.kill_timeout, self.console)
+            if self.warm is not None and self.warm.close(self.spec.kill_timeout, self.console):
+                self.record.kept_ended()  # kept for a round that did not come: killed
         if self.elastic is not None and self.record.rounds and not self.leaving:
             # an elastic job ended for all its members: nodes waiting to join stop
             self.peers.end_elastic(self.record.outcome_text())

@@ -18,6 +18,7 @@ from paddlike.logformat import write_atomically
 from paddlike.summary import (
     SUMMARY_FILE,
     ProcessRecord,
+    ProcessStatus,
     RootCause,
     RunStatus,
     RunSummary,
@@ -78,6 +79,16 @@ class RunRecord:
                 "measured": "failure -> every process of this node running the new round",
             }
         )
+
+    def kept_ended(self) -> None:
+        """Processes kept for a round that did not come were ended with the job: the
+        summary says "killed", as without `restartable`."""
+        if self._last is None:
+            return
+        for record in self._last[1]:
+            if record.status == ProcessStatus.KEPT:
+                record.status = ProcessStatus.KILLED
+        self._write(*self._last)
 
     def round_ended(
         self, round_: int, restarts: int, members: Sequence[str], cause: RootCause | None

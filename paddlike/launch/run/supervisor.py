@@ -270,6 +270,8 @@ class Supervisor:
             env[contract.TORCHELASTIC_RESTART_COUNT] = restart
             if self.warm is not None:
                 env.update(self.warm.env())
+            else:  # an outer job's (a launch inside a worker): not this job's to keep
+                env.pop(contract.WARM_DIR, None)
             self._spawn(rnd, proc, loop, env, preexec)
         if self.warm is not None:
             self.warm.end_unadopted()  # kept, but the plan has no slot for them

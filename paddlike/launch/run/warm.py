@@ -113,8 +113,8 @@ class WarmJob:
 
         return WarmRound(self, may_keep, spec.kill_timeout)
 
-    def end_kept(self, kill_timeout: float, console: Console | None = None) -> None:
-        """The job does not go on: every parked process ended and reaped (`end`)."""
+    def end_kept(self, kill_timeout: float, console: Console | None = None) -> int:
+        """The job does not go on: every parked process ended and reaped (`end`); how many."""
         kept, self.kept = list(self.kept.values()), {}
         if kept and console is not None:
             n = len(kept)
@@ -123,6 +123,7 @@ class WarmJob:
                 f"SIGTERM, SIGKILL after {kill_timeout:g} s)"
             )
         self.end(kept, kill_timeout)
+        return len(kept)
 
     def end(self, kept: list[Kept], kill_timeout: float) -> None:
         """Parked processes ended like any worker: SIGTERM to each group, kill_timeout,
@@ -141,10 +142,10 @@ class WarmJob:
             if k.guarded and self.guardian is not None and k.popen.returncode is not None:
                 self.guardian.remove(k.popen.pid)
 
-    def close(self, kill_timeout: float, console: Console | None = None) -> None:
-        """The job's end: parked processes ended, the directory removed."""
+    def close(self, kill_timeout: float, console: Console | None = None) -> int:
+        """The job's end: parked processes ended, the directory removed; how many ended."""
         try:
-            self.end_kept(kill_timeout, console)
+            return self.end_kept(kill_timeout, console)
         finally:
             self.sock.close()
             _remove_tree(self.directory)

@@ -1,7 +1,8 @@
 """In-process restarts on 2 namespace nodes (2 ranks each): rank 1 (node a) exits during
 step 5 under --max_restarts 1; under `restartable` every other rank is kept, node b's
-through the round's watch (another node's failure), and only rank 1 starts anew; without
-it every rank starts anew. paddlike's CPU runtime and torch's gloo."""
+through the round's watch (another node's failure), and only rank 1 starts anew (a fork of
+node a's zygote with --preload); without it every rank starts anew. paddlike's CPU runtime
+and torch's gloo."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ RUNTIMES = [
 ]
 
 
-def _run(train: Path, how: str, runtime: str) -> tuple[str, str]:
+def _run(train: Path, how: str, runtime: str, *given: str) -> tuple[str, str]:
     tmp = train.parent
-    options = ["--max_restarts", "1"]
+    options = ["--max_restarts", "1", *given]
     args = [str(tmp / "out"), how, runtime]
     with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
         a, b = cluster.nodes
@@ -60,3 +61,11 @@ def test_without_restartable_every_rank_starts_anew(train: Path) -> None:
     s = seen(train.parent / "out")
     assert all(s[f"{r}.1"]["pid"] != s[f"{r}.0"]["pid"] for r in range(4))
     assert "kept" not in out_a + out_b
+
+
+def test_with_preload_the_replacement_is_a_fork_of_its_nodes_zygote(train: Path) -> None:
+    out_a, out_b = _run(train, "inside", "paddlike", "--preload", "heavy")
+    assert "--preload:" not in out_a + out_b
+    s = seen(train.parent / "out")
+    assert all(s[f"{r}.1"]["pid"] == s[f"{r}.0"]["pid"] for r in (0, 2, 3))
+    assert s["1.1"]["pid"] != s["1.0"]["pid"] and s["1.1"]["preloaded"] is True
