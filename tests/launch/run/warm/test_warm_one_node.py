@@ -6,6 +6,8 @@ environment, one log), only rank 1 starts anew (from the zygote with --preload);
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,12 @@ def test_rank_0_is_kept_and_only_rank_1_starts_anew(train: Path, how: str) -> No
         (1, s["1.1"]["pid"], "ok"),
     ]
     assert _warm_dirs() <= warm_dirs  # its directory removed
+    read = subprocess.run(
+        [sys.executable, "-m", "paddlike.logs", "log"], cwd=tmp, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert read.returncode == 0, read.stderr
+    assert "  round 1: 1 process kept (rank 0), 1 started anew, running " in read.stdout
 
 
 @pytest.mark.parametrize("preload", [False, True], ids=["cold", "preload"])
