@@ -80,10 +80,12 @@ class _Parking:
 
     def close(self) -> None:
         self.armed = False
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(PARK_SIGNAL, self.previous)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            os.unlink(self.path)  # first: the launcher parks only registered processes
+        # a park signal already on its way must not end the process (SIGRTMIN+5's default)
+        keep = self.previous if self.previous not in (signal.SIG_DFL, None) else signal.SIG_IGN
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            signal.signal(PARK_SIGNAL, keep)
         self.sock.close()
 
     def parked(self) -> None:
@@ -107,8 +109,10 @@ class _Parking:
                 data = self.sock.recv(MAX_DATAGRAM)
             except TimeoutError:
                 continue
-            message = json.loads(data)
-            env = message.get("env")
+            try:
+                env = json.loads(data).get("env")
+            except (ValueError, AttributeError):
+                continue  # not the launcher's word
             if isinstance(env, dict):
                 return {str(k): str(v) for k, v in env.items()}
 
