@@ -15,6 +15,7 @@ import pytest
 from paddlike.summary import read_summary
 from tests.launch.run.preload.conftest import launch
 from tests.launch.run.warm.conftest import seen
+from tests.support.logwait import wait_exited, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -122,3 +123,55 @@ def test_a_survivors_own_exception_fails_it_as_without_restartable(train: Path) 
     assert summary.root_cause is not None and summary.root_cause.rank == 0
     s = seen(tmp / "out")
     assert s["1.1"]["pid"] == s["1.0"]["pid"]
+
+
+SLEEPER = """
+import os, sys, time
+import paddlike.distributed as dist
+def fn():
+    open(os.path.join(sys.argv[1], f"ready.{os.environ['RANK']}"), "w").close()
+    time.sleep(120)
+dist.restartable(fn)
+"""
+
+
+def test_a_sigkilled_launchers_socket_directory_is_removed_by_its_guardian(tmp_path: Path) -> None:
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "paddlike.launch", "--log_dir", str(tmp_path / "log"), *RESTART]
+    launcher = subprocess.Popen(
+        [*cmd, "sleeper.py", str(out)], cwd=tmp_path, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_until(
+            lambda: len(list(out.glob("ready.*"))) == 2,
+            under=out, timeout=60, what="both ranks in fn", writer=launcher,
+        )  # fmt: skip
+        base = os.environ.get("TMPDIR") or "/tmp"
+        (mine,) = [n for n in _warm_dirs() if n.startswith(f"paddlike-warm-{launcher.pid}-")]
+        assert {p.name for p in Path(base, mine).iterdir()} >= {"launcher.sock"}
+        sid = os.getsid(launcher.pid)  # the guardian is forked: the launcher's session
+        guardian = [pid for pid in _children(launcher.pid) if os.getsid(pid) == sid]
+        workers = [pid for pid in _children(launcher.pid) if pid not in guardian]
+        assert len(guardian) == 1 and len(workers) == 2
+        launcher.kill()
+        launcher.wait(timeout=30)
+        assert wait_exited(guardian + workers, timeout=30) == []
+        assert not Path(base, mine).exists()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(name))
+    return found
