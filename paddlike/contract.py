@@ -89,6 +89,13 @@ RESTART_COUNT = "PADDLIKE_RESTART_COUNT"
 JOB_TOKEN = "PADDLIKE_JOB_TOKEN"  # shared secret for the stores' HMAC challenge
 NODE_HOSTS = "PADDLIKE_NODE_HOSTS"  # comma-separated node addresses, rank 0's store allow-list
 TIMEOUT = "PADDLIKE_TIMEOUT"  # seconds; default deadline for the runtime's blocking waits
+# In-process restarts (`paddlike.distributed.restartable`, the launcher's `run.warm`): the
+# job's private 0700 directory of unix sockets (<pid>.sock: a process that may be kept;
+# launcher.sock: "parked"), how long a parked process waits for the next round (seconds),
+# and the park signal, SIGRTMIN + this offset (SIGRTMIN+4 takes stacks)
+WARM_DIR = "PADDLIKE_WARM_DIR"
+WARM_WAIT = "PADDLIKE_WARM_WAIT"
+WARM_PARK_SIGNAL_OFFSET = 5
 
 # Prefix of the launcher's option variables: --log_dir <-> PADDLIKE_LOG_DIR, etc.
 # Workers are never given an option variable that would change a launcher started

@@ -111,6 +111,8 @@ class ProcessStatus(_Word):
     RUNNING -> OK (exited 0; a parameter server that stopped when asked)
             -> FAILED (exited non-zero, or by a signal it was not sent)
             -> KILLED (stopped by the launcher during a teardown, whatever the cause)
+            -> KEPT (parked for an in-process restart: the same process runs the next
+               round, `paddlike.distributed.restartable`)
     GONE and UNKNOWN are the reader's, never written: GONE, a process the summary says
     runs whose pid no longer exists (its launcher died first); UNKNOWN, a process of a
     directory without a summary (Paddle's own launchers) whose log shows no error.
@@ -120,6 +122,7 @@ class ProcessStatus(_Word):
     OK = "ok"
     FAILED = "failed"
     KILLED = "killed"
+    KEPT = "kept"
     GONE = "gone"
     UNKNOWN = "unknown"
 
@@ -365,6 +368,7 @@ class RunSummary(_Record):
         "preemption",
         "stragglers",
         "preflight",
+        "recoveries",
     )
     __slots__ = FIELDS
 
@@ -395,6 +399,9 @@ class RunSummary(_Record):
         stragglers: dict[str, Any] | None = None,
         # the pre-flight check (issue 35): every node's figures and the verdict
         preflight: dict[str, Any] | None = None,
+        # each round after a failure or a change of nodes: {"round", "restarts", "kept":
+        # [{"rank", "local_index", "pid"}], "started": [...], "recovery_s", "measured"}
+        recoveries: list[dict[str, Any]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.mode = mode
@@ -419,6 +426,7 @@ class RunSummary(_Record):
         self.preemption = preemption
         self.stragglers = stragglers
         self.preflight = preflight
+        self.recoveries = [] if recoveries is None else recoveries
 
     def to_json(self) -> dict[str, Any]:
         return self.to_dict()

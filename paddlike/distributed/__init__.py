@@ -83,7 +83,12 @@ _LAZY_GLOBAL_VIEW = dict.fromkeys(
 )
 # The progress heartbeat (stdlib only); after the first use `dist.heartbeat` is a plain
 # module attribute, so the per-step call pays no lookup.
-_LAZY_PROGRESS = {"heartbeat": ".progress", "should_stop": ".preempt"}
+_LAZY_PROGRESS = {
+    "heartbeat": ".progress",
+    "should_stop": ".preempt",
+    "restartable": ".restartable",
+    "RoundInterrupted": ".restartable",
+}
 # fmt: on
 
 __all__ = [
@@ -95,6 +100,8 @@ __all__ = [
     "get_world_size",
     "heartbeat",
     "should_stop",
+    "restartable",
+    "RoundInterrupted",
     "MultiprocessContext",
     "ProcessExitedException",
     "ProcessRaisedException",

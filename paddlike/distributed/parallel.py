@@ -45,6 +45,10 @@ DESTROY_TIMEOUT = 30.0  # at most this long for the last barrier and the store's
 BACKENDS = ("auto", "cpu", "gloo", "tcp", "nccl")
 
 
+# init_parallel_env's arguments, once it formed the default group
+formed_with: tuple[str, float | None] | None = None
+
+
 def is_initialized() -> bool:
     return runtime.default is not None
 
@@ -187,6 +191,8 @@ def init_parallel_env(backend: str = "auto", timeout: float | None = None) -> Gr
             raise
         _watch_uncaught_exceptions()
         atexit.register(_destroy_at_exit)  # a script that forgets still leaves cleanly
+        global formed_with
+        formed_with = (backend, timeout)  # `restartable` forms the next round's alike
         return runtime.default
 
 
@@ -379,6 +385,14 @@ def destroy_process_group(group: Group | None = None) -> None:
             else:
                 _leave_store(deadline)
         _close_quietly()
+        runtime.incarnation += 1
+
+
+def abandon() -> None:
+    """Close every group and the store at once, without the last barrier: a peer is gone
+    (`restartable` parks this process for the next round)."""
+    with runtime.lock:
+        _close_quietly(clean=False)
         runtime.incarnation += 1
 
 

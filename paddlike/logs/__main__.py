@@ -126,6 +126,7 @@ def job_to_json(job: JobView) -> dict[str, Any]:
                 "end_time": s.end_time if s else None,
                 "restarts": s.restarts if s else 0,
                 "restart_causes": s.restart_causes if s else [],
+                "recoveries": s.recoveries if s else [],
                 "hangs": s.hangs if s else [],
                 "stragglers": s.stragglers if s else None,
                 "trainer_endpoints": node.trainer_endpoints,

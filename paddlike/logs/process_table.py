@@ -136,7 +136,7 @@ def restart_lines(node: NodeView) -> list[str]:
     summary has one); causes of several restarts joined in order."""
     causes = node.summary.restart_causes if node.summary is not None else []
     if not causes:
-        return []
+        return kept_lines(node)
     n = len(causes)
     said = "; ".join(
         (f"restart {c.get('round')} after " if n > 1 else "")
@@ -144,7 +144,26 @@ def restart_lines(node: NodeView) -> list[str]:
         + (f": {c['error']}" if c.get("error") else "")
         for c in causes[-MAX_ROUNDS:]
     )
-    return [f"  {n} restart{'s' if n != 1 else ''}: {said}"]
+    return [f"  {n} restart{'s' if n != 1 else ''}: {said}", *kept_lines(node)]
+
+
+def kept_lines(node: NodeView) -> list[str]:
+    """In-process restarts (`restartable`): '  round 1: 1 process kept (rank 0), 1 started
+    anew, running 0.12 s after the failure', for the rounds that kept any."""
+    recoveries = node.summary.recoveries if node.summary is not None else []
+    out = []
+    for r in recoveries[-MAX_ROUNDS:]:
+        kept, started = r.get("kept", []), r.get("started", [])
+        if not kept:
+            continue
+        ranks = ", ".join(str(k.get("rank")) for k in kept)
+        took = r.get("recovery_s")
+        out.append(
+            f"  round {r.get('round')}: {len(kept)} process{'es' if len(kept) != 1 else ''} "
+            f"kept (rank{'s' if len(kept) != 1 else ''} {ranks}), {len(started)} started anew"
+            + (f", running {took:.2f} s after the failure" if took is not None else "")
+        )
+    return out
 
 
 def round_lines(node: NodeView) -> list[str]:

@@ -86,7 +86,7 @@ def test_a_summary_round_trips_through_json_in_the_schemas_key_order() -> None:
     assert list(data) == [
         "job_id", "mode", "node_index", "nnodes", "host", "hostname", "log_dir", "start_time",
         "status", "exit_code", "end_time", "restarts", "processes", "root_cause", "rounds",
-        "restart_causes", "hangs", "schema", "preemption", "stragglers", "preflight",
+        "restart_causes", "hangs", "schema", "preemption", "stragglers", "preflight", "recoveries",
     ]  # fmt: skip
     assert list(data["processes"][0])[:5] == ["role", "rank", "local_index", "host", "log_file"]
     assert data["root_cause"]["tail"] == ["boom"]

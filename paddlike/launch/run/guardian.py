@@ -62,6 +62,11 @@ class Guardian:
         """The round's death notice (one line of JSON, `peers.notice`); None: none now."""
         self._send(b"n" + (notice or b"") + b"\n")
 
+    def remove_dir(self, path: str) -> None:
+        """A directory of the launcher's (`run.warm`'s sockets) the guardian removes, its
+        files one level deep, if the launcher dies."""
+        self._send(b"d" + os.fsencode(path) + b"\n")
+
     def close(self) -> None:
         """Dismiss the guardian: the launcher ends normally and has reaped its workers."""
         if self._fd < 0:
@@ -91,6 +96,7 @@ def _guard(read_end: int, deliver: Callable[[bytes], object] | None) -> None:
     os.closerange(3, read_end)
     os.closerange(read_end + 1, 65536)
     groups: set[int] = set()
+    dirs: list[bytes] = []
     notice = b""
     pending = b""
     while True:
@@ -110,6 +116,9 @@ def _guard(read_end: int, deliver: Callable[[bytes], object] | None) -> None:
                 if notice and deliver is not None:
                     deliver(b"")  # a dry run: its imports now, not when every ms counts
                 continue
+            if line[:1] == b"d":
+                dirs.append(line[1:])
+                continue
             if line[:1] in (b"+", b"-") and line[1:].isdigit():
                 pgid = int(line[1:])
                 if line[:1] == b"+":
@@ -122,3 +131,9 @@ def _guard(read_end: int, deliver: Callable[[bytes], object] | None) -> None:
     for pgid in groups:
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
+    for path in dirs:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(path):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(path, name))
+            os.rmdir(path)

@@ -30,7 +30,6 @@ import socket
 import sys
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.console.banner import format_banner, rank_span, round_header
 from paddlike.launch.console.output import Console
 from paddlike.launch.console.progress import ProgressLine
 from paddlike.launch.context.node import resolve_ipv4
@@ -47,6 +46,7 @@ from paddlike.launch.plan.nodejob import NodeJob, new_job_id
 from paddlike.launch.plan.placement import place
 from paddlike.launch.plan.plan import JobFacts, LaunchPlan
 from paddlike.launch.plan.world import RendezvousResult
+from paddlike.launch.run.announce import announce_round
 from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
@@ -55,7 +55,7 @@ from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
 from paddlike.launch.run.preempt import Preemption
 from paddlike.launch.run.preload.start import Preload, start_preload
-from paddlike.launch.run.record import RunRecord
+from paddlike.launch.run.record import RunRecord, recovery_line
 from paddlike.launch.run.roundend import (
     conclude_round,
     settle_round,
@@ -66,6 +66,10 @@ from paddlike.launch.run.signals import LauncherSignal, signal_policy, signals_r
 from paddlike.launch.run.stragglerwatch import straggler_watch
 from paddlike.launch.run.supervisor import RunOutcome, Supervisor
 from paddlike.summary import ProcessRecord, RootCause, RunStatus
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from paddlike.launch.run.warm import WarmJob
 
 __all__ = ["JobRun", "conclude_round", "run_job"]  # conclude_round: also run.roundend's
 
@@ -301,6 +305,12 @@ class JobRun:
         self.leaving = False  # elastic: this node's launcher got a signal and left the job
         self.last_cause: RootCause | None = None  # the cause of the round before
         self.preload: Preload | None = None  # --preload's zygote (launch/run/preload/)
+        self.warm: WarmJob | None = None  # in-process restarts (`run.warm`): where a round
+        if spec.max_restarts or job.elastic is not None:  # can follow a failure
+            from paddlike.launch.run.warm import WarmJob
+
+            wait = spec.rdzv_timeout + spec.kill_timeout + 60.0  # the next round's start
+            self.warm = WarmJob.create(wait, guardian)
 
     @property
     def elastic(self) -> ElasticSpec | None:
@@ -308,7 +318,11 @@ class JobRun:
 
     def run(self) -> int:
         """The rounds (`next_round.run_rounds`, fixed and elastic jobs alike); the exit code."""
-        code = run_rounds(self.elastic, self.spec.max_restarts, self.round, self.console.say)
+        try:
+            code = run_rounds(self.elastic, self.spec.max_restarts, self.round, self.console.say)
+        finally:
+            if self.warm is not None and self.warm.close(self.spec.kill_timeout, self.console):
+                self.record.kept_ended()  # kept for a round that did not come: killed
         if self.elastic is not None and self.record.rounds and not self.leaving:
             # an elastic job ended for all its members: nodes waiting to join stop
             self.peers.end_elastic(self.record.outcome_text())
@@ -403,32 +417,8 @@ class JobRun:
 
     def announce(self, result: RendezvousResult, plan: LaunchPlan) -> None:
         """endpoints.log; the banner on a job's first round, else an elastic round's line."""
-        elastic_round = result.round if self.elastic is not None else None
-        self.logdir.write_endpoints(
-            plan.trainer_endpoints,
-            plan.server_endpoints,
-            plan.heter_endpoints,
-            header=round_header(result, elastic_round),
-        )
-        if result.round == 0 or (self.elastic is not None and not self.record.rounds):
-            if self.peers.address:
-                n = len(result.nodes)
-                self.console.say(
-                    f"rendezvous with {n} node{'s' if n != 1 else ''} at {self.peers.address} "
-                    f"took {result.elapsed:.2f} s"
-                )
-            self.console.block(
-                format_banner(
-                    plan, self.logdir.path, interface=self.job.interface, why=self.job.reason
-                )
-            )
-        elif elastic_round is not None:
-            n = len(result.nodes)
-            self.console.say(
-                f"round {elastic_round}: {n} node{'s' if n != 1 else ''} "
-                f"({', '.join(result.hosts)}); "
-                f"this node is node {self.job.index}, ranks {rank_span(plan)}"
-            )
+        first = result.round == 0 or (self.elastic is not None and not self.record.rounds)
+        announce_round(self.logdir, self.console, self.peers, self.job, result, plan, first)
 
     def supervise(
         self, plan: LaunchPlan, watch: RoundWatch, restarts: int, round_: int
@@ -436,6 +426,7 @@ class JobRun:
         """This node's processes, from start to end, under the round's watch."""
         if self.preload is not None:
             self.preload.wait_ready()  # its imports done (or one warning: cold starts)
+        warm = None if self.warm is None else self.warm.round(self.elastic, restarts, self.spec)
         supervisor = Supervisor(
             plan,
             self.logdir,
@@ -447,6 +438,7 @@ class JobRun:
             tee_among_hosts=self.job.started_by_cluster,
             signals=signal_policy(self.spec.signals_to_handle, self.environ),
             preload=self.preload,
+            warm=warm,
         )
         self.hangs.channel = watch.stacks
         notice = Preemption.of(plan, str(self.logdir.path), watch, self.console)
@@ -456,6 +448,11 @@ class JobRun:
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:
+            if self.last_cause is not None:  # a restart or a new round: who was kept
+                kept = [p.record for p in warm.adopted] if warm is not None else []
+                self.record.recovered(round_, restarts, records, kept, self.last_cause)
+                if kept:
+                    self.console.say(recovery_line(restarts, self.spec.max_restarts, records, kept))
             self.record.running(plan, records, restarts)
             stragglers.start(plan.job_id, records)  # --straggler_check (issue 37)
 

@@ -18,6 +18,7 @@ from paddlike.logformat import write_atomically
 from paddlike.summary import (
     SUMMARY_FILE,
     ProcessRecord,
+    ProcessStatus,
     RootCause,
     RunStatus,
     RunSummary,
@@ -47,10 +48,47 @@ class RunRecord:
         self._last: tuple | None = None  # what the summary was last written with
         self.preemption: dict | None = None  # summary.json's "preemption", once a notice came
         self.preflight: dict | None = None  # summary.json's "preflight" (launch.health.gate)
+        # each round after a failure or a change of nodes: which processes were kept (an
+        # in-process restart, `run.warm`), which started anew, how long it took
+        self.recoveries: list[dict] = []
 
     def restarted(self, round_: int, cause: RootCause) -> None:
         """Round `round_` restarts the job after `cause` (kept after a later success)."""
         self.restart_causes.append({"round": round_, "cause": cause.reason, "error": cause.error})
+
+    def recovered(
+        self,
+        round_: int,
+        restarts: int,
+        records: Sequence[ProcessRecord],
+        kept: Sequence[ProcessRecord],
+        cause: RootCause,
+    ) -> None:
+        """Round `round_` is running after `cause`: summary.json's "recoveries" entry, its
+        `recovery_s` from the failure to every process of this node started or, kept,
+        given the new round."""
+        kept_ids = {id(r) for r in kept}
+        now = time.time()
+        self.recoveries.append(
+            {
+                "round": round_,
+                "restarts": restarts,
+                "kept": [_who(r) for r in records if id(r) in kept_ids],
+                "started": [_who(r) for r in records if id(r) not in kept_ids],
+                "recovery_s": round(now - cause.time, 3) if cause.time else None,
+                "measured": "failure -> every process of this node running the new round",
+            }
+        )
+
+    def kept_ended(self) -> None:
+        """Processes kept for a round that did not come were ended with the job: the
+        summary says "killed", as without `restartable`."""
+        if self._last is None:
+            return
+        for record in self._last[1]:
+            if record.status == ProcessStatus.KEPT:
+                record.status = ProcessStatus.KILLED
+        self._write(*self._last)
 
     def round_ended(
         self, round_: int, restarts: int, members: Sequence[str], cause: RootCause | None
@@ -140,6 +178,7 @@ class RunRecord:
             stragglers=self.stragglers,
             preemption=self.preemption if end is not None else None,
             preflight=self.preflight,
+            recoveries=list(self.recoveries),
         )
         path = Path(self.log_dir) / SUMMARY_FILE
         try:  # write_summary's format, through the launcher's one atomic write
@@ -147,3 +186,25 @@ class RunRecord:
             write_atomically(path, text.encode(), in_place_when_full=True)
         except OSError as exc:
             self.warn(f"could not write the run summary in {self.log_dir}: {exc}")
+
+
+def _who(record: ProcessRecord) -> dict:
+    return {"rank": record.rank, "local_index": record.local_index, "pid": record.pid}
+
+
+def recovery_line(
+    restarts: int,
+    max_restarts: int,
+    records: Sequence[ProcessRecord],
+    kept: Sequence[ProcessRecord],
+) -> str:
+    """The console's word on an in-process restart: "restart 1/1: 1 process kept (rank 0,
+    pid 4242), 1 started anew"."""
+    started = len(records) - len(kept)
+    names = ", ".join(f"rank {r.rank}, pid {r.pid}" for r in kept[:4])
+    more = f", +{len(kept) - 4}" if len(kept) > 4 else ""
+    what = f"restart {restarts}/{max_restarts}" if restarts else "new round"
+    return (
+        f"{what}: {len(kept)} process{'es' if len(kept) != 1 else ''} kept ({names}{more}), "
+        f"{started} started anew"
+    )

@@ -61,6 +61,8 @@ class Proc:
         "kill_sent",
         "log",
         "lost",
+        "parked",
+        "parking",
         "pidfd",
         "popen",
         "record",
@@ -86,10 +88,14 @@ class Proc:
         self.lost = False  # still there long after SIGKILL; given up on
         self.guarded = False  # its group is registered with the guardian
         self.stopped = False  # stopped (SIGSTOP, a debugger) when SIGTERM was sent
+        # in-process restarts (`run.warm`): sent the park signal instead of SIGTERM; parked
+        # (torn down, kept for the next round: out of this round, not ended)
+        self.parking = False
+        self.parked = False
 
     @property
     def alive(self) -> bool:
-        return self.popen is not None and self.returncode is None
+        return self.popen is not None and self.returncode is None and not self.parked
 
     @property
     def is_service(self) -> bool:

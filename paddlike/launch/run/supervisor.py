@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 
     from paddlike.launch.context.options import TeeSelection
     from paddlike.launch.run.preload.client import Preload
+    from paddlike.launch.run.warm import WarmRound
 
 __all__ = ["Phase", "RunOutcome", "Supervisor"]  # Phase, RunOutcome: run.roundstate's
 
@@ -103,9 +104,11 @@ class Supervisor:
         signals: SignalPolicy | None = None,
         tee_among_hosts: bool = False,
         preload: Preload | None = None,
+        warm: WarmRound | None = None,
     ) -> None:
         self.plan = plan
         self.preload = preload  # --preload: workers forked from its zygote (launch/run/preload/)
+        self.warm = warm  # in-process restarts: processes kept across rounds (`run.warm`)
         # which signals end the round, go on to the workers, or take stacks (run.signals)
         self.signals = signals if signals is not None else SignalPolicy()
         self.logdir = logdir
@@ -160,6 +163,8 @@ class Supervisor:
                 loop.add(fd, "extra", callback)
             if services_stop is not None:
                 loop.add(services_stop.fd, "services", services_stop)
+            if self.warm is not None:  # "parked" from a kept process
+                loop.add(self.warm.fd, "warm", self.warm)
             stack.callback(self._teardown.close_all, rnd)
 
             self._spawn_all(rnd, loop, restart_count, round_)
@@ -173,7 +178,7 @@ class Supervisor:
                 hangs.start_round(self.plan.job_id, lambda: self._watched(rnd))
                 if hangs.fd is not None:
                     loop.add(hangs.fd, "stacks", hangs)
-            self._maybe_stop_services(rnd, services_stop)  # a node without trainers: now
+            self._teardown.maybe_stop_services(rnd, services_stop)  # a node without trainers: now
 
             while any(p.alive for p in rnd.procs) or rnd.held is not None:
                 for kind, payload, fd in loop.wait(*self._deadlines(rnd, tee)):
@@ -190,6 +195,8 @@ class Supervisor:
                             self._teardown.stop_services(rnd, "every trainer of the job finished")
                     elif kind == "stacks":
                         self._stack_request(rnd, payload)
+                    elif kind == "warm":
+                        payload.read(rnd, loop)
                     elif kind == "tee" and tee is not None:
                         payload.drain()
                         tee.pump()
@@ -198,7 +205,7 @@ class Supervisor:
                 self._teardown.check_deadline(rnd)
                 self._check_held(rnd)
                 self._check_hang(rnd)
-                self._maybe_stop_services(rnd, services_stop)
+                self._teardown.maybe_stop_services(rnd, services_stop)
 
             self._teardown.release_groups(rnd)
             if tee is not None:
@@ -261,7 +268,13 @@ class Supervisor:
             env = {**self.base_env, **proc.spec.env}
             env[contract.RESTART_COUNT] = restart
             env[contract.TORCHELASTIC_RESTART_COUNT] = restart
+            if self.warm is not None:
+                env.update(self.warm.env())
+            else:  # an outer job's (a launch inside a worker): not this job's to keep
+                env.pop(contract.WARM_DIR, None)
             self._spawn(rnd, proc, loop, env, preexec)
+        if self.warm is not None:
+            self.warm.end_unadopted()  # kept, but the plan has no slot for them
 
     def _spawn(
         self,
@@ -274,9 +287,11 @@ class Supervisor:
         proc.record.start_time = time.time()
         proc.started = time.monotonic()
         try:
-            forked = self.preload.spawn(proc.spec, env, proc.log) if self.preload else None
-            proc.popen = forked or spawn.start(proc.spec, env, proc.log, preexec)  # type: ignore[assignment]
-            if self.guardian is not None:
+            kept = self.warm.adopt(proc, env) if self.warm is not None else None
+            preload = self.preload if kept is None else None
+            forked = preload.spawn(proc.spec, env, proc.log) if preload is not None else None
+            proc.popen = kept or forked or spawn.start(proc.spec, env, proc.log, preexec)  # type: ignore[assignment]
+            if self.guardian is not None and not proc.guarded:
                 self.guardian.add(proc.popen.pid)  # its own session: pgid == pid
                 proc.guarded = True
         except OSError as exc:
@@ -436,21 +451,6 @@ class Supervisor:
             return
         self._fail(rnd, cause, publish=False)
 
-    def _maybe_stop_services(self, rnd: RoundState, services_stop: ServicesStop | None) -> None:
-        """Once this node's trainers all exited 0: stop the servers, or (many nodes) say so."""
-        if rnd.phase is not Phase.RUNNING:
-            return
-        trainers = [p for p in rnd.procs if not p.is_service]
-        if any(p.returncode != 0 for p in trainers):
-            return
-        if services_stop is not None:
-            if not rnd.trainers_reported:
-                rnd.trainers_reported = True
-                services_stop.local_trainers_done()
-            return
-        if trainers:
-            self._teardown.stop_services(rnd, "all trainers finished")
-
     # ------------------------------------------------------------------ teardown
     def _fail(
         self,
@@ -474,6 +474,8 @@ class Supervisor:
             except Exception as exc:  # the local teardown must happen regardless
                 self.console.warn(f"could not publish the failure to the other nodes: {exc}")
         notice = cause if cause.preempted else None
+        if self.warm is not None and notice is None and first == signal.SIGTERM:
+            self.warm.park(rnd, cause)  # kept processes: the park signal, not SIGTERM
         self._teardown.start(rnd, cause.reason, first, notice)
 
     def _deadlines(self, rnd: RoundState, tee: TeeEcho | None) -> tuple[float | None, ...]:

@@ -40,6 +40,7 @@ from paddlike.summary import ProcessStatus, RootCause, notice_source
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from paddlike.launch.console.output import Console
+    from paddlike.launch.peers.services import ServicesStop
     from paddlike.launch.run.guardian import Guardian
 
 # After Ctrl-C's SIGINT, SIGTERM follows within this (or kill_timeout, if shorter): a user
@@ -77,7 +78,14 @@ class Teardown:
             self._start_notice(rnd, notice)
             return
         rnd.phase = Phase.TEARDOWN
-        others = sum(1 for p in rnd.procs if p.alive)
+        others = sum(1 for p in rnd.procs if p.alive and not p.parking)
+        kept = sum(1 for p in rnd.procs if p.parking)
+        if kept:  # `run.warm`: they tear their groups down and wait for the next round
+            self.console.say(
+                f"{reason}: keeping {kept} process{'es' if kept > 1 else ''} for an in-process "
+                f"restart (its groups torn down; SIGTERM if not parked within "
+                f"{self.kill_timeout:g} s)"
+            )
         if others:
             failed = any(p.record.status == ProcessStatus.FAILED for p in rnd.procs)
             other = "other " if failed else ""
@@ -139,6 +147,22 @@ class Teardown:
             if proc.returncode == 0 and not proc.kill_sent:
                 proc.record.status = ProcessStatus.OK
 
+    def maybe_stop_services(self, rnd: RoundState, services_stop: ServicesStop | None) -> None:
+        """Once this node's trainers all exited 0: stop the servers, or (many nodes) say so
+        (`services_stop` decides when the whole job's are done)."""
+        if rnd.phase is not Phase.RUNNING:
+            return
+        trainers = [p for p in rnd.procs if not p.is_service]
+        if any(p.returncode != 0 for p in trainers):
+            return
+        if services_stop is not None:
+            if not rnd.trainers_reported:
+                rnd.trainers_reported = True
+                services_stop.local_trainers_done()
+            return
+        if trainers:
+            self.stop_services(rnd, "all trainers finished")
+
     def stop_services(self, rnd: RoundState, why: str) -> None:
         """The servers' stop (PS mode): the same SIGTERM and grace; the round goes on."""
         services = [p for p in rnd.procs if p.is_service and p.alive]
@@ -154,6 +178,7 @@ class Teardown:
         continued, so it gets SIGCONT after it (said once, since it explains the wait that
         may follow). `group=False`: the main processes only (a preemption notice)."""
         name = signal.Signals(sig).name
+        procs = [p for p in procs if not p.parking]  # given the park signal instead
         for proc in procs:
             if proc.stopped or not proc.alive or proc.popen is None:
                 continue
@@ -190,6 +215,17 @@ class Teardown:
         outlived it after SIGTERM (named, with the fix), or, once SIGKILL had its time too,
         give up on what is still there."""
         if rnd.kill_deadline is None or time.monotonic() < rnd.kill_deadline:
+            return
+        late = [p for p in rnd.procs if p.alive and p.parking]
+        if late:  # not parked in time: the teardown as without `restartable`
+            for proc in late:
+                proc.parking = False
+                self.console.say(
+                    f"{proc.spec.label} (pid {proc.record.pid}) did not park within "
+                    f"{self.kill_timeout:g} s; sending SIGTERM"
+                )
+            self.stop_groups(late)
+            rnd.kill_deadline = time.monotonic() + self.kill_timeout
             return
         stubborn = [p for p in rnd.procs if p.alive and p.stop_sent and not p.kill_sent]
         interrupted = [p for p in stubborn if p.stop_signal == signal.SIGINT]
@@ -255,12 +291,14 @@ class Teardown:
     def release_groups(self, rnd: RoundState) -> None:
         """The round is over: whatever the leaders left in their groups goes too, every
         child is reaped, and the guardian forgets the groups (their ids may be reused)."""
-        self.signal_groups(rnd.procs, signal.SIGKILL)
+        self.signal_groups([p for p in rnd.procs if not p.parked], signal.SIGKILL)
         self._reap_all(rnd)
 
     def _reap_all(self, rnd: RoundState) -> None:
         """Wait for every child (a lost one aside) and close its pidfd."""
         for proc in rnd.procs:
+            if proc.parked:
+                continue  # kept for the next round (`run.warm`)
             if proc.popen is not None and proc.popen.returncode is None and not proc.lost:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.popen.wait(timeout=REAP_AFTER_KILL)
