@@ -79,25 +79,17 @@ class WarmJob:
 
     @classmethod
     def create(cls, wait: float, guardian: Guardian | None) -> WarmJob | None:
-        """The directory (0700, under TMPDIR) and launcher.sock; None where a socket cannot
-        be made there (a TMPDIR path too long for one): restartable scripts run cold."""
-        base = os.environ.get("TMPDIR") or "/tmp"
-        directory = os.path.join(base, f"paddlike-warm-{os.getpid()}-{os.urandom(4).hex()}")
-        try:
-            os.mkdir(directory, 0o700)
-        except OSError:
-            return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.bind(os.path.join(directory, LAUNCHER_SOCKET))
-        except OSError:
-            sock.close()
-            _remove_tree(directory)
-            return None
-        sock.setblocking(False)
-        if guardian is not None:  # removed if this launcher is SIGKILLed
-            guardian.remove_dir(directory)
-        return cls(directory, sock, wait, guardian)
+        """The directory (0700, under TMPDIR, else /tmp: a deep TMPDIR makes socket paths
+        longer than the kernel's 107 bytes) and launcher.sock; None where neither can hold
+        one: restartable scripts then run cold."""
+        for base in dict.fromkeys((os.environ.get("TMPDIR") or "/tmp", "/tmp")):
+            made = _socket_dir(base)
+            if made is not None:
+                directory, sock = made
+                if guardian is not None:  # removed if this launcher is SIGKILLed
+                    guardian.remove_dir(directory)
+                return cls(directory, sock, wait, guardian)
+        return None
 
     def env(self) -> dict[str, str]:
         """What every worker is given."""
@@ -259,6 +251,24 @@ def _wait_all(kept: list[Kept], deadline: float) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _socket_dir(base: str) -> tuple[str, socket.socket] | None:
+    """A new private directory under `base` with the launcher's socket bound in it."""
+    directory = os.path.join(base, f"paddlike-warm-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.mkdir(directory, 0o700)
+    except OSError:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:  # a worker's <pid>.sock is never longer than launcher.sock
+        sock.bind(os.path.join(directory, LAUNCHER_SOCKET))
+    except OSError:
+        sock.close()
+        _remove_tree(directory)
+        return None
+    sock.setblocking(False)
+    return directory, sock
 
 
 def _remove_tree(directory: str) -> None:
