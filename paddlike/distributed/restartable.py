@@ -14,8 +14,10 @@ restart left to take, `restartable(fn)` is just `fn()`):
     a peer fails   the launcher sends PARK_SIGNAL (SIGRTMIN+5) to this process only (its
                    children, a data loader's, keep theirs): RoundInterrupted is raised in
                    the main thread, in the collective in flight or the wait
-                   fn() raised on its own (a collective saw the peer's exit): wait up to
-                   PARK_GRACE for that signal; none came: the exception is re-raised
+                   fn() raised: ask the launcher ("raised"); the round's first failure
+                   is told "own" (re-raised at once; many nodes: after "wait"), a later
+                   one (its collective broke) gets the signal; none within PARK_GRACE:
+                   the exception is re-raised
     park           paddlike's groups closed without a last barrier (a peer is gone), torch's
                    process group destroyed (aborted for NCCL); "parked" to the launcher
     adopted        the next round's whole environment arrives as one datagram: os.environ
@@ -90,9 +92,26 @@ class _Parking:
 
     def parked(self) -> None:
         """Tell the launcher: torn down, waiting for the next round."""
-        message = json.dumps({"parked": os.getpid()}).encode()
+        self.say({"parked": os.getpid()})
+
+    def say(self, message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
-            self.sock.sendto(message, os.path.join(self.directory, "launcher.sock"))
+            self.sock.sendto(
+                json.dumps(message).encode(), os.path.join(self.directory, "launcher.sock")
+            )
+
+    def receive(self, timeout: float) -> dict[str, Any] | None:
+        """The launcher's next message within `timeout` s (None: none came)."""
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            data = self.sock.recv(MAX_DATAGRAM)
+        except (TimeoutError, OSError):
+            return None
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return {}
+        return message if isinstance(message, dict) else {}
 
     def next_environment(self, wait: float) -> dict[str, str]:
         """The next round's environment (SystemExit with one line when none comes)."""
@@ -176,6 +195,11 @@ def restartable(fn: Callable[[], T]) -> T:
     """Run `fn()`; when another process of the job fails and the launcher restarts the job,
     run it again in this process for the next round (module docstring). Returns what the
     last `fn()` returned; an exception of `fn`'s own is raised as without `restartable`."""
+    if not callable(fn):
+        raise TypeError(
+            f"restartable(fn): fn must be callable, got {type(fn).__name__} "
+            "(pass the function, restartable(main), not its result, restartable(main()))"
+        )
     directory = os.environ.get(C.WARM_DIR, "")
     if not directory or not _on_main_thread():
         return fn()
@@ -232,11 +256,19 @@ def _forget(exc: BaseException | None) -> None:
 
 
 def _await_park(parking: _Parking, own: BaseException) -> Any:
-    """fn() raised: the launcher's park signal within PARK_GRACE (RoundInterrupted), or
-    `own` raised again."""
+    """fn() raised: asks the launcher whether another process failed first. Its park
+    signal (RoundInterrupted, raised in the wait), or its answer: "own" (one node, no other
+    failure: `own` is raised again at once) or "wait" (many nodes: that long for another
+    node's failure to reach it); no answer within PARK_GRACE: `own` raised again."""
     deadline = time.monotonic() + PARK_GRACE
+    parking.say({"raised": os.getpid()})
     while (left := deadline - time.monotonic()) > 0:
-        time.sleep(left)  # the signal's handler raises RoundInterrupted here
+        answer = parking.receive(left)  # the signal's handler raises RoundInterrupted here
+        if answer is None or answer.get("own"):
+            break
+        wait = answer.get("wait")
+        if isinstance(wait, (int, float)):
+            deadline = min(deadline, time.monotonic() + float(wait))
     parking.armed = False
     raise own
 

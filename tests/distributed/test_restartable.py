@@ -134,3 +134,45 @@ def test_an_exception_of_fns_own_is_raised_after_the_grace(
     with pytest.raises(ValueError, match="its own"):
         restartable(fn)
     assert list(warm_dir.iterdir()) == []  # unregistered
+
+
+RAISER = r"""
+import paddlike.distributed as dist
+def fn():
+    print("fn", flush=True)
+    raise ValueError("rank 1's own bug")
+dist.restartable(fn)
+"""
+
+
+@pytest.mark.parametrize("answer", ["own", "park"])
+def test_fn_raising_asks_the_launcher_and_fails_or_parks_as_it_answers(
+    warm_dir: Path, answer: str
+) -> None:
+    """Its own exception: the worker asks ("raised"); "own" makes it fail at once with its
+    traceback (not after a grace: the trial's 3 s per failure), the park signal keeps it."""
+    launcher = _launcher_socket(warm_dir)
+    env = {**os.environ, "PADDLIKE_WARM_DIR": str(warm_dir), "PADDLIKE_WARM_WAIT": "30"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RAISER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert json.loads(launcher.recv(4096)) == {"raised": proc.pid}
+        if answer == "own":
+            launcher.sendto(json.dumps({"own": True}).encode(), str(warm_dir / f"{proc.pid}.sock"))
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 1, err
+            assert err.rstrip().endswith("ValueError: rank 1's own bug"), err
+        else:
+            os.kill(proc.pid, PARK_SIGNAL)
+            assert json.loads(launcher.recv(4096)) == {"parked": proc.pid}
+    finally:
+        proc.kill()
+        proc.communicate()
+        launcher.close()
+
+
+def test_restartable_of_what_is_not_callable_says_so_at_once() -> None:
+    with pytest.raises(TypeError, match=r"restartable\(fn\): fn must be callable"):
+        restartable(3)  # type: ignore[arg-type]  (restartable(main()) instead of main)

@@ -426,7 +426,7 @@ class JobRun:
         """This node's processes, from start to end, under the round's watch."""
         if self.preload is not None:
             self.preload.wait_ready()  # its imports done (or one warning: cold starts)
-        warm = None if self.warm is None else self.warm.round(self.elastic, restarts, self.spec)
+        warm = self.warm and self.warm.round(self.elastic, restarts, self.spec, plan.nnodes > 1)
         supervisor = Supervisor(
             plan,
             self.logdir,

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from paddlike.launch.run.runspec import RunSpec
 
 PARK_SIGNAL = signal.SIGRTMIN + contract.WARM_PARK_SIGNAL_OFFSET
+# fn() raised on a node of many: how long it waits for another node's failure to arrive
+# (the store's watch: milliseconds, more under load) before its own is the job's cause
+REMOTE_GRACE = 1.0
 LAUNCHER_SOCKET = "launcher.sock"
 REAP_AFTER_KILL = 10.0
 
@@ -95,7 +98,9 @@ class WarmJob:
         """What every worker is given."""
         return {contract.WARM_DIR: self.directory, contract.WARM_WAIT: f"{self.wait:g}"}
 
-    def round(self, elastic: ElasticSpec | None, restarts: int, spec: RunSpec) -> WarmRound:
+    def round(
+        self, elastic: ElasticSpec | None, restarts: int, spec: RunSpec, many_nodes: bool = False
+    ) -> WarmRound:
         """A round after `restarts` restarts: its processes may be kept when it ends for a
         cause that a round follows (a restart left, or an elastic job's change of nodes)."""
 
@@ -103,7 +108,7 @@ class WarmJob:
             change = elastic is not None and is_membership_change(cause)
             return change or may_restart(cause, restarts, spec.max_restarts)
 
-        return WarmRound(self, may_keep, spec.kill_timeout)
+        return WarmRound(self, may_keep, spec.kill_timeout, many_nodes)
 
     def end_kept(self, kill_timeout: float, console: Console | None = None) -> int:
         """The job does not go on: every parked process ended and reaped (`end`); how many."""
@@ -147,11 +152,17 @@ class WarmRound:
     """One round's use of the job's kept processes (the supervisor's hooks)."""
 
     def __init__(
-        self, job: WarmJob, may_keep: Callable[[RootCause], bool], kill_timeout: float
+        self,
+        job: WarmJob,
+        may_keep: Callable[[RootCause], bool],
+        kill_timeout: float,
+        many_nodes: bool = False,
     ) -> None:
         self.job = job
         self.may_keep = may_keep
         self.kill_timeout = kill_timeout
+        self.many_nodes = many_nodes  # another node's failure reaches us later: wait for it
+        self.failing: set[int] = set()  # told "own": their failure is this round's first
         self.adopted: list[Proc] = []  # this round's processes that were kept from the last
 
     @property
@@ -206,19 +217,44 @@ class WarmRound:
         return parking
 
     def read(self, rnd: RoundState, loop: ChildLoop) -> None:
-        """launcher.sock is readable: each "parked" process leaves the round (kept)."""
+        """launcher.sock is readable: each "parked" process leaves the round (kept); a
+        process whose fn raised asks whether that was its own failure ("raised")."""
         while True:
             try:
                 data = self.job.sock.recv(65536)
             except (BlockingIOError, InterruptedError):
                 return
             try:
-                pid = int(json.loads(data)["parked"])
-            except (ValueError, KeyError, TypeError):
+                message = json.loads(data)
+                pid = int(message.get("parked") or message["raised"])
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             for proc in rnd.procs:
-                if proc.parking and proc.alive and proc.popen is not None and proc.popen.pid == pid:
+                if not proc.alive or proc.popen is None or proc.popen.pid != pid:
+                    continue
+                if "parked" in message and proc.parking:
                     self._parked(proc, loop)
+                elif "raised" in message:
+                    self._answer_raised(rnd, proc)
+
+    def _answer_raised(self, rnd: RoundState, proc: Proc) -> None:
+        """fn() raised in `proc`: its own failure unless another process's came first. A
+        round that ends already, a local process that has exited (its pidfd not yet read)
+        or one told before (its exit closes the collectives of the others, which raise
+        then): no answer, the park signal follows. Else one node: "own" (it re-raises at
+        once); many nodes: "wait" a moment for another node's failure to reach us."""
+        from paddlike.launch.run.roundstate import Phase
+
+        if rnd.phase is not Phase.RUNNING or proc.parking or self.failing:
+            return
+        others = [p.pidfd for p in rnd.procs if p is not proc and p.alive and p.pidfd >= 0]
+        if others and select.select(others, [], [], 0)[0]:
+            return
+        self.failing.add(pid_of(proc))
+        answer = {"wait": REMOTE_GRACE} if self.many_nodes else {"own": True}
+        path = os.path.join(self.job.directory, f"{pid_of(proc)}.sock")
+        with contextlib.suppress(OSError):
+            self.job.sock.sendto(json.dumps(answer).encode(), path)
 
     def _parked(self, proc: Proc, loop: ChildLoop) -> None:
         proc.parked = True
@@ -235,6 +271,11 @@ class WarmRound:
             proc.spec.rank,
         )
         proc.guarded = False  # the guardian keeps it: it is the kept process's now
+
+
+def pid_of(proc: Proc) -> int:
+    assert proc.popen is not None
+    return proc.popen.pid
 
 
 def _wait_all(kept: list[Kept], deadline: float) -> None:

@@ -3,6 +3,7 @@ during step 5 of the first round; what every rank saw, as JSON in OUT/seen.<rank
 
     train.py OUT HOW RUNTIME
       HOW      plain (no `restartable`), inside (restartable; groups formed in fn),
+               raise1 (as inside, but rank 1 raises instead of exiting),
                before (groups formed before `restartable(fn)`), raise (rank 0's fn raises
                ValueError at step 2 of every round: its own failure, not a peer's)
       RUNTIME  paddlike (its CPU runtime, numpy arrays) or torch (gloo)
@@ -65,6 +66,8 @@ def main():
         if rank == 1 and restart == 0 and step == 5:
             with open(os.path.join(out, "exit"), "w") as f:
                 f.write(repr(time.time()))
+            if how == "raise1":  # its own exception: asks the launcher, told "own"
+                raise RuntimeError("rank 1 fails at step 5")
             os._exit(3)  # as a crash
         if how == "raise" and rank == 0 and step == 2:
             raise ValueError("rank 0's own bug")

@@ -188,3 +188,19 @@ def _children(parent: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
             found.append(int(name))
     return found
+
+
+def test_rank_1_raising_its_own_exception_fails_at_once_and_rank_0_is_kept(train: Path) -> None:
+    """The user trial's case: an uncaught exception in fn (not a crash). Rank 1 asks, is
+    told it is the round's first failure and exits with its traceback at once; rank 0, whose
+    collective then breaks, asks too, gets no such answer and is parked and kept."""
+    tmp = train.parent
+    done = launch(tmp, *RESTART, "train.py", str(tmp / "out"), "raise1", "paddlike")
+    assert done.returncode == 0, done.stderr
+    s = seen(tmp / "out")
+    assert s["0.1"]["pid"] == s["0.0"]["pid"] and s["1.1"]["pid"] != s["1.0"]["pid"]
+    assert "trainer rank 1 exited with code 1: RuntimeError: rank 1 fails at step 5" in done.stderr
+    assert f"1 process kept (rank 0, pid {s['0.0']['pid']}), 1 started anew" in done.stderr
+    log1 = (tmp / "log" / "workerlog.1").read_text()
+    assert "RuntimeError: rank 1 fails at step 5" in log1
+
