@@ -211,3 +211,7 @@ if __name__ == "__main__":
     if worker is not None:
         del main, _fork_worker, _import_all
         worker()
+    else:  # the zygote itself ends: not joining a thread a module started (it would hold
+        sys.stdout.flush()  # the launcher, which waits for the zygote, 5 s), no atexit
+        sys.stderr.flush()
+        os._exit(0)
