@@ -25,8 +25,11 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     ns = parse_ours(ours)  # only our options: positionals come from `script`
     typed = typed_spellings(argv[: len(argv) - len(script)])
     if not script:
+        taken = ""  # `--preload train.py`: the script went to the option before it
+        if len(argv) >= 2 and argv[-1].endswith(".py") and argv[-2].startswith("-"):
+            taken = f" ({argv[-1]!r} was taken as the value of {argv[-2]})"
         raise UsageError(
-            "training_script: missing; usage: python -m paddlike.launch [options] "
+            f"training_script: missing{taken}; usage: python -m paddlike.launch [options] "
             "training_script [args ...]",
             "training_script",
         )

@@ -346,6 +346,11 @@ def module_names(text: str) -> tuple[str, ...]:
                 f"{name or 'an empty entry'} is not a module name; expected a comma-separated "
                 "list of modules such as torch,numpy"
             )
+        if name.endswith(".py"):  # `--preload train.py`: the script taken as the value
+            raise BadValue(
+                f"{name} is a script's file name, not a module; --preload takes modules "
+                f"before the script (--preload torch {name})"
+            )
     return tuple(dict.fromkeys(names))
 
 

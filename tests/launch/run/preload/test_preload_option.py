@@ -37,3 +37,12 @@ def test_a_preload_value_that_is_no_module_name_is_refused(given: str) -> None:
 def test_preload_with_no_python_is_refused() -> None:
     with pytest.raises(UsageError, match=r"^--preload: needs a Python script; --no_python"):
         parse("--preload", "torch", "--no_python", "t.sh")
+
+
+def test_a_script_given_as_preloads_value_is_named() -> None:
+    """`--preload train.py`: the user's script, taken as the option's value."""
+    with pytest.raises(UsageError, match=r"^training_script: missing \('t.py' was taken as the "
+                       r"value of --preload\)"):  # fmt: skip
+        parse("--preload", "t.py")
+    with pytest.raises(UsageError, match=r"^--preload: t.py is a script's file name, not a"):
+        parse("--preload", "torch,t.py", "t.py")
