@@ -149,7 +149,8 @@ def restart_lines(node: NodeView) -> list[str]:
 
 def kept_lines(node: NodeView) -> list[str]:
     """In-process restarts (`restartable`): '  round 1: 1 process kept (rank 0), 1 started
-    anew, running 0.12 s after the failure', for the rounds that kept any."""
+    anew, running 0.12 s after the failed process ended (not yet at a step)', for the
+    rounds that kept any: the new round handed out, the script's first step comes later."""
     recoveries = node.summary.recoveries if node.summary is not None else []
     out = []
     for r in recoveries[-MAX_ROUNDS:]:
@@ -158,10 +159,13 @@ def kept_lines(node: NodeView) -> list[str]:
             continue
         ranks = ", ".join(str(k.get("rank")) for k in kept)
         took = r.get("recovery_s")
+        when = "" if took is None else (
+            f", running {took:.2f} s after the failed process ended (not yet at a step)"
+        )
         out.append(
             f"  round {r.get('round')}: {len(kept)} process{'es' if len(kept) != 1 else ''} "
             f"kept (rank{'s' if len(kept) != 1 else ''} {ranks}), {len(started)} started anew"
-            + (f", running {took:.2f} s after the failure" if took is not None else "")
+            + when
         )
     return out
 
