@@ -29,6 +29,26 @@ SUPPORTED_DTYPES = frozenset(
 # NCCL reduces these too; the CPU backend's wire and reductions do not carry them.
 DEVICE_ONLY_DTYPES = frozenset(np.dtype(t) for t in ("uint32", "uint64"))
 
+# A small code per dtype that the ranks compare (a reduction of float32 on one rank and
+# int32 of the same size on another would combine reinterpreted bytes): by the dtype's
+# kind, size and byte order, so int64 is int64 whichever C type made it. 0: none given.
+DTYPE_NAMES = {i + 1: d.str for i, d in enumerate(sorted(SUPPORTED_DTYPES, key=str))}
+_DTYPE_CODES: dict[Any, int] = {np.dtype(name): code for code, name in DTYPE_NAMES.items()}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The code the ranks compare for `dtype` (0 for one the CPU backend does not carry)."""
+    code = _DTYPE_CODES.get(dtype)
+    if code is None:  # an equal dtype by another C type (longlong for int64): by its str
+        code = _DTYPE_CODES[dtype] = next(
+            (c for c, name in DTYPE_NAMES.items() if name == dtype.str), 0
+        )
+    return code
+
+
+def dtype_name(code: int) -> str:
+    return str(np.dtype(DTYPE_NAMES[code])) if code in DTYPE_NAMES else "?"
+
 
 # (dtype -> the array types that passed the type and dtype checks with it): those checks
 # run once per kind of array, not per call; layout (contiguous, writeable) is per array.

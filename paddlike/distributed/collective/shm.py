@@ -244,7 +244,7 @@ class ShmArena:
 
     def begin(
         self, opcode: int, nbytes: int, deadline: float, what: str,
-        extra: tuple[int, int] | None = None,
+        extra: tuple[int, int] | None = None, kind: int = 0,
     ) -> int:  # fmt: skip
         """Start an op (and its first use): publish its descriptor (and `extra`, two u64 the
         peers read with `extra_of`: only an op that publishes them reads them) in one of two
@@ -254,7 +254,7 @@ class ShmArena:
         parity = self.ops & 1
         self.ops += 1
         mm = self._own.mm
-        _DESC.pack_into(mm, _DESC_OFFSETS[parity], opcode, 0, nbytes)
+        _DESC.pack_into(mm, _DESC_OFFSETS[parity], opcode, kind, nbytes)
         if extra is not None:
             _EXTRA.pack_into(mm, _EXTRA_OFFSETS[parity], *extra)
         return parity
@@ -267,11 +267,12 @@ class ShmArena:
 
     def check(
         self, parity: int, opcode: int, nbytes: int, what: str, names: Sequence[str],
-        ranks: Sequence[int] | None = None,
+        ranks: Sequence[int] | None = None, kind: int = 0,
     ) -> None:  # fmt: skip
-        """After the op's first wait: the ranks waited for published the same descriptor.
-        A rank that published the runtime's exit barrier instead left the job."""
-        offset, mine = _DESC_OFFSETS[parity], (opcode, 0, nbytes)
+        """After the op's first wait: the ranks waited for published the same descriptor
+        (the op, the bytes and, where given, the dtype's code `kind`). A rank that published
+        the runtime's exit barrier instead left the job."""
+        offset, mine = _DESC_OFFSETS[parity], (opcode, kind, nbytes)
         for k in self._peers if ranks is None else ranks:
             seg = self.segs[k]
             assert seg is not None
@@ -288,6 +289,13 @@ class ShmArena:
                     f"bytes where this rank called {names[opcode - 1]} with {nbytes} bytes; "
                     f"the ranks called different operations or passed different shapes/dtypes"
                 )
+            from .checks import dtype_name
+
+            raise CollectiveError(
+                f"{what}: rank {self.global_ranks[k]} passed {dtype_name(theirs_desc[1])} data "
+                f"where this rank passed {dtype_name(kind)} ({nbytes} bytes each); the ranks "
+                "must pass the same dtype (the bytes would be combined as another type)"
+            )
 
     def sync(self, deadline: float, what: str, peers: Sequence[int] | None = None) -> None:
         """Post the next step and wait until `peers` (default: all) have posted it."""

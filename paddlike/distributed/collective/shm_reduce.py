@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .checks import dtype_code
 from .reduce_op import ReduceOp, reduce_into
 from .shm import ShmArena
 from .slicing import bounds, ranges
@@ -56,19 +57,20 @@ def _one_step(
     src = x if x.ndim == 1 else x.reshape(-1)
     nbytes = x.nbytes
     opcode = OPCODE[what]
-    parity = arena.begin(opcode, nbytes, deadline, what)
+    kind = dtype_code(x.dtype)
+    parity = arena.begin(opcode, nbytes, deadline, what, kind=kind)
     parts = arena.parts(buf, src.dtype, src.size)  # every rank's buffer, by rank
     parts[arena.rank][...] = src
     if root is None or arena.rank == root:
         arena.sync(deadline, what)
-        arena.check(parity, opcode, nbytes, what, OPCODES)
+        arena.check(parity, opcode, nbytes, what, OPCODES, kind=kind)
         dst = src if out is None else out if out.ndim == 1 else out.reshape(-1)
         reduce_into(op, dst, parts, arena.size)
     else:
         # A rank that keeps nothing waits for the root alone: enough to see a mismatched
         # call there (both sides name it), without waiting for the other contributors.
         arena.sync(deadline, what, peers=[root])
-        arena.check(parity, opcode, nbytes, what, OPCODES, ranks=[root])
+        arena.check(parity, opcode, nbytes, what, OPCODES, ranks=[root], kind=kind)
 
 
 def _chunked(
@@ -88,11 +90,12 @@ def _chunked(
     in_place = keeps and (r <= 1 or out is not None)
     scratch = None if keeps else np.empty(bounds(per, n, 0)[1], dt)
     opcode = OPCODE[what]
+    kind = dtype_code(x.dtype)
     parity = 0
     for i, (a, b) in enumerate(chunks):
         buf = next_buf()
         if i == 0:
-            parity = arena.begin(opcode, x.nbytes, deadline, what)
+            parity = arena.begin(opcode, x.nbytes, deadline, what, kind=kind)
         else:
             arena.begin_use(deadline, what)
         m = b - a
@@ -105,7 +108,7 @@ def _chunked(
             mine[:m] = src[a:b]
         arena.sync(deadline, what)
         if i == 0:
-            arena.check(parity, opcode, x.nbytes, what, OPCODES)
+            arena.check(parity, opcode, x.nbytes, what, OPCODES, kind=kind)
         target = xf[a + lo : a + hi] if keeps else scratch[: hi - lo]  # type: ignore[index]
         own = target if out is None else src[a + lo : a + hi]
         parts = [own if (in_place and k == r) else arena.data(k, buf, dt)[lo:hi] for k in range(n)]

@@ -228,3 +228,40 @@ def test_64_mib_all_reduce_is_exact_and_float_sums_are_the_same_bits_in_every_ru
         assert per_rank[0] == per_rank[1], per_rank  # every rank has the same bits
         digests.append(per_rank[0])
     assert digests[0] == digests[1], json.dumps(digests)  # and so does the next run
+
+
+DTYPE_MISMATCH = """
+    import json, os, sys
+    import numpy as np
+    import paddlike.distributed as dist
+    out_dir, size = sys.argv[1], int(sys.argv[2])
+    dist.init_parallel_env(timeout=20)
+    me = dist.get_rank()
+    # the same bytes, another dtype: float32 on rank 0, int32 on rank 1
+    x = np.full(size, 1.0, np.float32) if me == 0 else np.full(size, 1, np.int32)
+    rep = {"rank": me}
+    try:
+        dist.all_reduce(x)
+        rep["error"], rep["result"] = None, x[:4].tolist()
+    except dist.CollectiveError as exc:
+        rep["error"], rep["message"] = type(exc).__name__, str(exc)
+    with open(os.path.join(out_dir, f"rank{me}.json"), "w") as f:
+        json.dump(rep, f)
+"""
+
+
+@pytest.mark.parametrize("size", [4, 1 << 20], ids=["one step", "chunked"])
+def test_all_reduce_of_another_dtype_with_the_same_bytes_is_an_error_on_both_ranks(
+    tmp_path: Path, size: int
+) -> None:
+    """The user trial: float32 on one rank, int32 of the same size on the other, summed as
+    reinterpreted bytes with exit 0. Now both ranks name the dtypes (shared memory)."""
+    out = tmp_path / "results"
+    out.mkdir()
+    script = _script(tmp_path, "dtypes.py", DTYPE_MISMATCH)
+    run = launch(tmp_path, script, str(out), str(size), nproc=2)
+    assert run.returncode == 0, run.stdout + logs(tmp_path)
+    got = reports(out)
+    assert sorted(got) == [0, 1], logs(tmp_path)
+    assert "passed int32 data where this rank passed float32" in got[0]["message"], got[0]
+    assert "passed float32 data where this rank passed int32" in got[1]["message"], got[1]
