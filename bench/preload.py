@@ -152,7 +152,11 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-preload-"))
+    with tempfile.TemporaryDirectory(prefix="bench-preload-") as tmp:  # removed at the end
+        _bench(Path(tmp), args)
+
+
+def _bench(work: Path, args: argparse.Namespace) -> None:
     (work / "heavy.py").write_text(HEAVY)
     (work / "heavy_train.py").write_text(HEAVY_SCRIPT)
     (work / "torch_train.py").write_text(TORCH_SCRIPT)
