@@ -243,12 +243,15 @@ class ProcessRecord(_Record):
         return cls(**data)
 
 
+def by_signal(reason: object) -> bool:
+    """A stop notice sent by a signal to a launcher (its cause says "launcher on H received
+    ..."), not by a node leaving for a reason of the job's own (--on_straggler exclude)."""
+    return not (isinstance(reason, str) and reason and not reason.startswith("launcher on "))
+
+
 def notice_source(signal: object, node_index: object, host: object, reason: object) -> str:
-    """Who sent a stop notice, in words: "SIGTERM on node 1 (10.0.0.2)"; or, for a node that
-    left for a reason of the job's own (--on_straggler exclude), that reason."""
-    if isinstance(reason, str) and reason and not reason.startswith("launcher on "):
-        return reason
-    return f"{signal} on node {node_index} ({host})"
+    """Who sent a stop notice, in words: "SIGTERM on node 1 (10.0.0.2)", or the reason."""
+    return f"{signal} on node {node_index} ({host})" if by_signal(reason) else str(reason)
 
 
 # the signals to a launcher that are a preemption notice (`RootCause.preempted`)

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike.logformat import TAIL_LINES, read_regular
 from paddlike.logformat import read_tail as read_tail  # one tail reader, the launcher's too
-from paddlike.summary import RootCause, notice_source
+from paddlike.summary import RootCause, by_signal, notice_source
 
 # A worker's structured error (torch's `@record` writes it to TORCHELASTIC_ERROR_FILE,
 # which the launcher sets to this name next to the worker's log).
@@ -316,7 +316,7 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
     source = notice_source(
         first.get("signal"), first.get("node_index"), first.get("host"), first.get("reason")
     )
-    by = "preempted by" if source.startswith(f"{first.get('signal')} ") else "stopped:"
+    by = "preempted by" if by_signal(first.get("reason")) else "stopped:"
     text = f"{by} {source} at {at}"
     steps = {p.get("stop_step") for p in parts} - {None}
     step = f"step {min(steps)}" if len(steps) == 1 else "no agreed step"

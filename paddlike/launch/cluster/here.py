@@ -25,7 +25,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.cluster.hostfile import LOOPBACK_NAMES
+from paddlike.launch.cluster.hostfile import is_loopback
 from paddlike.launch.context.options.record import LaunchOptions
 
 
@@ -33,7 +33,7 @@ def is_this_machine(name: str, hostname: str | None = None) -> bool:
     """Does a hostfile name this machine: localhost, a loopback address, or this
     machine's host name (`hostname`, short or full)? Nothing is resolved: a name of this
     machine that only DNS knows goes over ssh, as any other host."""
-    if name in LOOPBACK_NAMES or name.startswith("127."):
+    if is_loopback(name):
         return True
     hostname = hostname if hostname is not None else socket.gethostname()
     return bool(hostname) and name in (hostname, hostname.split(".", 1)[0])

@@ -94,13 +94,18 @@ def read_hostfile(path: str) -> tuple[Host, ...]:
     return parse_hostfile(text, path)
 
 
+def is_loopback(name: str) -> bool:
+    """A name by which every host reaches itself: localhost, ::1, 127.x."""
+    return name in LOOPBACK_NAMES or name.startswith("127.")
+
+
 def refuse_loopback_among_others(names: Sequence[str]) -> None:
     """`localhost` (or 127.x) beside other hosts: each host would reach itself by that name,
     so node 0 and the peers' addresses would be wrong everywhere but here."""
     if len(names) < 2:
         return
     for name in names:
-        if name in LOOPBACK_NAMES or name.startswith("127."):
+        if is_loopback(name):
             raise UsageError(
                 f"--hostfile: {name!r} beside other hosts names a different machine on "
                 "each of them (their own loopback); write this machine's host name or "

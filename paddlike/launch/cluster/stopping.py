@@ -31,8 +31,7 @@ class _Hold:
 
 
 def _stop(signum: int, _frame: FrameType | None) -> None:
-    for other in ENDING_EARLY:  # a second one cuts no clean-up short
-        signal.signal(other, signal.SIG_IGN)
+    ignore_signals()  # a second one cuts no clean-up short
     if _Hold.depth:
         _Hold.pending = signum
         return

@@ -35,7 +35,7 @@ import time
 
 from paddlike.launch.run import linux, spawn
 from paddlike.launch.run.roundstate import Phase, Proc, RoundState
-from paddlike.summary import ProcessStatus, RootCause, notice_source
+from paddlike.summary import ProcessStatus, RootCause, by_signal, notice_source
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class Teardown:
             elapsed = 0.0
         grace = max(0.0, self.kill_timeout - elapsed)
         source = notice_source(notice.signal, notice.node_index, notice.host, notice.reason)
-        what = "preemption notice" if source.startswith(f"{notice.signal} ") else "stop notice"
+        what = "preemption notice" if by_signal(notice.reason) else "stop notice"
         self.console.say(
             f"{what}: {source} at {at}: "
             f"SIGTERM to {len(alive)} process{'es' if len(alive) != 1 else ''} "
