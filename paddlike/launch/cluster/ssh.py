@@ -185,14 +185,25 @@ def run_everywhere(
             kill_group(proc)
 
 
-def close_masters(base: Sequence[str], hosts: Sequence[str], timeout: float = 10) -> None:
-    """End each host's master connection (those that were opened); quietly."""
+def close_masters(
+    base: Sequence[str], hosts: Sequence[str], control: str, timeout: float = 10
+) -> None:
+    """End each host's master connection; quietly. None when no master was opened (no
+    socket in `control`): `ssh -O exit` reads the config too, Match exec included, and a
+    start stopped while `ssh -G` ran would wait on that again for nothing."""
+    try:
+        with os.scandir(control) as entries:
+            if not any(entries):
+                return
+    except OSError:
+        return
     procs = [
         subprocess.Popen(
             [*base, "-O", "exit", "--", host],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its Match exec commands go with it
         )
         for host in hosts
     ]
@@ -201,8 +212,7 @@ def close_masters(base: Sequence[str], hosts: Sequence[str], timeout: float = 10
         try:
             proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            kill_group(proc)
 
 
 def connected_names(

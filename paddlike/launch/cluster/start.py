@@ -190,7 +190,7 @@ def _over_ssh(
                 base, job.hosts, [f"rm -f -- {pdsh.run_file(tag, h)}" for h in job.hosts]
             )
         if base and not options.dry_run and not ssh.users_masters(options.ssh_args):
-            ssh.close_masters(base, everyone or job.hosts)
+            ssh.close_masters(base, everyone or job.hosts, control)
         if control:
             shutil.rmtree(control, ignore_errors=True)
 

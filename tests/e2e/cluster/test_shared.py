@@ -203,7 +203,9 @@ def test_sigterm_while_ssh_reads_its_config_leaves_no_directory_and_no_process(t
     """`ssh -G` runs a config's Match exec: here one that waits; SIGTERM meanwhile."""
     marker = tmp_path / "in-ssh-G"
     config = tmp_path / "ssh_config"
-    config.write_text(f'Match exec "touch {marker}; sleep 60"\n  Port 22\n')
+    # `; true` after the sleep: the shell stays (naming the marker) and is not replaced
+    # by `sleep`, so a Match exec left running by any ssh of the starter is found below
+    config.write_text(f'Match exec "touch {marker}; sleep 60; true"\n  Port 22\n')
     (tmp_path / "hf").write_text("h0\n")
     (tmp_path / "train.py").write_text("")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
