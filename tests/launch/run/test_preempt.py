@@ -29,7 +29,10 @@ def _launch_and_notice(
     out.mkdir()
     cmd = [sys.executable, "-m", "paddlike.launch", "--nproc_per_node", "2",
            "--log_dir", str(tmp / "log"), *launcher, str(script), str(out), *args]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # a TMPDIR of the job's own: multiprocessing's directories (torch DataLoader workers
+    # ended by the signal leave theirs) go with the test's
+    (tmp / "t").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp / "t")}
     proc = subprocess.Popen(cmd, env=env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     try:
