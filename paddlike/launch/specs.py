@@ -136,14 +136,24 @@ def collective_job(options: LaunchOptions, node: NodeMatch, devices: DeviceAssig
         workers_port=workers_port(options),
         elastic=elastic_spec(options),
     )
-    return _with_preflight(job, options)
+    return _with_agreed(job, options)
 
 
-def _with_preflight(job: NodeJob, options: LaunchOptions) -> NodeJob:
-    """Nodes must also agree on the pre-flight check's mode and limits (issue 35)."""
+def _with_agreed(job: NodeJob, options: LaunchOptions) -> NodeJob:
+    """Nodes must also agree on the pre-flight check's mode and limits (issue 35), the
+    restarts and the straggler check (their round loops act together)."""
     from paddlike.launch.health.limits import agreed_settings
+    from paddlike.launch.plan.agreement import agreed_round_settings
 
     job.fingerprint.update(agreed_settings(options.preflight, tuple(options.preflight_limits)))
+    job.fingerprint.update(
+        agreed_round_settings(
+            options.max_restarts,
+            options.straggler_check,
+            options.straggler_threshold,
+            options.on_straggler,
+        )
+    )
     return job
 
 
@@ -155,7 +165,7 @@ def ps_counts_job(options: LaunchOptions, node: NodeMatch) -> NodeJob:
     master = launchers_master(options, node.hosts, node.scheduler_master)
     servers, trainers = options.server_num or 1, options.worker_num or 1
     job = ps_counts_node_job(plan_spec(options), node, servers, trainers, master)
-    return _with_preflight(job, options)
+    return _with_agreed(job, options)
 
 
 def ps_job(options: LaunchOptions, layout: PsLayout, interface: str, reason: str) -> NodeJob:
@@ -166,4 +176,4 @@ def ps_job(options: LaunchOptions, layout: PsLayout, interface: str, reason: str
 
     master = ps_lists_master(layout, options.master, options.master_addr, options.master_port)
     job = ps_node_job(plan_spec(options), layout, interface, reason, master)
-    return _with_preflight(job, options)
+    return _with_agreed(job, options)

@@ -48,6 +48,25 @@ def check_fingerprints(entries: Sequence[NodeEntry]) -> str | None:
     return None
 
 
+def agreed_round_settings(
+    max_restarts: int, straggler_check: float, straggler_threshold: float, on_straggler: str
+) -> dict[str, str]:
+    """The settings every node's round loop must share, as fingerprint fields: with
+    other --max_restarts one node restarts while the others end (and it waits for them
+    until --rdzv_timeout); the straggler check compares every node's collectives, and its
+    verdict acts on all of them. A threshold and action of a check that is off are moot.
+
+    (0, 60.0, 0.1, "warn") -> {"max_restarts": "0", "straggler_check": "60",
+                               "straggler_threshold": "0.1", "on_straggler": "warn"}
+    (1, 0.0, 0.5, "exclude") -> {"max_restarts": "1", "straggler_check": "0"}
+    """
+    fields = {"max_restarts": str(max_restarts), "straggler_check": f"{straggler_check:g}"}
+    if straggler_check > 0:
+        fields["straggler_threshold"] = f"{straggler_threshold:g}"
+        fields["on_straggler"] = on_straggler
+    return fields
+
+
 def claim_message(first: NodeEntry, second: NodeEntry) -> str:
     """Two launchers published an entry for the same node index."""
     theirs, ours = first.fingerprint.get("job_id"), second.fingerprint.get("job_id")

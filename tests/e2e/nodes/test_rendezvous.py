@@ -53,6 +53,33 @@ def test_every_node_gets_its_ranks_and_the_same_endpoints(tmp_path: Path, n: int
     assert {s["job_id"] for s in summaries} == {summaries[0]["job_id"]}
 
 
+@pytest.mark.parametrize(
+    ("only_b", "field", "theirs", "ours"),
+    [
+        (["--max_restarts", "1"], "max_restarts", "'1'", "'0'"),
+        (["--straggler_check", "3"], "straggler_check", "'3'", "'60'"),
+        (["--straggler_threshold", "0.5"], "straggler_threshold", "'0.5'", "'0.1'"),
+    ],
+)
+def test_round_settings_given_to_one_node_only_make_both_exit_2_naming_them(
+    tmp_path: Path, only_b: list[str], field: str, theirs: str, ours: str
+) -> None:
+    """A node with other restarts would restart alone and wait for nodes that ended; a
+    straggler check one node runs compares nothing: both refused before anything runs."""
+    script = write_worker(tmp_path)
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+        pa = start_launcher(a, "nodea,nodeb", tmp_path / "la", script)
+        pb = start_launcher(b, "nodea,nodeb", tmp_path / "lb", script, options=only_b)
+        out_a = pa.communicate(timeout=60)[0].decode()
+        out_b = pb.communicate(timeout=60)[0].decode()
+    assert (pa.returncode, pb.returncode) == (2, 2), (out_a, out_b)
+    for out in (out_a, out_b):
+        assert f"disagrees on {field}: it has {theirs}, node 0 (" in out, out
+        assert f") has {ours}; run the same command on every node" in out, out
+    assert not list(tmp_path.glob("l?/workerlog.*"))  # no worker started anywhere
+
+
 @pytest.mark.parametrize("meet", ["at node a's store (--master)", "each at its own store"])
 def test_a_different_ips_order_on_one_node_makes_both_exit_2_naming_it(
     tmp_path: Path, meet: str
