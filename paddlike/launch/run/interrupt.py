@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 
 from paddlike.launch import NamedTuple
 from paddlike.launch.console.output import Console
@@ -90,3 +91,29 @@ def _write_stopped(round_: Unsettled, sig: LauncherSignal, job: NodeJob, what: s
         exit_code=signal_exit_code(sig.signum),
         cause=cause,
     )
+
+
+@contextlib.contextmanager
+def before_start(
+    record: RunRecord, plan: LaunchPlan, restarts: int, where: Where
+) -> Iterator[None]:
+    """A round placed, its workers not started yet (--preload's zygote still importing):
+    an ending signal meanwhile leaves summary.json whole, no process, exit 128+N and this
+    launcher's signal as the cause (the reader says STOPPED, not "job unknown"); then
+    `stopped_by_signal` goes on as anywhere outside a round."""
+    try:
+        yield
+    except LauncherSignal as sig:
+        job = where.job
+        if job is not None:
+            cause = launcher_signal_cause(job.host, job.index, sig.signum, where.what, time.time())
+            with contextlib.suppress(LauncherSignal):
+                record.finished(
+                    plan,
+                    [],
+                    restarts,
+                    status=RunStatus.INTERRUPTED,
+                    exit_code=signal_exit_code(sig.signum),
+                    cause=cause,
+                )
+        raise

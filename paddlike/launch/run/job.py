@@ -50,7 +50,7 @@ from paddlike.launch.run.announce import announce_round
 from paddlike.launch.run.consequence import consequence_hold
 from paddlike.launch.run.guardian import Guardian
 from paddlike.launch.run.hangwatch import HangWatch
-from paddlike.launch.run.interrupt import Unsettled, Where, stopped_by_signal
+from paddlike.launch.run.interrupt import Unsettled, Where, before_start, stopped_by_signal
 from paddlike.launch.run.logdir import JobClaim, LogDir, LogDirBusy, LogDirError
 from paddlike.launch.run.ports import PortError, round_ports
 from paddlike.launch.run.preempt import Preemption
@@ -424,8 +424,9 @@ class JobRun:
         self, plan: LaunchPlan, watch: RoundWatch, restarts: int, round_: int
     ) -> RunOutcome:
         """This node's processes, from start to end, under the round's watch."""
-        if self.preload is not None:
-            self.preload.wait_ready()  # its imports done (or one warning: cold starts)
+        if self.preload is not None:  # its imports done (or one warning: cold starts)
+            with before_start(self.record, plan, restarts, self.where):
+                self.preload.wait_ready()
         warm = self.warm and self.warm.round(self.elastic, restarts, self.spec, plan.nnodes > 1)
         supervisor = Supervisor(
             plan,
