@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from paddlike.launch.context.options import console, others, rules, values
 from paddlike.launch.context.options.our_table import OPTIONS
 from paddlike.launch.context.options.parser import parse_ours, split_argv, typed_spellings
-from paddlike.launch.context.options.record import FLAG, LaunchOptions, Source, UsageError
+from paddlike.launch.context.options.record import LaunchOptions, Source, UsageError
 from paddlike.launch.context.options.sources import resolve
 
 
@@ -40,7 +40,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         if option.switch:
             continue
         dest = option.dest
-        found = resolve(dest, ns.get(dest), theirs.get(dest), environ)
+        found = resolve(dest, ns.get(dest), theirs.get(dest), environ, typed.get(dest))
         if found is None:
             continue
         text, source = found
@@ -49,7 +49,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         except values.BadValue as bad:
             hint = option.hint_for(text) if str(bad).startswith("expected") else ""
             # named as typed: --devices, not the --gpus it stands for
-            label = typed.get(dest, source.name) if source.kind == FLAG else source.label(dest)
+            label = source.label(dest)
             raise UsageError(f"{label}: {bad}, got {text!r}{hint}", f"--{dest}") from None
         raw.update(option.fields_of(value, source))
         given.add(dest)
@@ -81,7 +81,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         and raw.get("master") == fleet_master[0]
     ):
         given.add("elastic_server")  # the launchers meet at fleet's server: its rule applies
-    raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.kind != FLAG)
+    # every message after this one names the option as given (`LaunchOptions.label`)
+    raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.label(d) != f"--{d}")
     rules.elastic_fields(raw, given, dict(raw["labels"]))
     raw["run_mode"] = rules.infer_run_mode(raw, given)
     options = LaunchOptions(

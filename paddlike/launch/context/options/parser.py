@@ -230,8 +230,10 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
-    """{dest: the spelling the user typed}: messages name --devices as --devices (the last
-    spelling of an option wins, as its value does; dashes spelt as underscores)."""
+    """{dest: the option's name as the user typed it}: messages name ``--devices`` as
+    --devices, ``--max-restarts`` with its dashes, ``--rank`` as --rank and an
+    abbreviation (``--local_rank`` for --local_ranks_filter) as typed; the last spelling of
+    an option wins, as its value does."""
     typed: dict[str, str] = {}
     for arg in launcher_argv:
         name = arg.partition("=")[0]
@@ -242,6 +244,5 @@ def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
         except UsageError:
             continue
         if full in DEST:
-            # torchrun's dashes are only a spelling: --nproc-per-node is --nproc_per_node
-            typed[DEST[full]] = "--" + name[2:].replace("-", "_") if name[:2] == "--" else name
+            typed[DEST[full]] = name
     return typed
