@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.context.options import console, others, rules, values
+from paddlike.launch.context.options import console, others, parser, rules, values
 from paddlike.launch.context.options.our_table import OPTIONS
-from paddlike.launch.context.options.parser import parse_ours, split_argv, typed_spellings
+from paddlike.launch.context.options.parser import split_argv
 from paddlike.launch.context.options.record import LaunchOptions, Source, UsageError
 from paddlike.launch.context.options.sources import resolve
 
@@ -21,9 +21,10 @@ from paddlike.launch.context.options.sources import resolve
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOptions:
     """Parse and validate the launcher's command line; raise `UsageError` on bad input."""
     ours, script = split_argv(argv)
-    ours, theirs, extra, named = others.their_options(ours, environ)
-    ns = parse_ours(ours)  # only our options: positionals come from `script`
-    typed = typed_spellings(argv[: len(argv) - len(script)])
+    typed_names = parser.typed_names(argv[: len(argv) - len(script)])  # named as typed
+    ours, theirs, extra, named = others.their_options(ours, environ, typed_names)
+    ns = parser.parse_ours(ours)  # only our options: positionals come from `script`
+    typed = parser.typed_spellings(argv[: len(argv) - len(script)])
     if not script:
         taken = ""  # `--preload train.py`: the script went to the option before it
         if len(argv) >= 2 and argv[-1].endswith(".py") and argv[-2].startswith("-"):

@@ -234,6 +234,12 @@ def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
     --devices, ``--max-restarts`` with its dashes, ``--rank`` as --rank and an
     abbreviation (``--local_rank`` for --local_ranks_filter) as typed; the last spelling of
     an option wins, as its value does."""
+    return {DEST[full]: name for full, name in typed_names(launcher_argv).items() if full in DEST}
+
+
+def typed_names(launcher_argv: Sequence[str]) -> dict[str, str]:
+    """{an option's name as `split_argv` writes it (underscores, written out): the name
+    the user typed}, ours and the other launchers' (``--rdzv_backend``: ``--rdzv-backend``)."""
     typed: dict[str, str] = {}
     for arg in launcher_argv:
         name = arg.partition("=")[0]
@@ -243,6 +249,6 @@ def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
             full = _unabbreviated(normalize_spelling(name, _KNOWN))
         except UsageError:
             continue
-        if full in DEST:
-            typed[DEST[full]] = name
+        if full in _KNOWN:
+            typed[full] = name
     return typed

@@ -97,6 +97,12 @@ def test_a_typed_gpus_is_named_as_typed_even_where_the_starter_said_otherwise(tm
          "got '1'"),
         (["--nproc_per_node", "1", "--local-ranks-filter", "2", "--dry_run"],
          "--local-ranks-filter: this node runs 1 trainer(s) (local indices 0..0), got '2'"),
+        # other launchers' options too
+        (["--rdzv-backend", "zookeeper"],
+         "--rdzv-backend: expected static, c10d, etcd or etcd-v2, got 'zookeeper'"),
+        (["--rdzv-endpoint", "h:1", "--master", "h:2"],
+         "--master: 'h:2' contradicts --rdzv-endpoint (which means --master h:1); drop one of "
+         "them"),
     ],
 )  # fmt: skip
 def test_dashed_alias_and_abbreviated_spellings_are_named_as_typed(tmp_path, argv, line) -> None:
