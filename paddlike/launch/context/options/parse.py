@@ -21,10 +21,10 @@ from paddlike.launch.context.options.sources import resolve
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOptions:
     """Parse and validate the launcher's command line; raise `UsageError` on bad input."""
     ours, script = split_argv(argv)
-    typed_names = parser.typed_names(argv[: len(argv) - len(script)])  # named as typed
-    ours, theirs, extra, named = others.their_options(ours, environ, typed_names)
+    names = parser.typed_names(argv[: len(argv) - len(script)])  # messages name them as typed
+    ours, theirs, extra, named = others.their_options(ours, environ, names)
     ns = parser.parse_ours(ours)  # only our options: positionals come from `script`
-    typed = parser.typed_spellings(argv[: len(argv) - len(script)])
+    typed = parser.typed_spellings(names)
     if not script:
         taken = ""  # `--preload train.py`: the script went to the option before it
         if len(argv) >= 2 and argv[-1].endswith(".py") and argv[-2].startswith("-"):

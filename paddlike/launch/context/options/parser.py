@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import paddlike
 from paddlike.commands import command_name
@@ -229,12 +229,12 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return out, []
 
 
-def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
-    """{dest: the option's name as the user typed it}: messages name ``--devices`` as
-    --devices, ``--max-restarts`` with its dashes, ``--rank`` as --rank and an
-    abbreviation (``--local_rank`` for --local_ranks_filter) as typed; the last spelling of
-    an option wins, as its value does."""
-    return {DEST[full]: name for full, name in typed_names(launcher_argv).items() if full in DEST}
+def typed_spellings(names: Mapping[str, str]) -> dict[str, str]:
+    """{dest: the option's name as the user typed it}, from `typed_names`: messages name
+    ``--devices`` as --devices, ``--max-restarts`` with its dashes, ``--rank`` as --rank
+    and an abbreviation (``--local_rank`` for --local_ranks_filter) as typed; the last
+    spelling of an option wins, as its value does."""
+    return {DEST[full]: name for full, name in names.items() if full in DEST}
 
 
 def typed_names(launcher_argv: Sequence[str]) -> dict[str, str]:
