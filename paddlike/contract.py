@@ -116,6 +116,9 @@ PREFLIGHT_ONLY = "PADDLIKE_PREFLIGHT_ONLY"
 PREFLIGHT_CHOSEN = "PADDLIKE_PREFLIGHT_CHOSEN"
 # --job_token_file's variable: unset on each host (the job's token travels instead)
 JOB_TOKEN_FILE = OPTION_ENV_PREFIX + "JOB_TOKEN_FILE"
+# what the user gave on the starting machine for the --gpus the cluster starter writes in a
+# host's command ("--hostfile hf --include a:0@b"): that host's refusals of --gpus name it
+GPUS_GIVEN_AS = OPTION_ENV_PREFIX + "GPUS_GIVEN_AS"
 
 # torchelastic's error file (torchrun sets it; the launcher too, next to each worker's log).
 # paddlike's runtime writes it for an uncaught exception, adding {"paddlike": {PEER_EXITED:

@@ -224,7 +224,7 @@ def _check_tee(options: LaunchOptions, plan: LaunchPlan) -> None:
     missing = sorted(i for i in chosen if i >= max(local, 1))
     if missing:
         raise UsageError(
-            f"--console (--local_ranks_filter): this node runs {local} trainer(s) (local "
+            f"{options.label('console')}: this node runs {local} trainer(s) (local "
             f"indices 0..{local - 1}), got {options.console!r}",
             "--console",
         )

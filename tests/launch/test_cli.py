@@ -55,7 +55,7 @@ NO_GPU = not os.path.isdir("/proc/driver/nvidia/gpus")
         (["--run_mode", "ps-heter"], {}, "--heter_workers: needed with --run_mode ps-heter"),
         (["--console", "first"], {}, "--console: expected 'all', 'none'"),
         (["--tee", "first"], {}, "--tee: expected 0 (none), 1 (stdout), 2 (stderr), 3 (both)"),
-        (["--nproc_per_node", "2", "--console", "0,2"], {}, "--console (--local_ranks_filter): "),
+        (["--nproc_per_node", "2", "--console", "0,2"], {}, "--console: "),
         (["--host", "10.255.255.1"], {}, "--host: '10.255.255.1' is not one of --ips"),
         (["--unknown_flag"], {}, "--unknown_flag: unknown option"),
         # a typo gets the option it was meant to be (issue 32)

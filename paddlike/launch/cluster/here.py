@@ -52,7 +52,7 @@ def run_here(
         return _node_of_many(options, argv, environ)
     if not options.hostfile or options.force_multi or options.launcher == "slurm":
         return None
-    from paddlike.launch.cluster.picks import hostfile_picks
+    from paddlike.launch.cluster.picks import hostfile_picks, picked_gpus_named
 
     picks = hostfile_picks(options, argv)
     if len(picks) != 1 or not is_this_machine(picks[0].name, hostname):
@@ -76,8 +76,8 @@ def run_here(
             else options.gpus
         ),
     )
-    if pick.devices is not None and options.include:  # its refusals name what was typed
-        here = here._replace(labels=(*here.labels, ("gpus", f"--include {options.include}")))
+    if pick.devices is not None:  # its refusals name what was typed
+        here = here._replace(labels=(*here.labels, ("gpus", picked_gpus_named(options))))
     note = (
         f"--hostfile {options.hostfile}: its one host, {pick.name}, is this machine: the job "
         "runs here, without ssh (--force_multi starts it over ssh)"

@@ -15,7 +15,7 @@ import select
 import sys
 import time
 
-from paddlike.contract import HELD_AT_GATE
+from paddlike.contract import GPUS_GIVEN_AS, HELD_AT_GATE
 from paddlike.launch.cluster.remote import GO, READY
 
 GO_TIMEOUT = 120.0  # seconds: the starter sends GO once every host is READY (30 s at most)
@@ -26,6 +26,7 @@ def wait_for_go(fd: int = 0, timeout: float = GO_TIMEOUT) -> bool:
     Reads one byte at a time, so that nothing past GO is taken from stdin (`eofwatch`
     watches it next)."""
     os.environ.pop(HELD_AT_GATE, None)  # not the workers' to inherit
+    os.environ.pop(GPUS_GIVEN_AS, None)  # nor how the starter's --gpus was given (checked)
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     line = b""

@@ -54,11 +54,11 @@ def hostfile_picks(
     counted = any(p.launcher_args() for p in picks)
     if counted and "nproc_per_node" in given:
         raise UsageError(
-            f"{_spelled(argv, options, 'nproc_per_node')}: the hostfile's slots (or --include, "
+            f"{options.label('nproc_per_node')}: the hostfile's slots (or --include, "
             "--num_gpus) say each host's workers; give one or the other",
-            _spelled(argv, options, "nproc_per_node"),
+            options.label("nproc_per_node"),
         )
-    gpus = _spelled(argv, options, "gpus")
+    gpus = options.label("gpus")  # as typed: --devices
     if counted and "gpus" in given and not options.cpu_only:
         raise UsageError(
             f"{gpus}: the hostfile's slots (or --include, --num_gpus) say each host's GPUs; "
@@ -74,16 +74,11 @@ def hostfile_picks(
     return picks
 
 
-def _spelled(argv: Sequence[str], options: LaunchOptions, dest: str) -> str:
-    """How the user gave option `dest`, for messages: as typed (``--devices`` for --gpus),
-    or with its variable (``--gpus (from PADDLE_DEVICES)``)."""
-    for arg in argv:
-        name = arg.partition("=")[0]
-        if name == "--":
-            break
-        if name.startswith("-") and DEST.get(name) == dest:
-            return name
-    return options.label(dest)
+def picked_gpus_named(options: LaunchOptions) -> str:
+    """What the user typed for the GPU ids --include/--exclude picked of the hostfile's
+    hosts (``--exclude localhost:1``): the --gpus each such host's launcher is given names
+    it in its refusals (`devices.gpus_named`)."""
+    return f"--include {options.include}" if options.include else f"--exclude {options.exclude}"
 
 
 def forwarded_args(

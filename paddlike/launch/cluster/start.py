@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 from paddlike.launch.cluster import gate, pdsh, remote, spares, srun, ssh, stopping
 from paddlike.launch.cluster.hostfile import refuse_loopback_among_others
-from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks
+from paddlike.launch.cluster.picks import forwarded_args, hostfile_picks, picked_gpus_named
 from paddlike.launch.cluster.remote import RemoteJob
 from paddlike.launch.cluster.selection import spare_count
 from paddlike.launch.cluster.stream import Consoles, Session
@@ -59,7 +59,7 @@ def plan_remote_job(
     fresh random one; it travels with the carried variables, never in an argv."""
     import secrets
 
-    from paddlike.contract import JOB_TOKEN, JOB_TOKEN_FILE
+    from paddlike.contract import GPUS_GIVEN_AS, JOB_TOKEN, JOB_TOKEN_FILE
     from paddlike.launch.cluster.envfile import carried_environment
     from paddlike.launch.plan.nodejob import new_job_id
 
@@ -84,6 +84,8 @@ def plan_remote_job(
         prefixes=options.export_prefixes,
     )
     environment[JOB_TOKEN] = options.job_token or secrets.token_hex(16)
+    if any(p.devices is not None for p in picks):  # the --gpus a host is given: as typed
+        environment[GPUS_GIVEN_AS] = picked_gpus_named(options)
     environment.pop(JOB_TOKEN_FILE, None)  # the token itself travels
     return RemoteJob(
         picks=picks,

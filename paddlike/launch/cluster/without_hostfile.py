@@ -77,7 +77,7 @@ def without_hostfile(
         # typed: a mistake; from PADDLIKE_EXPORT_PREFIXES (a shell's setting for every
         # cluster job): nothing to carry on one machine, not a mistake
         (
-            options.label("export_prefixes") == "--export_prefixes"
+            "(from " not in options.label("export_prefixes")
             and options.export_prefixes is not None,
             "--export_prefixes",
         ),

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from paddlike.contract import CUDA_VISIBLE_DEVICES
+from paddlike.contract import CUDA_VISIBLE_DEVICES, GPUS_GIVEN_AS
 from paddlike.launch import NamedTuple
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 
@@ -303,13 +303,15 @@ def assign_devices(
     cpu_count: int = 1,
     dry_run: bool = False,
     slots: int | None = None,
+    named: str = "--gpus",
 ) -> DeviceAssignment:
     """Split this node's devices among its workers: contiguous slices, in order.
 
     `found` (from `probe_gpus`; or just a `gpu_count`) and `cpu_count` are passed in so
     that this stays free of I/O. `nproc_kind` is --nproc_per_node's word (gpu, cpu, auto;
     torchrun's meanings), `cpu_only` is --devices cpu. A GPU that is not there is an
-    error, except under --dry_run with --gpus, which only prints.
+    error, except under --dry_run with --gpus, which only prints. `named`: how the user
+    gave `gpus` (`gpus_named`), which the refusals of `gpus` name.
     """
     if found is None:
         found = NodeGpus(gpu_count or 0, (), NVIDIA_GPUS_DIR if gpu_count else "", "given")
@@ -322,7 +324,9 @@ def assign_devices(
             return _cpu(cpu_count, f"--devices cpu, --nproc_per_node auto: {cpu_count} CPUs")
         return _cpu(nproc_per_node or 1, "--devices cpu: CPU workers")
     if gpus is not None:
-        return _listed(gpus, nproc_per_node, environ=environ, found=found, dry_run=dry_run)
+        return _listed(
+            gpus, nproc_per_node, environ=environ, found=found, dry_run=dry_run, named=named
+        )
     visible = visible_gpus(environ, found)
     if not visible.physical:
         if found.count:
@@ -354,6 +358,7 @@ def _listed(
     environ: Mapping[str, str],
     found: NodeGpus,
     dry_run: bool,
+    named: str = "--gpus",
 ) -> DeviceAssignment:
     """--gpus: physical ids, mapped to their position among the visible GPUs."""
     shown = ",".join(gpus)
@@ -368,16 +373,16 @@ def _listed(
         missing = [g for g in gpus if g not in listed]
         if missing:
             raise UsageError(
-                f"--gpus: {missing[0]} is not in CUDA_VISIBLE_DEVICES={value!r}; "
+                f"{named}: {missing[0]} is not in CUDA_VISIBLE_DEVICES={value!r}; "
                 f"give ids from that list, got {shown!r}",
-                "--gpus",
+                _option_of(named),
             )
         relative = tuple(str(listed.index(g)) for g in gpus)
     else:
         relative = tuple(gpus)
-    refusal = _missing_gpus(gpus, found, shown)
+    refusal = _missing_gpus(gpus, found, shown, named)
     if refusal is not None and not dry_run:
-        raise UsageError(refusal, "--gpus")
+        raise UsageError(refusal, _option_of(named))
     what = f"--gpus {shown}"
     if value is not None:
         what += f" (physical ids; workers number them in {CUDA_VISIBLE_DEVICES}={value!r})"
@@ -385,24 +390,63 @@ def _listed(
     if refusal is None:
         return done
     # --dry_run previews the plan for a node that has these GPUs; this one has not.
-    warning = f"; warning: a launch on this node exits 2 ({refusal.removeprefix('--gpus: ')})"
+    warning = f"; warning: a launch on this node exits 2 ({refusal.removeprefix(named + ': ')})"
     return DeviceAssignment(done.kind, done.per_worker, done.physical, done.why + warning)
 
 
-def _missing_gpus(gpus: Sequence[str], found: NodeGpus, shown: str) -> str | None:
+def _missing_gpus(
+    gpus: Sequence[str], found: NodeGpus, shown: str, named: str = "--gpus"
+) -> str | None:
     """Why a launch on this node refuses `--gpus`, or None when every GPU listed is here."""
     if found.count == 0:
         return (
-            f"--gpus: no NVIDIA GPU found on this node ({found.tried}), got {shown!r}; "
-            "drop --gpus to run CPU workers"
+            f"{named}: no NVIDIA GPU found on this node ({found.tried}), got {shown!r}; "
+            f"{_for_cpu_workers(named)}"
         )
     too_big = [g for g in gpus if int(g) >= found.count]
     if too_big:
         return (
-            f"--gpus: GPU {too_big[0]} does not exist, this node has {found.count} "
+            f"{named}: GPU {too_big[0]} does not exist, this node has {found.count} "
             f"(ids 0-{found.count - 1}, {found.source}), got {shown!r}"
         )
     return None
+
+
+# --- how the refusals name --gpus ---------------------------------------------------------
+
+# DeepSpeed's filters that pick GPU ids of a hostfile's hosts (`cluster.selection`)
+_FILTERS = ("--include", "--exclude", "--num_gpus")
+
+
+def gpus_named(options: LaunchOptions, environ: Mapping[str, str]) -> str:
+    """How the user gave --gpus, for its refusals: as typed (``--devices``), with its
+    variable (``--devices (from PADDLE_DEVICES)``), or what it was derived from
+    (``--exclude localhost:1`` of a hostfile: `LaunchOptions.labels`); on a host the
+    cluster starter started, what the user gave on the starting machine (`GPUS_GIVEN_AS`,
+    set by the starter for the --gpus it wrote in each host's command)."""
+    named = options.label("gpus")
+    if named == "--gpus" and environ.get(GPUS_GIVEN_AS):
+        return environ[GPUS_GIVEN_AS]
+    return named
+
+
+def _option_of(named: str) -> str:
+    """The option a refusal is about (`UsageError.option`): --devices, --exclude."""
+    words = named.split()
+    return next((w for w in words if w in _FILTERS), words[0])
+
+
+def _for_cpu_workers(named: str) -> str:
+    """What to do on a machine without GPUs, for --gpus given as `named`."""
+    words = named.split()
+    if "(from" in words and not words[-1].startswith("-"):  # a variable: unset it
+        return f"unset {words[-1].rstrip(')')} to run CPU workers"
+    if words[0] in ("--include", "--exclude"):  # DeepSpeed's filters picked GPU ids
+        return (
+            "to run CPU workers, name the hosts without GPU ids and give --devices cpu "
+            "(with a hostfile, each host's slots become CPU workers)"
+        )
+    return f"drop {_option_of(named)} to run CPU workers"
 
 
 def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAssignment:
@@ -421,24 +465,15 @@ def node_devices(options: LaunchOptions, environ: Mapping[str, str]) -> DeviceAs
                 "--slots",
             )
     needs_gpus = not options.cpu_only and options.nproc_per_node_kind != "cpu"
-    try:
-        return assign_devices(
-            options.gpus,
-            options.nproc_per_node,
-            environ=environ,
-            found=probe_gpus(environ) if needs_gpus else NodeGpus(0),
-            nproc_kind=options.nproc_per_node_kind,
-            cpu_only=options.cpu_only,
-            cpu_count=os.cpu_count() or 1,
-            dry_run=options.dry_run,
-            slots=options.slots,
-        )
-    except UsageError as refused:
-        # named as the user gave it (`--include localhost:0,1` of a one-host hostfile run
-        # here), not as the --gpus it became
-        label = options.label("gpus")
-        if label == "--gpus" or not str(refused).startswith("--gpus"):
-            raise
-        flag = label.split()[0]
-        text = label + str(refused).removeprefix("--gpus").replace("--gpus", flag)
-        raise UsageError(text, flag) from None
+    return assign_devices(
+        options.gpus,
+        options.nproc_per_node,
+        environ=environ,
+        found=probe_gpus(environ) if needs_gpus else NodeGpus(0),
+        nproc_kind=options.nproc_per_node_kind,
+        cpu_only=options.cpu_only,
+        cpu_count=os.cpu_count() or 1,
+        dry_run=options.dry_run,
+        slots=options.slots,
+        named=gpus_named(options, environ),
+    )

@@ -87,6 +87,27 @@ def test_exclude_and_include_choose_the_hosts_of_the_job(tmp_path) -> None:
         assert s.leftovers() == {}
 
 
+@pytest.mark.skipif(
+    os.path.exists("/proc/driver/nvidia/gpus") or os.path.exists("/dev/nvidiactl"),
+    reason="this machine has NVIDIA GPUs",
+)
+def test_gpu_ids_a_host_lacks_are_named_as_the_include_typed_here(tmp_path) -> None:
+    """The host's launcher is given --gpus 0; its refusal names what was typed on the login
+    node (a user trial's finding: it said --gpus)."""
+    with site(tmp_path, hosts=2) as s:
+        hostfile = s.hostfile("h0 slots=2\nh1 slots=2\n")
+        done = s.run(s.argv(hostfile, "--include", "h0:0@h1"))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert (
+            "paddlike.launch: error: --hostfile: host h0: --include h0:0@h1: no NVIDIA GPU found "
+            "on this node (/proc/driver/nvidia/gpus is missing), got '0'; to run CPU workers, "
+            "name the hosts without GPU ids and give --devices cpu (with a hostfile, each host's "
+            "slots become CPU workers); nothing was started"
+        ) in done.stderr.splitlines()
+        assert worker_ranks(s.tmp / "log") == []
+        assert s.leftovers() == {}
+
+
 def test_hosts_with_different_slots_make_one_node_major_world(tmp_path) -> None:
     with site(tmp_path) as s:
         hostfile = s.hostfile("h0 slots=1\nh1 slots=3\nh2 slots=2\n")

@@ -249,7 +249,7 @@ def _refused_on_both(
     ("extra", "pet", "message"),
     [
         (("--logs-specs", "x"), {},
-         "paddlike.launch: error: --logs_specs: paddlike's log layout is fixed"),
+         "paddlike.launch: error: --logs-specs: paddlike's log layout is fixed"),
         ((), {"PET_EVENT_LOG_HANDLER": "console"},
          "paddlike.launch: error: --event_log_handler (from PET_EVENT_LOG_HANDLER): no event "
          "handlers"),

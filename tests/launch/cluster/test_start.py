@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from paddlike.contract import JOB_TOKEN, JOB_TOKEN_FILE
+from paddlike.contract import GPUS_GIVEN_AS, JOB_TOKEN, JOB_TOKEN_FILE
 from paddlike.launch.cluster.start import forwarded_args, plan_remote_job
 from paddlike.launch.context.options import UsageError, parse_options
 
@@ -85,6 +85,15 @@ def test_nproc_per_node_passes_through_when_the_hostfile_has_no_slots(tmp_path) 
 def test_gpu_ids_with_slots_are_refused_by_the_spelling_typed(tmp_path, spelling) -> None:
     with pytest.raises(UsageError, match=f"^{spelling}: the hostfile's slots"):
         _plan(tmp_path, "h0 slots=2\nh1 slots=2\n", spelling, "0,1")
+
+
+def test_the_gpu_ids_a_filter_picks_travel_with_what_the_user_typed(tmp_path) -> None:
+    """A host given --gpus by --include names the --include in its refusals
+    (`devices.gpus_named`); hosts given their slots are told nothing."""
+    job = _plan(tmp_path, "a slots=2\nb slots=2\n", "--include", "a:0@b")
+    assert [p.launcher_args() for p in job.picks] == [("--gpus", "0"), ("--slots", "2")]
+    assert job.environment[GPUS_GIVEN_AS] == "--include a:0@b"
+    assert GPUS_GIVEN_AS not in _plan(tmp_path, "a slots=2\nb slots=2\n").environment
 
 
 def test_devices_cpu_with_a_hostfile_gives_each_host_its_slots_of_cpu_workers(tmp_path) -> None:

@@ -107,22 +107,37 @@ def test_export_prefixes_from_its_variable_is_no_mistake_on_one_machine(tmp_path
     assert "RAN" in (tmp_path / "log" / "workerlog.0").read_text()
 
 
+NO_GPU = "no NVIDIA GPU found on this node (/proc/driver/nvidia/gpus is missing)"
+ON_CPUS = (
+    "to run CPU workers, name the hosts without GPU ids and give --devices cpu (with a "
+    "hostfile, each host's slots become CPU workers)"
+)
+
+
 @needs_no_gpu
-@pytest.mark.parametrize("hostfile", [False, True])
-def test_include_of_gpus_on_a_machine_without_them_is_refused_as_include(
-    tmp_path, hostfile
-) -> None:
-    """Not as the `--gpus` it becomes: the user never typed that (a trial tripped on it)."""
-    args = ["--include", "localhost:0,1"]
-    if hostfile:
-        (tmp_path / "hf").write_text("localhost slots=2\n")
-        args += ["--hostfile", "hf"]
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--include", "localhost:0,1"],
+         f"--include localhost:0,1: {NO_GPU}, got '0,1'; {ON_CPUS}"),
+        (["--hostfile", "hf", "--include", "localhost:0,1"],
+         f"--include localhost:0,1: {NO_GPU}, got '0,1'; {ON_CPUS}"),
+        (["--hostfile", "hf", "--exclude", "localhost:1"],
+         f"--exclude localhost:1: {NO_GPU}, got '0'; {ON_CPUS}"),
+    ],
+)  # fmt: skip
+def test_gpu_ids_picked_on_a_machine_without_gpus_are_named_as_typed(tmp_path, args, line) -> None:
+    """Not as the `--gpus` they become: the user never typed that (trials tripped on it);
+    with what runs CPU workers instead, which does."""
+    (tmp_path / "hf").write_text("localhost slots=2\n")
     done = _run(tmp_path, *args)
     assert done.returncode == 2, done.stderr
-    line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith("paddlike.launch: error: --include localhost:0,1: no NVIDIA GPU"), line
-    assert "--gpus" not in line and "drop --include" in line, line
-    assert "RAN" not in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == f"paddlike.launch: error: {line}"
+    assert "RAN" not in done.stdout and not (tmp_path / "log").exists()
+    hosts = ["--hostfile", "hf"] if "--hostfile" in args else ["--include", "localhost"]
+    advised = _run(tmp_path, *hosts, "--devices", "cpu", "--dry_run")
+    assert advised.returncode == 0, advised.stderr
+    assert f"{2 if '--hostfile' in args else 1} process(es)" in advised.stdout
 
 
 def test_slurm_with_a_hostfile_outside_an_allocation_is_refused_before_srun(tmp_path) -> None:

@@ -301,12 +301,14 @@ PADDLE_GPU_LOG_INTERVAL = 30.0
 
 
 def split_compat(
-    args: Sequence[str],
+    args: Sequence[str], typed: Mapping[str, str] | None = None
 ) -> tuple[list[str], dict[str, tuple[str | None, str]]]:
     """Take this table's options out of the launcher's (normalized) arguments.
 
-    Returns the arguments for argparse and {name: (value, option as written)}.
+    Returns the arguments for argparse and {name: (value, option as the user typed it:
+    `typed` maps the normalized name back)}.
     """
+    typed = typed or {}
     rest: list[str] = []
     found: dict[str, tuple[str | None, str]] = {}
     i = 0
@@ -319,6 +321,7 @@ def split_compat(
             continue
         name, value = hit
         shown = arg.partition("=")[0] if arg.startswith("--") else arg[:2]
+        shown = typed.get(shown, shown)
         if name in COMPAT_SWITCHES:
             if value is not None:
                 raise CompatError(shown, f"takes no value, got {value!r}")
@@ -361,14 +364,15 @@ def _source(origin: str) -> Source:
 
 
 def their_options(
-    ours: list[str], environ: Mapping[str, str]
+    ours: list[str], environ: Mapping[str, str], typed: Mapping[str, str] | None = None
 ) -> tuple[list[str], dict[str, tuple[str, Source]], dict, dict[str, str]]:
     """Other launchers' options (flags, then PET_ variables and fleet's elastic server)
     -> (argparse's part, {our dest: (text, where it came from)}, other fields,
     {table name: the option or variable as the user gave it}); `UsageError` for what
-    paddlike refuses."""
+    paddlike refuses. `typed`: each option's name as typed (`parser.typed_names`), which
+    messages use (``--rdzv-backend``, not the ``--rdzv_backend`` `ours` spells)."""
     try:
-        rest, found = split_compat(ours)
+        rest, found = split_compat(ours, typed or {})
         for name, hit in pet_values(environ, found).items():
             found[name] = hit
         fleet = fleet_elastic_server(environ)

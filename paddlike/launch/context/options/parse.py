@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paddlike.launch.context.options import console, others, rules, values
+from paddlike.launch.context.options import console, others, parser, rules, values
 from paddlike.launch.context.options.our_table import OPTIONS
-from paddlike.launch.context.options.parser import parse_ours, split_argv, typed_spellings
-from paddlike.launch.context.options.record import FLAG, LaunchOptions, Source, UsageError
+from paddlike.launch.context.options.parser import split_argv
+from paddlike.launch.context.options.record import LaunchOptions, Source, UsageError
 from paddlike.launch.context.options.sources import resolve
 
 
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOptions:
     """Parse and validate the launcher's command line; raise `UsageError` on bad input."""
     ours, script = split_argv(argv)
-    ours, theirs, extra, named = others.their_options(ours, environ)
-    ns = parse_ours(ours)  # only our options: positionals come from `script`
-    typed = typed_spellings(argv[: len(argv) - len(script)])
+    names = parser.typed_names(argv[: len(argv) - len(script)])  # messages name them as typed
+    ours, theirs, extra, named = others.their_options(ours, environ, names)
+    ns = parser.parse_ours(ours)  # only our options: positionals come from `script`
+    typed = parser.typed_spellings(names)
     if not script:
         taken = ""  # `--preload train.py`: the script went to the option before it
         if len(argv) >= 2 and argv[-1].endswith(".py") and argv[-2].startswith("-"):
@@ -40,7 +41,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         if option.switch:
             continue
         dest = option.dest
-        found = resolve(dest, ns.get(dest), theirs.get(dest), environ)
+        found = resolve(dest, ns.get(dest), theirs.get(dest), environ, typed.get(dest))
         if found is None:
             continue
         text, source = found
@@ -49,7 +50,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         except values.BadValue as bad:
             hint = option.hint_for(text) if str(bad).startswith("expected") else ""
             # named as typed: --devices, not the --gpus it stands for
-            label = typed.get(dest, source.name) if source.kind == FLAG else source.label(dest)
+            label = source.label(dest)
             raise UsageError(f"{label}: {bad}, got {text!r}{hint}", f"--{dest}") from None
         raw.update(option.fields_of(value, source))
         given.add(dest)
@@ -81,7 +82,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
         and raw.get("master") == fleet_master[0]
     ):
         given.add("elastic_server")  # the launchers meet at fleet's server: its rule applies
-    raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.kind != FLAG)
+    # every message after this one names the option as given (`LaunchOptions.label`)
+    raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.label(d) != f"--{d}")
     rules.elastic_fields(raw, given, dict(raw["labels"]))
     raw["run_mode"] = rules.infer_run_mode(raw, given)
     options = LaunchOptions(

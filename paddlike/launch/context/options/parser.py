@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import paddlike
 from paddlike.commands import command_name
@@ -229,9 +229,17 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return out, []
 
 
-def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
-    """{dest: the spelling the user typed}: messages name --devices as --devices (the last
-    spelling of an option wins, as its value does; dashes spelt as underscores)."""
+def typed_spellings(names: Mapping[str, str]) -> dict[str, str]:
+    """{dest: the option's name as the user typed it}, from `typed_names`: messages name
+    ``--devices`` as --devices, ``--max-restarts`` with its dashes, ``--rank`` as --rank
+    and an abbreviation (``--local_rank`` for --local_ranks_filter) as typed; the last
+    spelling of an option wins, as its value does."""
+    return {DEST[full]: name for full, name in names.items() if full in DEST}
+
+
+def typed_names(launcher_argv: Sequence[str]) -> dict[str, str]:
+    """{an option's name as `split_argv` writes it (underscores, written out): the name
+    the user typed}, ours and the other launchers' (``--rdzv_backend``: ``--rdzv-backend``)."""
     typed: dict[str, str] = {}
     for arg in launcher_argv:
         name = arg.partition("=")[0]
@@ -241,7 +249,6 @@ def typed_spellings(launcher_argv: Sequence[str]) -> dict[str, str]:
             full = _unabbreviated(normalize_spelling(name, _KNOWN))
         except UsageError:
             continue
-        if full in DEST:
-            # torchrun's dashes are only a spelling: --nproc-per-node is --nproc_per_node
-            typed[DEST[full]] = "--" + name[2:].replace("-", "_") if name[:2] == "--" else name
+        if full in _KNOWN:
+            typed[full] = name
     return typed

@@ -154,13 +154,13 @@ class LaunchOptions(NamedTuple):
     # torchrun's --signals_to_handle: the signals the launcher handles, as numbers; None:
     # the default (torchrun's, and SIGUSR1, SIGUSR2 under Slurm: run/signals.py)
     signals_to_handle: tuple[int, ...] | None = None
-    # where each option not given by our own flag came from, as messages name it
-    # ((dest, "--node_rank (from PADDLE_RANK)"), ...): `label`
+    # how the user gave each option not typed as --<dest>, as messages name it
+    # ((dest, "--nnodes (from PET_NNODES)"), ("gpus", "--devices"), ...): `label`
     labels: tuple[tuple[str, str], ...] = ()
 
     def label(self, dest: str) -> str:
         """How a message names option `dest`: ``--node_rank``, or with its source,
-        ``--node_rank (from PADDLE_RANK)``."""
+        ``--rank (from PADDLE_RANK)``, as typed (``--node-rank``, ``--devices``)."""
         return dict(self.labels).get(dest, f"--{dest}")
 
     @property
@@ -206,8 +206,17 @@ class Source(NamedTuple):
     variable by the name the user gave it."""
 
     kind: str
-    name: str  # "--start_port", "-t", "PADDLIKE_START_PORT", "PET_RDZV_ENDPOINT"
+    # as the user gave it: "--start_port", "--start-port", "--devices" (our flag as typed),
+    # "-t", "PADDLIKE_START_PORT", "PET_RDZV_ENDPOINT"
+    name: str
+    # a variable's option where it is not --<dest>: PADDLE_DEVICES is --devices
+    # (`sources.candidates`); "" otherwise
+    option: str = ""
 
     def label(self, dest: str) -> str:
-        """How a message names the option: ``--master``, ``--master (from --rdzv_endpoint)``."""
-        return f"--{dest}" if self.kind == FLAG else f"--{dest} (from {self.name})"
+        """How a message names the option, as the user gave it: ``--master``,
+        ``--max-restarts``, ``--master (from --rdzv_endpoint)``, ``--devices (from
+        PADDLE_DEVICES)``."""
+        if self.kind == FLAG:
+            return self.name
+        return f"{self.option or '--' + dest} (from {self.name})"

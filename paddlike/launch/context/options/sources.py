@@ -17,9 +17,12 @@ Sources 1 and 2 are both on the command line: they must agree (``--master a:1
 --start_port (`others.paddlecloud_ports`); below that, the record's defaults
 (`record.LaunchOptions`).
 
-`resolve` returns the text with its `Source` as data: messages name the source
-(``--nnodes (from PET_NNODES): ...``) and --start_port's origin is kept
-(`LaunchOptions.start_port_from`) from it.
+`resolve` returns the text with its `Source` as data: messages name the option as the
+user gave it, which the source says (`Source.label`): our flag as typed (``--devices``,
+``--max-restarts``, an abbreviation), a variable with the option it stands for
+(``--nnodes (from PET_NNODES)``, ``--devices (from PADDLE_DEVICES)``: `variable_option`);
+`parse_options` keeps each label in the record (`LaunchOptions.labels`) for the messages
+after it. --start_port's origin is kept (`LaunchOptions.start_port_from`) from it too.
 """
 
 from __future__ import annotations
@@ -52,15 +55,17 @@ def candidates(
     flag: str | None,
     theirs: tuple[str, Source] | None,
     environ: Mapping[str, str],
+    typed: str | None = None,
 ) -> list[tuple[str, Source]]:
     """Every value given for `dest`, in `PRECEDENCE` order, each with its source.
 
-    `flag`: argparse's value (None: not on the command line); `theirs`: another
-    launcher's option translated to this one (`others.their_options`).
+    `flag`: argparse's value (None: not on the command line), `typed` the name the user
+    typed it by (``--devices``, ``--max-restarts``; `parser.typed_spellings`); `theirs`:
+    another launcher's option translated to this one (`others.their_options`).
     """
     found: list[tuple[str, Source]] = []
     if flag is not None:
-        found.append((flag, Source(FLAG, f"--{dest}")))
+        found.append((flag, Source(FLAG, typed or f"--{dest}")))
     if theirs is not None and theirs[1].kind == THEIR_FLAG:
         found.append(theirs)
     if env_name(dest) in environ:
@@ -69,8 +74,25 @@ def candidates(
         found.append(theirs)
     for var in their_variables(dest, environ):
         if var in environ:
-            found.append((environ[var], Source(THEIR_VARIABLE, var)))
+            found.append((environ[var], Source(THEIR_VARIABLE, var, variable_option(dest, var))))
     return found
+
+
+_VARIABLE_PREFIXES = ("PADDLE_", "PET_")
+
+
+def variable_option(dest: str, variable: str) -> str:
+    """The spelling of option `dest` that another launcher's `variable` stands for, where
+    it is not --<dest>: PADDLE_DEVICES is --devices, PADDLE_RANK --rank, PET_LOCAL_ADDR
+    --local_addr (each launcher's own pair); "" for the rest (PET_NNODES is --nnodes
+    itself, PADDLE_ELASTIC_NP has no flag of its own)."""
+    option = BY_DEST.get(dest)
+    for prefix in _VARIABLE_PREFIXES:
+        if variable.startswith(prefix):
+            flag = "--" + variable[len(prefix) :].lower()
+            if option is not None and flag != f"--{dest}" and flag in option.flags:
+                return flag
+    return ""
 
 
 def resolve(
@@ -78,6 +100,7 @@ def resolve(
     flag: str | None,
     theirs: tuple[str, Source] | None,
     environ: Mapping[str, str],
+    typed: str | None = None,
 ) -> tuple[str, Source] | None:
     """The value of `dest` as text and where it came from; None when no source has it.
 
@@ -85,15 +108,15 @@ def resolve(
     the value is named by the other launcher's flag (``--master (from --rdzv_endpoint)``),
     which is how the user spelled the part a message is about.
     """
-    found = candidates(dest, flag, theirs, environ)
+    found = candidates(dest, flag, theirs, environ, typed)
     if not found:
         return None
     if len(found) > 1 and found[0][1].kind == FLAG and found[1][1].kind == THEIR_FLAG:
-        (ours, _), (text, source) = found[0], found[1]
+        (ours, flag_source), (text, source) = found[0], found[1]
         if ours != text:
             raise UsageError(
-                f"--{dest}: {ours!r} contradicts {source.name} (which means --{dest} "
-                f"{text}); drop one of them",
+                f"{flag_source.name}: {ours!r} contradicts {source.name} (which means "
+                f"{flag_source.name} {text}); drop one of them",
                 f"--{dest}",
             )
         return found[1]

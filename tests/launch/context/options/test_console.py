@@ -190,7 +190,7 @@ def _dry_run(tmp_path: Path, *argv: str, **environ: str) -> subprocess.Completed
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
-    [(["--console", "3"], {}, "--console (--local_ranks_filter): this node runs 2 trainer(s) "
+    [(["--console", "3"], {}, "--console: this node runs 2 trainer(s) "
       "(local indices 0..1), got '3'"),
      (["-t", "2:3"], {}, "-t: this node runs 2 trainer(s) (local indices 0..1), got local rank 2"),
      ([], {"PET_REDIRECTS": "0:3,5:1"}, "--redirects (from PET_REDIRECTS): this node runs 2 "

@@ -125,7 +125,7 @@ def test_a_last_call_window_must_be_positive_seconds(value):
 
 def test_torchruns_close_timeout_is_refused_with_the_closing_rule():
     message = refused("--nnodes", "2:4", *MASTER, "--rdzv-conf", "close_timeout=5")
-    assert message.startswith("--rdzv_conf: key 'close_timeout': a round closes when MAX")
+    assert message.startswith("--rdzv-conf: key 'close_timeout': a round closes when MAX")
 
 
 def test_last_call_and_level_and_timeout_are_in_the_help_of_the_multi_node_group():

@@ -166,10 +166,10 @@ def test_a_switch_variable_names_every_word_it_takes():
 
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
-    [([], {"PADDLE_RANK": "3"}, "--node_rank (from PADDLE_RANK): 3 is out of range for 1 node(s)"),
+    [([], {"PADDLE_RANK": "3"}, "--rank (from PADDLE_RANK): 3 is out of range for 1 node(s)"),
      (["--node_rank", "3"], {}, "--node_rank: 3 is out of range for 1 node(s)"),
      ([], {"PADDLE_DEVICES": "0,1", "PADDLE_SERVER_NUM": "1", "PADDLE_TRAINER_NUM": "1"},
-      "--gpus (from PADDLE_DEVICES): parameter-server mode runs on CPUs"),
+      "--devices (from PADDLE_DEVICES): parameter-server mode runs on CPUs"),
      (["--nproc_per_node", "3"], {"PADDLIKE_GPUS": "0,1"},
       "--nproc_per_node: 3 does not divide the 2 GPUs of --gpus 0,1")],
 )  # fmt: skip

@@ -112,18 +112,18 @@ def test_standalone_is_one_node_without_a_shared_rendezvous():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--rdzv-backend", "zookeeper"], r"^--rdzv_backend: expected static, c10d, etcd"),
-        (["--rdzv-backend", "etcd"], r"^--rdzv_backend: etcd needs --rdzv_endpoint"),
-        (["--rdzv-conf", "is_host=1"], r"^--rdzv_conf: key 'is_host': the node whose address"),
+        (["--rdzv-backend", "zookeeper"], r"^--rdzv-backend: expected static, c10d, etcd"),
+        (["--rdzv-backend", "etcd"], r"^--rdzv-backend: etcd needs --rdzv_endpoint"),
+        (["--rdzv-conf", "is_host=1"], r"^--rdzv-conf: key 'is_host': the node whose address"),
         (["--rdzv-conf", "close_timeout=5"], r"key 'close_timeout': a round closes when MAX"),
         (["--rdzv-conf", "nonsense"], r"expected key=value entries, got 'nonsense'"),
         (["--standalone", "--nnodes", "2"], r"^--standalone: .* --nnodes 2 names another node"),
         (["--standalone", "--master", "127.0.0.1:1"], r"^--standalone: .* --master"),
         (["--master", "127.0.0.1:1", "--rdzv-endpoint", "127.0.0.1:2"],
-         r"^--master: '127.0.0.1:1' contradicts --rdzv_endpoint \(which means --master "
+         r"^--master: '127.0.0.1:1' contradicts --rdzv-endpoint \(which means --master "
          r"127.0.0.1:2\)"),
         (["--nnodes", "4:1"], r"^--nnodes: MIN \(4\) is above MAX \(1\)"),
-        (["--nproc-per-node", "xpu"], r"^--nproc_per_node: xpu is refused \(no XPUs: "),
+        (["--nproc-per-node", "xpu"], r"^--nproc-per-node: xpu is refused \(no XPUs: "),
     ],
 )  # fmt: skip
 def test_rendezvous_forms_paddlike_cannot_honour_are_refused_with_a_reason(argv, message):
@@ -176,17 +176,17 @@ def test_torchruns_tee_redirects_and_filter_choose_the_console_as_in_torchrun(ar
         (["--tee", "0,1"], r"^--tee: expected 0 \(none\), 1 \(stdout\), 2 \(stderr\), 3 "
          r"\(both\) .*; to choose which local workers the console shows, use --console 0,1"),
         (["-t", "4"], r"^-t: expected 0 \(none\)"),
-        (["--start-method", "thread"], r"^--start_method: expected spawn, fork or forkserver"),
-        (["--monitor-interval", "0"], r"^--monitor_interval: expected a number of seconds > 0"),
-        (["--run-path", "-m"], r"^--run_path: runs the script by its path; cannot be combined"),
-        (["--logs-specs", "x"], r"^--logs_specs: paddlike's log layout is fixed"),
-        (["--event-log-handler", "dynamic_rendezvous"], r"^--event_log_handler: no event"),
-        (["--numa-binding", "nodes"], r"^--numa_binding: expected node, socket, exclusive, "
+        (["--start-method", "thread"], r"^--start-method: expected spawn, fork or forkserver"),
+        (["--monitor-interval", "0"], r"^--monitor-interval: expected a number of seconds > 0"),
+        (["--run-path", "-m"], r"^--run-path: runs the script by its path; cannot be combined"),
+        (["--logs-specs", "x"], r"^--logs-specs: paddlike's log layout is fixed"),
+        (["--event-log-handler", "dynamic_rendezvous"], r"^--event-log-handler: no event"),
+        (["--numa-binding", "nodes"], r"^--numa-binding: expected node, socket, exclusive, "
          r"core-complex \(as in torchrun\) or none, got 'nodes'"),
-        (["--signals-to-handle", "SIGFOO"], r"^--signals_to_handle: SIGFOO is not a signal name"),
-        (["--duplicate-stdout-filters", "loss"], r"^--duplicate_stdout_filters: no filtered "
+        (["--signals-to-handle", "SIGFOO"], r"^--signals-to-handle: SIGFOO is not a signal name"),
+        (["--duplicate-stdout-filters", "loss"], r"^--duplicate-stdout-filters: no filtered "
          r"copy of the console's lines is made: every worker's lines are already in its log"),
-        (["--logs-specs", "my_specs"], r"^--logs_specs: .*DefaultLogsSpecs does; a custom "
+        (["--logs-specs", "my_specs"], r"^--logs-specs: .*DefaultLogsSpecs does; a custom "
          r"LogsSpecs cannot apply"),
         (["--standalone=1"], r"^--standalone: takes no value, got '1'"),
     ],
@@ -396,7 +396,7 @@ def test_the_launcher_exits_2_with_one_line_for_a_refused_option(tmp_path):
     run = _launch("--numa-binding", "sockets", "--log_dir", str(tmp_path / "log"), str(script))
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "paddlike.launch: error: --numa_binding: expected node, socket, exclusive, core-complex "
+        "paddlike.launch: error: --numa-binding: expected node, socket, exclusive, core-complex "
         "(as in torchrun) or none, got 'sockets'"
     ]
     assert not (tmp_path / "log").exists()
