@@ -353,8 +353,8 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
             Option(
                 ("--straggler_check",),
                 "seconds between checks for stragglers, ranks that arrive last at most "
-                "collectives (default 60; 0: off)",
-                v.NON_NEGATIVE_SECONDS,
+                "collectives (default 60, at least 1; 0: off)",
+                v.straggler_period,
             ),
             Option(
                 ("--straggler_threshold",),

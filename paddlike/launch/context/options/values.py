@@ -187,12 +187,14 @@ def stage_devices(text: str) -> tuple[str, ...]:
 
 
 def one_of(*words: str, expected: str) -> Callable[[str], str]:
-    """A checker accepting exactly these words."""
+    """A checker accepting these words, in any case (`EXCLUDE` is `exclude`, as signal
+    names are SIGTERM or sigterm)."""
 
     def check(text: str) -> str:
-        if text not in words:
+        word = text.strip().lower()
+        if word not in words:
             raise BadValue(expected)
-        return text
+        return word
 
     return check
 
@@ -326,6 +328,16 @@ RUN_MODE = one_of(*RUN_MODES, expected="expected one of " + ", ".join(RUN_MODES)
 ON_HANG = one_of("dump", "abort", expected="expected dump or abort")
 PREFLIGHT = one_of("off", "on", "full", expected="expected off, on or full")
 ON_STRAGGLER = one_of("warn", "exclude", expected="expected warn or exclude")
+
+
+def straggler_period(text: str) -> float:
+    """--straggler_check: 0 (off) or at least a second; each check reads every rank's
+    recent collectives, and checks closer together see too few of them to compare (and
+    cost a busy launcher's share of a core)."""
+    value = NON_NEGATIVE_SECONDS(text)
+    if 0 < value < 1:
+        raise BadValue("expected 0 (off) or a number of seconds >= 1")
+    return value
 SHARE_ABOVE_ZERO = in_range(float, "expected a share of the step time > 0", 0, FINITE, above=True)
 
 

@@ -47,3 +47,18 @@ def test_an_open_lower_bound_and_an_infinite_upper_one():
     assert interval("inf") == float("inf")
     with pytest.raises(BadValue, match="expected > 0"):
         interval("0")
+
+
+def test_word_values_are_taken_in_any_case():
+    from paddlike.launch.context.options.values import ON_HANG, ON_STRAGGLER, RUN_MODE
+
+    assert (ON_STRAGGLER("EXCLUDE"), ON_HANG("Abort"), RUN_MODE("PS")) == ("exclude", "abort", "ps")
+
+
+@pytest.mark.parametrize("given", ["0.001", "0.5"])
+def test_a_straggler_check_under_a_second_is_refused(given):
+    from paddlike.launch.context.options.values import BadValue, straggler_period
+
+    with pytest.raises(BadValue, match=r"expected 0 \(off\) or a number of seconds >= 1"):
+        straggler_period(given)
+    assert (straggler_period("0"), straggler_period("1")) == (0.0, 1.0)
