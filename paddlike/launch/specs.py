@@ -37,6 +37,7 @@ def plan_spec(options: LaunchOptions) -> PlanSpec:
         straggler_check=options.straggler_check,
         split_logs=options.redirect_stdout_and_stderr,
         virtual_local_rank=options.virtual_local_rank,
+        pass_local_rank=options.pass_local_rank,
     )
 
 

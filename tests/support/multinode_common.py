@@ -13,13 +13,15 @@ from tests.support.netns import Node
 LAUNCH = [sys.executable, "-m", "paddlike.launch"]
 
 # A worker: prints its rank and endpoints; `--fail RANK CODE` makes one rank exit with CODE
-# after `--after` seconds; the others sleep `--sleep` seconds.
+# after `--after` seconds; the others sleep `--sleep` seconds. A hostfile start gives it
+# DeepSpeed's `--local_rank=N` first, which it takes as a DeepSpeed script would.
 WORKER = """
 import os, sys, time
 rank = int(os.environ["PADDLE_TRAINER_ID"])
 print("RANK", rank, os.environ["PADDLE_TRAINER_ENDPOINTS"], os.environ["PADDLIKE_RESTART_COUNT"],
       flush=True)
-args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+argv = [a for a in sys.argv[1:] if not a.startswith("--local_rank=")]
+args = dict(zip(argv[0::2], argv[1::2]))
 if "--fail" in args and int(args["--fail"]) == rank and (
         int(os.environ["PADDLIKE_RESTART_COUNT"]) < int(args.get("--fail_rounds", "99"))):
     time.sleep(float(args.get("--after", "0.3")))

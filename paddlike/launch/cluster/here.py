@@ -104,7 +104,9 @@ def _node_of_many(
         )
     # parsed here, never a command line of another process: the token may stay
     kept, script = forwarded_args(
-        argv, keep=frozenset({"job_id", "dry_run", "job_token", "job_token_file"})
+        argv,
+        keep=frozenset({"job_id", "dry_run", "job_token", "job_token_file"}),
+        pass_local_rank=options.pass_local_rank,
     )
     launcher = _without_value(kept, "--node_rank")
     command = [

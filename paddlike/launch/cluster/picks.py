@@ -82,11 +82,13 @@ def picked_gpus_named(options: LaunchOptions) -> str:
 
 
 def forwarded_args(
-    argv: Sequence[str], keep: frozenset[str] = frozenset()
+    argv: Sequence[str], keep: frozenset[str] = frozenset(), *, pass_local_rank: bool = False
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The user's launcher options without the cluster ones (and without --job_id, which
     `plan_remote_job` gives every host, and the token, which travels in the hosts'
-    environment; those of `keep` stay), and the script with its args."""
+    environment; those of `keep` stay), and the script with its args. `pass_local_rank`
+    (the start is DeepSpeed-style: `LaunchOptions.pass_local_rank`): every host's launcher
+    is told so by --pass_local_rank, since the options that made it so stay here."""
     ours, script = split_argv(argv)  # spellings normalized, abbreviations written out
     kept: list[str] = []
     i = 0
@@ -98,4 +100,6 @@ def forwarded_args(
         if not dropped or dest in keep:
             kept.extend(ours[i : i + width])
         i += width
+    if pass_local_rank and "--pass_local_rank" not in kept:
+        kept.append("--pass_local_rank")
     return tuple(kept), tuple(script)

@@ -63,7 +63,7 @@ def plan_remote_job(
     from paddlike.launch.cluster.envfile import carried_environment
     from paddlike.launch.plan.nodejob import new_job_id
 
-    launcher_args, script = forwarded_args(argv)
+    launcher_args, script = forwarded_args(argv, pass_local_rank=options.pass_local_rank)
     picks: tuple = ()
     if options.hostfile:
         picks = hostfile_picks(options, argv)

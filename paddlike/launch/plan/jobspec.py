@@ -28,10 +28,16 @@ class PlanSpec(NamedTuple):
     straggler_check: float = 0.0  # set: the same, for the straggler check
     split_logs: bool = False  # --redirect_stdout_and_stderr: stderr in workerlog.N.err
     virtual_local_rank: bool = False  # torchrun's --virtual_local_rank (`plan.plan`)
+    # DeepSpeed's --local_rank=N for each collective worker (`rules.passes_local_rank`)
+    pass_local_rank: bool = False
 
-    def argv(self, python: str) -> tuple[str, ...]:
-        """Each worker's command line."""
+    def argv(self, python: str, local_rank: int | None = None) -> tuple[str, ...]:
+        """Each worker's command line; with `local_rank`, DeepSpeed's ``--local_rank=N``
+        (one item) right after the script or module, before the script's own args, where
+        deepspeed.launcher.launch puts it."""
         args = self.training_script_args
+        if local_rank is not None:
+            args = (f"--local_rank={local_rank}", *args)
         if self.no_python:
             return (self.training_script, *args)
         if self.module:

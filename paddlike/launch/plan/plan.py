@@ -240,6 +240,9 @@ def plan_collective(
     then sees them (FLAGS_selected_gpus 0, every entry of PADDLE_WORLD_DEVICE_IDS alike).
     PADDLE_LOCAL_RANK and PADDLE_RANK_IN_NODE keep the worker's index on the node: Paddle
     has no virtual rank, and its scripts number log files and ports by it.
+
+    DeepSpeed's ``--local_rank=N`` (`PlanSpec.pass_local_rank`) goes right after the
+    script, N being the worker's LOCAL_RANK (0 for every worker with --virtual_local_rank).
     """
     node = layout.node_index
     nproc = devices.nproc
@@ -312,6 +315,8 @@ def plan_collective(
                 seen = tuple(str(i) for i in range(len(physical)))
                 env[contract.CUDA_VISIBLE_DEVICES] = ",".join(physical)
                 env[contract.SELECTED_GPUS] = env[contract.LOCAL_DEVICE_IDS] = ",".join(seen)
+        if spec.pass_local_rank:  # DeepSpeed's --local_rank=N: what LOCAL_RANK says
+            argv = spec.argv(facts.python, int(env[contract.LOCAL_RANK]))
         log, err = log_names(Role.TRAINER, local, spec.split_logs)
         env.update(error_file_env(facts, log))
         processes.append(

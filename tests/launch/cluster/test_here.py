@@ -66,3 +66,16 @@ def test_no_ssh_makes_this_host_node_i_of_the_hostfiles_hosts(tmp_path) -> None:
     argv[argv.index("-e") : argv.index("-e") + 2] = []
     options, _ = run_here(parse_options(argv, {}), argv, environ={})
     assert (options.ips, options.node_rank, options.slots) == (("h0", "h1", "h2"), 1, 3)
+
+
+@pytest.mark.parametrize(("extra", "passed"), [((), True), (("--no_local_rank",), False)])
+def test_a_hostfile_run_here_keeps_deepspeeds_local_rank_argument(tmp_path, extra, passed):
+    """The options that made the start DeepSpeed-style are gone from this launcher's own
+    (no --hostfile, no filters): whether its workers get --local_rank=N stays."""
+    options, _ = _here(tmp_path, "localhost slots=2\n", "-i", "localhost:0,1", *extra)
+    assert (options.hostfile, options.include, options.pass_local_rank) == (None, None, passed)
+    (tmp_path / "hf").write_text("h0 slots=1\nh1 slots=3\n")
+    argv = ["--hostfile", str(tmp_path / "hf"), "--no_ssh", "--node_rank", "1", *extra,
+            "train.py"]  # fmt: skip
+    options, _ = run_here(parse_options(argv, {}), argv, environ={})
+    assert (options.node_rank, options.pass_local_rank) == (1, passed)

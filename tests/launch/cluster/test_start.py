@@ -42,9 +42,27 @@ def _plan(tmp_path, hostfile: str, *args: str, environ=None):
 def test_a_plan_gives_every_host_the_same_job_id_and_python(tmp_path) -> None:
     job = _plan(tmp_path, "h0 slots=2\nh1 slots=2\n", "--job_id", "mine")
     assert job.hosts == ("h0", "h1") and job.job_id == "mine" and job.python == "/py"
-    assert job.launcher_args == () and job.script == ("train.py",)
+    # DeepSpeed's --local_rank=N: the hosts' launchers see no --hostfile, so they are told
+    assert job.launcher_args == ("--pass_local_rank",) and job.script == ("train.py",)
     other = _plan(tmp_path, "h0\n", "--remote_python", "/other/python")
     assert other.python == "/other/python" and other.job_id.startswith("job-")
+
+
+@pytest.mark.parametrize(
+    ("args", "forwarded"),
+    [
+        ((), ("--pass_local_rank",)),  # DeepSpeed's launcher gives every worker --local_rank
+        (("--no_local_rank",), ()),  # DeepSpeed's switch: none, and not passed on either
+        (("--pass_local_rank",), ("--pass_local_rank",)),  # once
+        (("--launcher", "slurm"), ()),  # DeepSpeed's slurm runner passes none
+        (("--launcher", "slurm", "--pass_local_rank"), ("--pass_local_rank",)),
+    ],
+)
+def test_every_host_is_told_to_pass_local_rank_unless_no_local_rank(
+    tmp_path, args, forwarded
+) -> None:
+    environ = {"SLURM_JOB_ID": "1"}
+    assert _plan(tmp_path, "h0\nh1\n", *args, environ=environ).launcher_args == forwarded
 
 
 def test_every_job_gets_a_token_the_given_one_or_a_fresh_random_one(tmp_path) -> None:
@@ -78,7 +96,7 @@ def test_what_each_host_is_told_itself_cannot_be_given_for_all(tmp_path, args, m
 
 def test_nproc_per_node_passes_through_when_the_hostfile_has_no_slots(tmp_path) -> None:
     job = _plan(tmp_path, "h0\nh1\n", "--nproc_per_node", "2")
-    assert job.launcher_args == ("--nproc_per_node", "2")
+    assert job.launcher_args == ("--nproc_per_node", "2", "--pass_local_rank")
 
 
 @pytest.mark.parametrize("spelling", ["--devices", "--gpus"])
@@ -98,7 +116,7 @@ def test_the_gpu_ids_a_filter_picks_travel_with_what_the_user_typed(tmp_path) ->
 
 def test_devices_cpu_with_a_hostfile_gives_each_host_its_slots_of_cpu_workers(tmp_path) -> None:
     job = _plan(tmp_path, "h0 slots=2\nh1 slots=3\n", "--devices", "cpu")
-    assert job.launcher_args == ("--devices", "cpu")  # to every host
+    assert job.launcher_args == ("--devices", "cpu", "--pass_local_rank")  # to every host
     assert [p.launcher_args() for p in job.picks] == [("--slots", "2"), ("--slots", "3")]
     with pytest.raises(UsageError, match=r"^--devices cpu: --include/--exclude name GPU ids"):
         _plan(tmp_path, "h0 slots=2\nh1 slots=3\n", "--devices", "cpu", "-i", "h0:1")
@@ -154,7 +172,8 @@ def test_dry_run_prints_each_hosts_ssh_command_and_script_with_secrets_hidden(tm
             assert f"export {name}=<hidden>" in script
         launcher = shlex.split(script[-1].removeprefix("exec "))
         assert launcher[launcher.index("--node_rank") + 1] == str(rank)
-        assert launcher[-3:] == ["train.py", "--x", "1"]
+        # each host's launcher is told to give DeepSpeed's --local_rank=N to its workers
+        assert launcher[-4:] == ["--pass_local_rank", "train.py", "--x", "1"]
         assert mine[-1] == "SCRIPT"
     assert not any(tmp_path.glob("paddlike-ssh-*"))
 

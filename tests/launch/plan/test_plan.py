@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from paddlike import contract
 from paddlike.launch.context.devices import DeviceAssignment, assign_devices
-from paddlike.launch.context.options import parse_options
+from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.plan.jobspec import PlanSpec
 from paddlike.launch.plan.plan import (
     EndpointLayout,
@@ -139,6 +139,42 @@ def test_socket_interface_names_the_user_set_are_left_alone():
 def test_the_command(argv, command):
     plan = plan_collective(options(*argv), two_node_layout(0), cpu(2), FACTS)
     assert plan.processes[0].argv == command
+
+
+@pytest.mark.parametrize(
+    ("argv", "commands"),
+    [  # DeepSpeed's launcher: --local_rank=N, one argument, after the script, before its own
+        (("--hostfile", "hf"), [("/py", "-u", "train.py", f"--local_rank={n}", "--lr", "0.1")
+                                for n in (0, 1)]),
+        (("-H", "hf", "-m"), [("/py", "-u", "-m", "train.py", f"--local_rank={n}", "--lr", "0.1")
+                              for n in (0, 1)]),
+        (("--num_gpus", "2", "--no_python"), [("train.py", f"--local_rank={n}", "--lr", "0.1")
+                                              for n in (0, 1)]),
+        (("--include", "localhost:0,1"), [("/py", "-u", "train.py", f"--local_rank={n}", "--lr",
+                                           "0.1") for n in (0, 1)]),
+        (("--pass_local_rank", "--nproc_per_node", "2"),
+         [("/py", "-u", "train.py", f"--local_rank={n}", "--lr", "0.1") for n in (0, 1)]),
+        # every worker's LOCAL_RANK is 0 with --virtual_local_rank: so is its --local_rank
+        (("--hostfile", "hf", "--virtual_local_rank"),
+         [("/py", "-u", "train.py", "--local_rank=0", "--lr", "0.1")] * 2),
+        # no extra argument: DeepSpeed's --no_local_rank, its slurm runner, torchrun/Paddle
+        (("--hostfile", "hf", "--no_local_rank"), [("/py", "-u", "train.py", "--lr", "0.1")] * 2),
+        (("--hostfile", "hf", "--launcher", "slurm"),
+         [("/py", "-u", "train.py", "--lr", "0.1")] * 2),
+        (("--nproc_per_node", "2"), [("/py", "-u", "train.py", "--lr", "0.1")] * 2),
+        (("--gpus", "0,1", "--ips", "10.0.0.1,10.0.0.2"),
+         [("/py", "-u", "train.py", "--lr", "0.1")] * 2),
+        (("--no_local_rank",), [("/py", "-u", "train.py", "--lr", "0.1")] * 2),
+    ],
+)  # fmt: skip
+def test_a_deepspeed_style_start_gives_each_worker_its_local_rank_as_an_argument(argv, commands):
+    plan = plan_collective(options(*argv), two_node_layout(1), cpu(2), FACTS)
+    assert [p.argv for p in plan.processes] == commands
+
+
+def test_pass_local_rank_and_no_local_rank_together_are_refused():
+    with pytest.raises(UsageError, match=r"^--no_local_rank: contradicts --pass_local_rank"):
+        options("--hostfile", "hf", "--pass_local_rank", "--no_local_rank")
 
 
 def test_log_names():

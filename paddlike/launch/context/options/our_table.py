@@ -128,6 +128,13 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
                 "run training_script as a command, without the Python interpreter",
                 None, variables=("PET_NO_PYTHON",),
             ),
+            Option(
+                ("--pass_local_rank",),
+                "give each worker --local_rank=N (its local rank) right after the script, before "
+                "its own args, as DeepSpeed's launcher does; on by itself for a DeepSpeed-style "
+                "start (--hostfile, --include, --exclude, --num_nodes, --num_gpus)",
+                None,
+            ),
         ),
     ),
     (
@@ -298,6 +305,12 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
                 ("--no_ssh",),
                 "as in DeepSpeed: with --hostfile and --node_rank I, start only this host's share,"
                 " as node I of the hostfile's hosts (the same command typed on each host; no ssh)",
+                None, scope=CLUSTER,
+            ),
+            Option(
+                ("--no_local_rank",),
+                "as in DeepSpeed: a DeepSpeed-style start passes no --local_rank=N to the workers "
+                "(their LOCAL_RANK variable says it)",
                 None, scope=CLUSTER,
             ),
             Option(

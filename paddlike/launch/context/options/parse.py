@@ -86,6 +86,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     raw["labels"] = tuple((d, s.label(d)) for d, s in sources.items() if s.label(d) != f"--{d}")
     rules.elastic_fields(raw, given, dict(raw["labels"]))
     raw["run_mode"] = rules.infer_run_mode(raw, given)
+    raw["pass_local_rank"] = rules.passes_local_rank(raw)
     options = LaunchOptions(
         training_script=script[0], training_script_args=tuple(script[1:]), **raw
     )

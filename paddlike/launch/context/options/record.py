@@ -59,6 +59,9 @@ class LaunchOptions(NamedTuple):
     master_port_given: bool = False
     module: bool = False
     no_python: bool = False
+    # DeepSpeed's `--local_rank=N` after the script in each worker's argv: --pass_local_rank,
+    # or a DeepSpeed-style start without --no_local_rank (`rules.passes_local_rank`)
+    pass_local_rank: bool = False
     # multi-node (wired by the rendezvous)
     master: str | None = None  # "ip:port" or "etcd://host:port[,host:port]"
     rdzv_timeout: float = 300.0
@@ -132,6 +135,7 @@ class LaunchOptions(NamedTuple):
     force_multi: bool = False  # DeepSpeed's: a one-host hostfile of this machine over ssh too
     no_ssh_check: bool = False  # DeepSpeed's: refused with the reason (cluster/without_hostfile.py)
     no_ssh: bool = False  # DeepSpeed's: refused with the reason (cluster/without_hostfile.py)
+    no_local_rank: bool = False  # DeepSpeed's: a DeepSpeed-style start passes no --local_rank
     # --numa_binding (torchrun's --numa-binding; DeepSpeed's --bind_cores_to_rank is
     # "exclusive"): None (off) | "node" | "socket" | "exclusive" | "core-complex"; each
     # worker's CPUs and preferred memory node from its GPU's NUMA node (plan/binding.py)

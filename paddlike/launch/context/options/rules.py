@@ -114,6 +114,36 @@ def any_port_master(raw: dict[str, object], source: Source | None) -> None:
         raw["ips"] = (host,)
 
 
+# DeepSpeed's own options for choosing hosts and devices: a start with any of them is a
+# DeepSpeed-style start, whose workers get `--local_rank=N` as DeepSpeed's do
+DEEPSPEED_START = ("hostfile", "include", "exclude", "num_nodes", "num_gpus")
+
+
+def passes_local_rank(raw: Mapping[str, object]) -> bool:
+    """Does each worker get DeepSpeed's ``--local_rank=N`` after the script?
+
+    DeepSpeed's per-node launcher (deepspeed.launcher.launch, which `deepspeed` runs on one
+    machine and on every host of a pdsh start) adds it unless --no_local_rank; its slurm
+    runner starts the script with srun directly and adds none. So:
+
+        --pass_local_rank                               yes (any start)
+        --hostfile/-H, --include, --exclude,
+          --num_nodes, --num_gpus                       yes, unless --no_local_rank
+        the same with --launcher slurm                  no
+        --nproc_per_node, --gpus, --ips, ... only       no (torchrun/Paddle: no extra argument)
+
+    The cluster starter gives every host's launcher --pass_local_rank when this says yes
+    (`cluster.picks.forwarded_args`): the hosts' launchers see none of those options."""
+    if raw.get("pass_local_rank") and raw.get("no_local_rank"):
+        raise UsageError(
+            "--no_local_rank: contradicts --pass_local_rank; give one of them", "--no_local_rank"
+        )
+    if raw.get("pass_local_rank"):
+        return True
+    deepspeed = any(raw.get(dest) is not None for dest in DEEPSPEED_START)
+    return deepspeed and raw.get("launcher") != "slurm" and not raw.get("no_local_rank")
+
+
 def infer_run_mode(raw: Mapping[str, object], given: set[str]) -> str:
     """ps when a PS option is given (ours only, never the script's); explicit mode must agree."""
     ps_given = [o for o in PS_OPTIONS if o in given]
