@@ -151,6 +151,10 @@ def _run(
         try:
             peers = _open_peers(spec, job, progress, where)
         except RendezvousError as exc:
+            if exc.start_refusal:  # node 0's store port taken: nothing started, others told
+                from paddlike.launch.peers.startfail import cannot_host
+                line = cannot_host(spec.peers_options, environ, exc)
+                return _cannot_start(line, spec, job, environ, console, where)
             console.error(str(exc))
             return error_exit_code(exc)
         finally:
