@@ -114,7 +114,10 @@ def tell_start_failure(failure: StartFailure, error: str, *, exit_code: int = 2)
         if meeting.spare is not None:
             spare = _host_verdict(meeting.spare, token, verdict)
     try:
-        told = _tell_as_client(host, int(port), token, verdict)
+        # a store there answers at once (it is on this host); a program that is not one
+        # never does: while the spare is up, give it a second rather than REACH_TIMEOUT
+        reach = REACH_TIMEOUT if spare is None else 1.0
+        told = _tell_as_client(host, int(port), token, verdict, reach)
         if spare is not None and not told:
             _linger(spare.peek, meeting.nnodes)
     finally:
@@ -134,9 +137,11 @@ def _host_verdict(address: str, token: bytes | None, verdict: bytes) -> StoreSer
     return server
 
 
-def _tell_as_client(host: str, port: int, token: bytes | None, verdict: bytes) -> bool:
+def _tell_as_client(
+    host: str, port: int, token: bytes | None, verdict: bytes, reach: float
+) -> bool:
     try:
-        kv = StoreClient(host, port, timeout=REACH_TIMEOUT, token=token, reconnect_timeout=0)
+        kv = StoreClient(host, port, timeout=reach, token=token, reconnect_timeout=0)
     except StoreError:
         return False
     try:
