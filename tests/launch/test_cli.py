@@ -99,6 +99,39 @@ def test_bad_input_exits_2_with_one_line_and_starts_nothing(tmp_path, argv, env,
     assert_rejected(launch(tmp_path, *argv, "w.py", env=env), tmp_path, starts)
 
 
+EXPECTED_STREAMS = "expected 0 (none), 1 (stdout), 2 (stderr), 3 (both) as in torchrun, or a map "
+EXPECTED_STREAMS += "of local rank to those, e.g. 0:3,1:1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        # what was typed, not the value with torchrun's default port appended
+        (["--rdzv-endpoint", "127.0.0.1:abc", "--nnodes", "2"],
+         "--master (from --rdzv_endpoint): expected a port number 1-65535, got '127.0.0.1:abc'"),
+        # a lone number is a stream choice out of torchrun's range, not a list of ranks
+        (["--tee", "4"], f"--tee: {EXPECTED_STREAMS}, got '4'"),
+        (["-r", "5"], f"-r: {EXPECTED_STREAMS}, got '5'"),
+        (["--tee", "0,1"], f"--tee: {EXPECTED_STREAMS}, got '0,1'; to choose which local "
+         "workers the console shows, use --console 0,1 (torchrun's --local_ranks_filter)"),
+        # the script's own options put before the script
+        (["--nproc_per_node", "2", "--epochs", "3"],
+         "--epochs: unknown option (see --help); if it is w.py's, put it after the script: "
+         "python -m paddlike.launch [options] [--] w.py --epochs ..."),
+        (["--nproc_per_node", "2", "--lr=0.1", "--"],
+         "--lr=0.1: unknown option (see --help); if it is w.py's, put it after the script: "
+         "python -m paddlike.launch [options] [--] w.py --lr ..."),
+        # a misspelling of ours keeps its own hint alone
+        (["--nprocs_per_node", "2"],
+         "--nprocs_per_node: unknown option; did you mean --nproc_per_node? (see --help)"),
+    ],
+)  # fmt: skip
+def test_the_line_quotes_what_was_typed_and_hints_only_where_the_hint_fits(tmp_path, argv, line):
+    result = launch(tmp_path, *argv, "w.py")
+    assert_rejected(result, tmp_path, "")
+    assert result.stderr.strip() == f"paddlike.launch: error: {line}"
+
+
 @pytest.mark.parametrize(
     ("argv", "starts"),
     [

@@ -155,3 +155,41 @@ def ps_master_port(master: tuple[str, int], master_port: int, taken: Sequence[st
 
 def uses_etcd(options: LaunchOptions) -> bool:
     return bool(options.master and options.master.startswith("etcd://"))
+
+
+
+def cannot_host_line(
+    options: LaunchOptions, scheduler_master: str | None, address: str, reason: str
+) -> str:
+    """Node 0's line when it cannot host the launchers' store at `address` (`reason`: the
+    bind's error): the option that chose that port, as the user gave it, how the port came
+    from it, and what to change. With torchrun's --master_port P the launchers meet at
+    P+1, a port the user never typed, so the line says so:
+
+    --master_port 29500     -> "--master_port: 29500 is the workers' MASTER_PORT, and the
+                                launchers meet at the port after it: node 0 cannot host
+                                their store at h:29501 (...); pick a --master_port whose
+                                next port is free too, or give the launchers a port ..."
+    --rdzv_endpoint h:7100  -> "--master (from --rdzv_endpoint): cannot host the launchers'
+                                store at h:7100: ..."
+    neither                 -> "--master: cannot host ... at h:6170 (the default port ...)"
+    """
+    host = address.rpartition(":")[0]
+    head = f"cannot host the launchers' store at {address}"
+    taken = f"{reason}; another job's store may hold it"
+    own_port = f"give the launchers a port of their own with --master {host}:PORT"
+    workers = workers_port(options)
+    if options.master and not uses_etcd(options):
+        return f"{options.label('master')}: {head}: {taken}, pick another port"
+    if scheduler_master:
+        return f"PADDLE_MASTER={scheduler_master} (set by the scheduler): {head}: {taken}"
+    if workers is not None:
+        return (
+            f"{options.label('master_port')}: {workers} is the workers' MASTER_PORT, and the "
+            f"launchers meet at the port after it: node 0 {head} ({reason}); pick a "
+            f"--master_port whose next port is free too, or {own_port} (torchrun's "
+            "--rdzv_endpoint)"
+        )
+    if options.master_port_given:  # parameter-server jobs: the launchers' port itself
+        return f"{options.label('master_port')}: {head}: {taken}, pick another --master_port"
+    return f"--master: {head} (the default port, no --master given): {taken}; {own_port}"

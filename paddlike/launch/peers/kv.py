@@ -78,9 +78,11 @@ def connect_with_progress(
     heartbeat_timeout: float,
     what: str,
     progress: Progress,
+    look: Callable[[], None] | None = None,
 ) -> StoreClient:
     """Connect to node 0's store, retrying until `timeout`; after each second without it,
-    a progress line ("waiting for node 0 (...) to host the launchers' store (3 s of 300 s)")."""
+    a progress line ("waiting for node 0 (...) to host the launchers' store (3 s of 300 s)")
+    and `look` (it raises when node 0 said elsewhere why it cannot start)."""
     started = time.monotonic()
     deadline = started + timeout
     while True:
@@ -99,6 +101,8 @@ def connect_with_progress(
                     f"no answer at {master[0]}:{master[1]} within {timeout:g} s "
                     f"(last attempt: {exc})"
                 ) from exc
+            if look is not None:
+                look()
             progress(what, time.monotonic() - started, timeout)
             continue
         kv.timeout = timeout  # the default deadline of its waiting calls

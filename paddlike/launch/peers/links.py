@@ -13,6 +13,7 @@ class per backend, opened by `open_link` as the peers' spec says:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -33,10 +34,12 @@ from paddlike.launch.peers.rendezvous import find_rival
 from paddlike.launch.peers.rendezvous_errors import (
     RendezvousError,
     RendezvousTimeout,
+    StoreBindError,
     StoreHostError,
     StoreRefused,
 )
 from paddlike.launch.peers.stackreq import StackChannel
+from paddlike.launch.peers.start_verdict import read_spare_verdict
 from paddlike.launch.peers.watch import HEARTBEATS_PER_TIMEOUT, WatchSpec, WatchTransport
 from paddlike.launch.plan.membership import LOST
 from paddlike.launch.plan.policy import launcher_died_cause
@@ -160,17 +163,24 @@ class StoreLink:
         what = f"waiting for {store_host} ({address}) to host the launchers' store"
         waiting(what)
         rdzv_timeout = spec.rdzv_timeout
+        look = None
+        if server is None and job.workers_port is not None:
+            # node 0 leaves its start failure at the workers' port when another program
+            # holds the launchers' (`start_verdict.tell_start_failure`)
+            look = functools.partial(read_spare_verdict, (master[0], job.workers_port), token)
         try:
             kv = connect_with_progress(
-                master, token, rdzv_timeout, spec.heartbeat_timeout, what, progress
+                master, token, rdzv_timeout, spec.heartbeat_timeout, what, progress, look
             )
         except StoreTimeoutError as exc:
             if server is not None:
                 server.close()
             raise RendezvousTimeout(
-                f"rendezvous: node 0 ({hosts[0]}) never opened the launchers' store at "
-                f"{address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}; a node 0 that "
-                "cannot start keeps its store up only a few seconds to say why (see its output)"
+                # torchrun style: hosts[0] is not known before the rendezvous
+                f"rendezvous: node 0 ({hosts[0] or master[0]}) never opened the launchers' "
+                f"store at {address} within {rdzv_timeout:g} s (--rdzv_timeout): {exc}; a node "
+                "0 that cannot start keeps its store up only a few seconds to say why (see its "
+                "output)"
             ) from exc
         except StoreAuthError as exc:
             if server is not None:
@@ -420,11 +430,15 @@ def is_store_host(master_host: str, hosts: Sequence[str], node_index: int) -> bo
 def host_store(
     host: str, port: int, *, allowed_hosts: Sequence[str] | None, token: bytes | None
 ) -> StoreServer:
-    """Start node 0's store for the launchers; a taken port is a user error naming it."""
+    """Start node 0's store for the launchers; a taken port is a user error naming it
+    (the pipeline words it after the option that chose the port)."""
     try:
         return StoreServer(host, port, allowed_hosts=allowed_hosts, token=token).start()
     except OSError as exc:
-        raise StoreHostError(
-            f"--master: cannot host the launchers' store at {netaddr.join(host, port)}: "
-            f"{exc.strerror or exc}; another job's store may hold it, pick another port"
+        address, reason = netaddr.join(host, port), str(exc.strerror or exc)
+        raise StoreBindError(
+            f"--master: cannot host the launchers' store at {address}: {reason}; another "
+            "job's store may hold it, pick another port",
+            address,
+            reason,
         ) from exc

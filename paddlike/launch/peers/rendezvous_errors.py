@@ -6,6 +6,9 @@ from __future__ import annotations
 
 class RendezvousError(RuntimeError):
     exit_code = 1
+    # nothing started here, and the others were not told: the pipeline refuses the start
+    # (exit 2) and tells them (`run.job`, `peers.startfail`)
+    start_refusal = False
 
 
 class FingerprintMismatch(RendezvousError):
@@ -45,6 +48,20 @@ class StoreRefused(RendezvousError):
 
 class StoreHostError(RendezvousError):
     """This node cannot host the launchers' store (the address or port is unusable)."""
+
+
+class StoreBindError(StoreHostError):
+    """Node 0 cannot bind the launchers' store's address (its port taken): a start-up
+    refusal, nothing started (exit 2); the pipeline names the option that chose the port
+    (`context.master.cannot_host_line`) and tells the others (`peers.startfail`)."""
+
+    exit_code = 2
+    start_refusal = True
+
+    def __init__(self, message: str, address: str, reason: str) -> None:
+        super().__init__(message)
+        self.address = address  # "ip:port" ("[fd00::1]:port")
+        self.reason = reason  # the bind's error: "Address already in use"
 
 
 class RendezvousAborted(RendezvousError):

@@ -20,6 +20,13 @@ Where the store is:
 |                                                | s, until every other node read it       |
 | etcd (``--master etcd://``)                    | writes it under a lease, lingers alike  |
 
+When another program holds the launchers' port on node 0 (torchrun's --master_port P:
+the launchers meet at P+1, a port the user never chose), node 0 can host nothing there
+and the others, connected to that program, would wait out --rdzv_timeout. So node 0 also
+hosts its verdict at its `Meeting.spare` address, the workers' port P (claimed by node 0
+before the rendezvous, so free then), and a node waiting for the launchers' store looks
+there once a second (`read_spare_verdict`).
+
 A node started after that (node 0's brief store is gone, or it never came up) times
 out as before; its message says which nodes never contacted the store.
 
@@ -40,6 +47,7 @@ from paddlike.launch.peers import protocol as p
 REACH_TIMEOUT = 3.0  # seconds a failing node tries to reach the store (node 0 may not be up)
 HOST_LINGER = 5.0  # seconds a failing node 0 keeps its store up for the others to read why
 POLL = 0.02  # seconds between looks at the store while lingering
+SPARE_LOOK = 0.2  # seconds a waiting node tries node 0's spare address each time
 
 
 class Meeting(NamedTuple):
@@ -48,6 +56,9 @@ class Meeting(NamedTuple):
     address: str  # "ip:port", or the etcd master "etcd://..."
     nnodes: int
     store_host: bool  # this node hosts the TCP store (node 0)
+    # node 0's workers' port ("ip:port", --master_port): where node 0 tells when another
+    # program holds the launchers' port; None without --master_port
+    spare: str | None = None
 
 
 class StartFailure(NamedTuple):
@@ -89,20 +100,48 @@ def tell_start_failure(failure: StartFailure, error: str, *, exit_code: int = 2)
     if meeting.address.startswith("etcd://"):
         return _tell_etcd(meeting, failure.job_id, verdict)
     host, _, port = meeting.address.rpartition(":")
+    spare = None
     if meeting.store_host:
-        try:
-            server = StoreServer(host, int(port), token=token).start()
-        except OSError:
-            pass  # the port is taken: a store may be there already, tell it as a client
-        else:
+        server = _host_verdict(meeting.address, token, verdict)
+        if server is not None:
             try:
-                server.compare_set(p.complete_key(0), None, verdict)
                 _linger(server.peek, meeting.nnodes)
             finally:
                 server.close()
             return True
+        # the port is taken: a store may be there already (tell it as a client), or
+        # another program: the others look at the spare address too
+        if meeting.spare is not None:
+            spare = _host_verdict(meeting.spare, token, verdict)
     try:
-        kv = StoreClient(host, int(port), timeout=REACH_TIMEOUT, token=token, reconnect_timeout=0)
+        # a store there answers at once (it is on this host); a program that is not one
+        # never does: while the spare is up, give it a second rather than REACH_TIMEOUT
+        reach = REACH_TIMEOUT if spare is None else 1.0
+        told = _tell_as_client(host, int(port), token, verdict, reach)
+        if spare is not None and not told:
+            _linger(spare.peek, meeting.nnodes)
+    finally:
+        if spare is not None:
+            spare.close()
+    return told or spare is not None
+
+
+def _host_verdict(address: str, token: bytes | None, verdict: bytes) -> StoreServer | None:
+    """A store at `address` holding the verdict; None when the port is taken."""
+    host, _, port = address.rpartition(":")
+    try:
+        server = StoreServer(host, int(port), token=token).start()
+    except OSError:
+        return None
+    server.compare_set(p.complete_key(0), None, verdict)
+    return server
+
+
+def _tell_as_client(
+    host: str, port: int, token: bytes | None, verdict: bytes, reach: float
+) -> bool:
+    try:
+        kv = StoreClient(host, port, timeout=reach, token=token, reconnect_timeout=0)
     except StoreError:
         return False
     try:
@@ -113,6 +152,27 @@ def tell_start_failure(failure: StartFailure, error: str, *, exit_code: int = 2)
         with contextlib.suppress(StoreError):
             kv.close()
     return True
+
+
+def read_spare_verdict(spare: tuple[str, int], token: bytes | None) -> None:
+    """Raise node 0's start failure (NodeFailedToStart) when it left one at its spare
+    address (the workers' port: see the module docstring); else return at once. Marks
+    it read (``left/<ticket>``) so that node 0 need not linger."""
+    try:
+        kv = StoreClient(*spare, timeout=SPARE_LOOK, token=token, reconnect_timeout=0)
+    except StoreError:
+        return  # nothing there (node 0 not failing, or not up yet), or not node 0's store
+    try:
+        verdict = kv.try_get(p.complete_key(0))
+        if verdict is None or not verdict.startswith(p.FAILED_START_PREFIX):
+            return
+        kv.set(p.left_key(0, kv.add(p.arrived_key(0), 1)), b"1")
+    except StoreError:
+        return
+    finally:
+        with contextlib.suppress(StoreError):
+            kv.close()
+    p.check_verdict(verdict)
 
 
 def _tell_etcd(meeting: Meeting, job_id: str | None, verdict: bytes) -> bool:

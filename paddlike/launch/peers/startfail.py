@@ -11,9 +11,15 @@ from collections.abc import Mapping
 
 from paddlike.contract import POD_IP
 from paddlike.launch.context.addresses import LocalAddresses, resolve_ipv4, route_source
-from paddlike.launch.context.master import launchers_master, uses_etcd
+from paddlike.launch.context.master import (
+    cannot_host_line,
+    launchers_master,
+    uses_etcd,
+    workers_port,
+)
 from paddlike.launch.context.options.record import LaunchOptions, UsageError
 from paddlike.launch.context.schedulers import detect_scheduler
+from paddlike.launch.peers.rendezvous_errors import RendezvousError, StoreBindError
 from paddlike.launch.peers.start_verdict import Meeting, StartFailure
 from paddlike.launch.peers.start_verdict import tell_start_failure as tell
 
@@ -54,7 +60,25 @@ def meeting_of(
         store_host = node_index == 0
     else:  # unknown: the master address is ours (not loopback, shared by every local node)
         store_host = not master_ip.startswith("127.") and LocalAddresses().is_local(master_ip)
-    return Meeting(f"{master_ip}:{port}", nnodes, store_host)
+    workers = workers_port(options)  # node 0's, claimed before the rendezvous
+    spare = f"{master_ip}:{workers}" if workers is not None and store_host else None
+    return Meeting(f"{master_ip}:{port}", nnodes, store_host, spare)
+
+
+def cannot_host(
+    options: LaunchOptions | None, environ: Mapping[str, str], error: RendezvousError
+) -> str:
+    """Node 0's line when it cannot host the launchers' store (a `StoreBindError`): named
+    after the option that chose the port (`master.cannot_host_line`), a scheduler's
+    PADDLE_MASTER included; any other error's own line."""
+    if options is None or not isinstance(error, StoreBindError):
+        return str(error)
+    try:
+        sched = detect_scheduler(environ)
+    except UsageError:
+        sched = None
+    scheduler_master = sched.master if sched is not None else None
+    return cannot_host_line(options, scheduler_master, error.address, error.reason)
 
 
 def _ps_lists_meeting(options: LaunchOptions, environ: Mapping[str, str]) -> Meeting | None:

@@ -151,23 +151,17 @@ def _run(
         try:
             peers = _open_peers(spec, job, progress, where)
         except RendezvousError as exc:
+            if exc.start_refusal:  # node 0's store port taken: nothing started, others told
+                from paddlike.launch.peers.startfail import cannot_host
+                line = cannot_host(spec.peers_options, environ, exc)
+                return _cannot_start(line, spec, job, environ, console, where)
             console.error(str(exc))
             return error_exit_code(exc)
         finally:
             progress.clear()
         where.peers = peers
-        run = JobRun(
-            spec,
-            job,
-            environ,
-            python=python,
-            logdir=logdir,
-            console=console,
-            progress=progress,
-            guardian=guardian,
-            peers=peers,
-            where=where,
-        )
+        run = JobRun(spec, job, environ, python=python, logdir=logdir, console=console,
+                     progress=progress, guardian=guardian, peers=peers, where=where)  # fmt: skip
         run.preload = preload
         try:
             gpus: contextlib.AbstractContextManager[object] = contextlib.nullcontext()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlike.launch.context.master import launchers_master, workers_port
+from paddlike.launch.context.master import cannot_host_line, launchers_master, workers_port
 from paddlike.launch.context.options import UsageError, parse_options
 from paddlike.launch.plan.layout import collective_layout
 from paddlike.launch.plan.world import NodeEntry, RendezvousResult
@@ -96,6 +96,41 @@ def test_one_port_for_both_stores_is_a_usage_error(argv, scheduler_master, messa
         launchers_master(_options(argv), HOSTS, scheduler_master)
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "scheduler_master", "line"),
+    [
+        # torchrun's --master_port: the port taken is one the user never typed
+        (("--master_port", "29500"), {}, None,
+         "--master_port: 29500 is the workers' MASTER_PORT, and the launchers meet at the "
+         "port after it: node 0 cannot host the launchers' store at h:29501 (Address already "
+         "in use); pick a --master_port whose next port is free too, or give the launchers a "
+         "port of their own with --master h:PORT (torchrun's --rdzv_endpoint)"),
+        ((), {"PET_MASTER_PORT": "29500"}, None,
+         "--master_port (from PET_MASTER_PORT): 29500 is the workers' MASTER_PORT, and"),
+        # the launchers' port itself, as given
+        (("--rdzv_endpoint", "h:29501", "--master_port", "29500"), {}, None,
+         "--master (from --rdzv_endpoint): cannot host the launchers' store at h:29501: Address "
+         "already in use; another job's store may hold it, pick another port"),
+        (("--master_port", "29500"), {}, "h:29501",
+         "PADDLE_MASTER=h:29501 (set by the scheduler): cannot host the launchers' store at "
+         "h:29501: Address already in use; another job's store may hold it"),
+        ((*PS_LISTS, "--master_port", "29501"), {}, None,
+         "--master_port: cannot host the launchers' store at h:29501: Address already in use; "
+         "another job's store may hold it, pick another --master_port"),
+        ((), {}, None,
+         "--master: cannot host the launchers' store at h:29501 (the default port, no --master "
+         "given): Address already in use; another job's store may hold it; give the launchers "
+         "a port of their own with --master h:PORT"),
+    ],
+)  # fmt: skip
+def test_a_taken_launchers_port_is_named_after_the_option_that_chose_it(
+    argv, env, scheduler_master, line
+):
+    reason = "Address already in use"
+    got = cannot_host_line(_options(argv, env), scheduler_master, "h:29501", reason)
+    assert got.startswith(line), got
+
+
 def test_the_given_port_is_the_workers_store_port_in_the_layout():
     nodes = tuple(
         NodeEntry(i, h, "", 0, (40001 + 10 * i, 40002 + 10 * i), {}, "j")
@@ -153,6 +188,22 @@ def test_a_one_node_launch_whose_master_port_is_taken_exits_2_naming_it(tmp_path
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"--master_port {port}: port {port} on 127.0.0.1 is in use" in done.stderr
     assert not list(tmp_path.glob("master.*.json"))
+
+
+@pytest.mark.timeout(60)
+def test_a_node_whose_node_0_never_comes_names_node_0s_address_in_the_torchrun_form(tmp_path):
+    """--master_addr names node 0 before anyone published an address: the timeout's line
+    names it, as the --ips form does (it printed "node 0 ()")."""
+    port = fixed_ports(2)  # the workers' port and the launchers' after it: nobody there
+    cmd = [*LAUNCH, "--nnodes", "2", "--node_rank", "1", "--master_addr", "127.0.0.1"]
+    cmd += ["--master_port", str(port), "--rdzv_timeout", "1", "--log_dir", str(tmp_path / "l")]
+    cmd += [str(_script(tmp_path)), str(tmp_path)]
+    done = subprocess.run(cmd, env=_clean_env(), capture_output=True, text=True, timeout=50)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        f"rendezvous: node 0 (127.0.0.1) never opened the launchers' store at 127.0.0.1:"
+        f"{port + 1} within 1 s (--rdzv_timeout)"
+    ) in done.stderr, done.stderr
 
 
 # Namespace nodes have ports of their own, but the launchers' port registry is shared by
@@ -238,3 +289,43 @@ def test_the_identical_command_on_every_node_keeps_master_for_the_launchers(tmp_
     expected = [a.addr, str(NETNS_PORT), f"{a.addr}:{NETNS_PORT}"]
     assert _seen(tmp_path, 4) == [expected] * 4
     assert f"rendezvous with 2 nodes at {a.addr}:{NETNS_PORT + 5}" in outs[0], outs[0]
+
+
+@pytest.mark.netns
+@pytest.mark.xdist_group("master_port")
+@pytest.mark.timeout(90)
+def test_the_port_after_master_port_taken_on_node_0_ends_both_nodes_with_2_naming_it(tmp_path):
+    """torchrun's --master_port P: the launchers meet at P+1, a port the user never typed.
+    Another program holding it on node 0 (node 1 then reaches that program, not a store)
+    is named after --master_port, and node 1 is told through node 0's spare address (the
+    workers' port P) instead of waiting out --rdzv_timeout for a store that never opens."""
+    script = _script(tmp_path)
+    hold = "import socket,sys,time; s=socket.socket(); s.bind(('', int(sys.argv[1]))); "
+    hold += "s.listen(); print('ready', flush=True); time.sleep(120)"
+    launchers = NETNS_PORT + 1
+    with netns_cluster(2, ["nodea", "nodeb"]) as cluster:
+        a, b = cluster.nodes
+        busy = a.popen([sys.executable, "-c", hold, str(launchers)], stdout=subprocess.PIPE)
+        try:
+            assert busy.stdout is not None and busy.stdout.readline() == b"ready\n"
+            procs = [
+                _start(n, i, a, tmp_path / f"l{i}", script, tmp_path, timeout=40)
+                for i, n in enumerate((a, b))
+            ]
+            outs = [p.communicate(timeout=80)[0].decode() for p in procs]
+        finally:
+            busy.kill()
+            busy.wait()
+    line = (
+        f"--master_port: {NETNS_PORT} is the workers' MASTER_PORT, and the launchers meet at "
+        f"the port after it: node 0 cannot host the launchers' store at {a.addr}:{launchers} "
+        "(Address already in use); pick a --master_port whose next port is free too, or give "
+        f"the launchers a port of their own with --master {a.addr}:PORT"
+    )
+    assert procs[0].returncode == 2, outs
+    assert f"paddlike.launch: error: {line}" in outs[0], outs[0]
+    # node 1 is told, naming node 0 and its line, not "never opened the launchers' store"
+    assert procs[1].returncode == 2, outs
+    assert f"(node 0, {a.addr}) could not start: {line}" in outs[1], outs[1]
+    assert "never opened" not in outs[1], outs[1]
+    assert not list(tmp_path.glob("master.*.json"))

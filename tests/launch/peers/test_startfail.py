@@ -4,13 +4,16 @@ ends every node with one code."""
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import pytest
 
 from paddlike.distributed.store import StoreServer
 from paddlike.launch.context.options import parse_options
 from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers.rendezvous_errors import NodeFailedToStart
-from paddlike.launch.peers.start_verdict import Meeting, StartFailure
+from paddlike.launch.peers.start_verdict import Meeting, StartFailure, read_spare_verdict
 from paddlike.launch.peers.start_verdict import tell_start_failure as tell_verdict
 from paddlike.launch.peers.startfail import meeting_of, tell_start_failure
 from tests.support.fixed_ports import fixed_ports
@@ -33,6 +36,11 @@ from tests.support.fixed_ports import fixed_ports
           "--workers", "127.0.0.2:6171,127.0.0.1:6171"], {},
          Meeting("127.0.0.2:6172", 2, True)),  # 6170, 6171 listed there: moved up past them
         (["--ips", "127.0.0.1"], {}, None),  # one node meets no one
+        # torchrun's --master_port P: the launchers at P+1; node 0 may tell at P instead
+        (["--nnodes", "2", "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port",
+          "7000"], {}, Meeting("127.0.0.1:7001", 2, True, "127.0.0.1:7000")),
+        (["--nnodes", "2", "--node_rank", "1", "--master_addr", "127.0.0.1", "--master_port",
+          "7000"], {}, Meeting("127.0.0.1:7001", 2, False)),
     ],
 )  # fmt: skip
 def test_every_form_of_job_knows_where_the_launchers_meet(argv, env, meeting):
@@ -88,3 +96,30 @@ def test_the_verdict_names_the_failing_node_and_passes_node_0s_token():
     assert told
     with pytest.raises(NodeFailedToStart, match=r"node 1, 127\.0\.0\.2.*train\.py: no such file"):
         p.check_verdict(verdict)
+
+
+@pytest.mark.timeout(30)
+def test_node_0_tells_at_its_spare_port_when_another_program_holds_the_launchers_port():
+    """A program that is not a store holds the launchers' port: the others, connected to
+    it, would never hear; node 0 leaves its verdict at the workers' port, where a waiting
+    node looks (`read_spare_verdict`), and stops lingering once that node has read it."""
+    taken = fixed_ports(2)
+    spare = taken + 1
+    meeting = Meeting(f"127.0.0.1:{taken}", 2, True, f"127.0.0.1:{spare}")
+    failure = StartFailure(meeting, None, None, 0, "127.0.0.1")
+    told: list[bool] = []
+    with socket.create_server(("127.0.0.1", taken)):  # accepts, never answers
+        read_spare_verdict(("127.0.0.1", spare), None)  # nothing there yet: returns
+        teller = threading.Thread(
+            target=lambda: told.append(tell_verdict(failure, "--master_port: taken", exit_code=2))
+        )
+        teller.start()
+        try:
+            with pytest.raises(NodeFailedToStart) as caught:
+                while True:  # each look is bounded (SPARE_LOOK); the teller lingers 5 s at most
+                    read_spare_verdict(("127.0.0.1", spare), None)
+        finally:
+            teller.join(timeout=15)
+    assert told == [True]
+    assert caught.value.exit_code == 2
+    assert "(node 0, 127.0.0.1) could not start: --master_port: taken" in str(caught.value)

@@ -47,7 +47,9 @@ def std(text: str) -> int | dict[int, int]:
         "expected 0 (none), 1 (stdout), 2 (stderr), 3 (both) as in torchrun, or a map of "
         f"local rank to those, e.g. 0:3,1:1, got {text!r}"
     )
-    if ":" not in text and all(t.strip().isdigit() for t in text.split(",")):
+    if "," in text and ":" not in text and all(t.strip().isdigit() for t in text.split(",")):
+        # a list of local ranks ("0,1") is what --local_ranks_filter takes; a lone number
+        # ("4") is more likely a stream choice out of range: the expected values say it all
         raise ValueError(
             f"{expected}; to choose which local workers the console shows, use --console "
             f"{text} (torchrun's --local_ranks_filter)"

@@ -140,9 +140,13 @@ def variable_option(var: str) -> str:
 
 
 def _endpoint(text: str, default_port: int) -> str:
+    """torchrun's endpoint, with its default port when none is given; a port that is
+    not a number stays as typed, so that the check quotes what the user wrote:
+
+    "h" -> "h:29400", "[fd00::1]" -> "[fd00::1]:29400", "h:7000" and "h:abc" as they are
+    """
     text = text.strip()
-    _, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if ":" not in text or text.endswith("]"):
         return f"{text}:{default_port}"
     return text
 

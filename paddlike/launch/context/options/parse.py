@@ -9,6 +9,7 @@ Bad input raises `UsageError` naming the option, its source and the value.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from paddlike.launch.context.options import console, others, parser, rules, values
@@ -23,7 +24,10 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     ours, script = split_argv(argv)
     names = parser.typed_names(argv[: len(argv) - len(script)])  # messages name them as typed
     ours, theirs, extra, named = others.their_options(ours, environ, names)
-    ns = parser.parse_ours(ours)  # only our options: positionals come from `script`
+    try:
+        ns = parser.parse_ours(ours)  # only our options: positionals come from `script`
+    except UsageError as exc:
+        raise UsageError(f"{exc}{_script_after(exc, script)}", exc.option) from None
     typed = parser.typed_spellings(names)
     if not script:
         taken = ""  # `--preload train.py`: the script went to the option before it
@@ -92,6 +96,28 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOpti
     )
     rules.check_combinations(options)
     return options
+
+
+def _script_after(exc: UsageError, script: Sequence[str]) -> str:
+    """An unknown option (no close match of ours) followed by what looks like the training
+    script: the script's own options were put before it. The hint that says so, else "".
+
+    --epochs 3 train.py -> "; if it is train.py's, put it after the script: python -m
+    paddlike.launch [options] [--] train.py --epochs ..."
+    """
+    if str(exc) != f"{exc.option}: unknown option (see --help)":
+        return ""  # not an unknown option, or one that looks like a misspelling of ours
+    found = next(
+        (a for a in script if not a.startswith("-") and (a.endswith(".py") or os.path.isfile(a))),
+        None,
+    )
+    if found is None:
+        return ""
+    option = exc.option.split()[0].partition("=")[0]
+    return (
+        f"; if it is {found}'s, put it after the script: python -m paddlike.launch "
+        f"[options] [--] {found} {option} ..."
+    )
 
 
 def _switch(
