@@ -30,6 +30,7 @@ import threading
 from collections.abc import Collection
 
 from paddlike.contract import STDIN_EOF_ENDS
+from paddlike.launch.run.signals import FROM_STARTER
 
 SIGNAL_WORD = b"signal"
 # the signals a line may carry: what the starter sends (`start`): the ending ones, the
@@ -96,6 +97,7 @@ def _hang_up_at_eof(fd: int = 0, allowed: Collection[int] = SENT_SIGNALS) -> Non
                 # raised in this thread: its C-level handler writes the launcher's wake-up
                 # pipe before this returns, so the launcher reads the signals in the order
                 # they were sent (a signal line, then the end of stdin: never the reverse)
+                FROM_STARTER.add(signum)
                 signal.raise_signal(signum)
 
 

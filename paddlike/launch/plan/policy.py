@@ -164,10 +164,15 @@ def launcher_died_cause(
     )
 
 
+BY_STARTER = "the cluster start command received "  # `launcher_signal_cause(by_starter=)`
+
+
 def same_cause(a: RootCause, b: RootCause) -> bool:
     """Whether two copies of a cause (this node's own, and the job's as the store keeps it,
     its log file made absolute, its reason perhaps extended: node 0 of an elastic job adds
     why its signal ends the job) are one failure."""
+    if a.reason == b.reason and a.reason.startswith(BY_STARTER):
+        return True  # each host's copy of the start command's signal: one cause
     if (a.node_index, a.rank, a.role) != (b.node_index, b.rank, b.role):
         return False
     return a.reason == b.reason or b.reason.startswith(a.reason) or a.reason.startswith(b.reason)
@@ -288,14 +293,19 @@ def store_contact_cause(
 
 
 def launcher_signal_cause(
-    host: str, node_index: int, signum: int, what: str, now: float
+    host: str, node_index: int, signum: int, what: str, now: float, *, by_starter: bool = False
 ) -> RootCause:
     """A launcher received signal `signum` (SIGINT/SIGTERM/SIGHUP); `what` it was doing (""
-    while supervising). The cause names it, as summary.json and the report spell it."""
+    while supervising). The cause names it, as summary.json and the report spell it;
+    `by_starter`: the cluster start command got it and passed it to every host, and every
+    host names that, in the same words."""
     name = signal_name(signum)
     while_ = f" while {what}" if what else ""
+    reason = f"launcher on {host} received {name}{while_}"
+    if by_starter:
+        reason = f"{BY_STARTER}{name}; every host's launcher got it"
     return RootCause(
-        reason=f"launcher on {host} received {name}{while_}",
+        reason=reason,
         host=host,
         node_index=node_index,
         signal=name,

@@ -17,8 +17,8 @@ from paddlike.launch.peers.api import Peers
 from paddlike.launch.plan.exitcode import signal_exit_code
 from paddlike.launch.plan.nodejob import NodeJob
 from paddlike.launch.plan.policy import launcher_signal_cause
-from paddlike.launch.run.signals import LauncherSignal
-from paddlike.summary import RunStatus
+from paddlike.launch.run.signals import FROM_STARTER, LauncherSignal
+from paddlike.summary import RootCause, RunStatus
 
 TYPE_CHECKING = False  # typing's, without importing typing (start-up time)
 if TYPE_CHECKING:
@@ -53,6 +53,13 @@ class Where:
         return self.peers.waiting_for if self.peers is not None else self.waiting
 
 
+def signal_cause(host: str, node_index: int, signum: int, what: str) -> RootCause:
+    """This launcher's signal as the cause; one the cluster starter passed on is named as
+    the start command's, in the same words on every host."""
+    by_starter = signum in FROM_STARTER
+    return launcher_signal_cause(host, node_index, signum, what, time.time(), by_starter=by_starter)
+
+
 def stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: Console) -> int:
     """One line, the other nodes told (when connected), exit 128+N."""
     what = where.what
@@ -63,7 +70,7 @@ def stopped_by_signal(sig: LauncherSignal, where: Where, job: NodeJob, console: 
         with contextlib.suppress(LauncherSignal):
             _write_stopped(where.unsettled, sig, job, what)
     if peers is not None:
-        cause = launcher_signal_cause(job.host, job.index, sig.signum, what, time.time())
+        cause = signal_cause(job.host, job.index, sig.signum, what)
         with contextlib.suppress(LauncherSignal):  # a second signal: stop trying
             told = peers.publish_stop(cause)
     tail = "; told the other nodes" if told else ""
@@ -82,7 +89,7 @@ def _write_stopped(round_: Unsettled, sig: LauncherSignal, job: NodeJob, what: s
     this launcher's signal), exit code 128+N."""
     cause = round_.watch.root_cause or round_.outcome.root_cause
     if cause is None:
-        cause = launcher_signal_cause(job.host, job.index, sig.signum, what, time.time())
+        cause = signal_cause(job.host, job.index, sig.signum, what)
     round_.record.finished(
         round_.plan,
         round_.outcome.records,
@@ -106,7 +113,7 @@ def before_start(
     except LauncherSignal as sig:
         job = where.job
         if job is not None:
-            cause = launcher_signal_cause(job.host, job.index, sig.signum, where.what, time.time())
+            cause = signal_cause(job.host, job.index, sig.signum, where.what)
             with contextlib.suppress(LauncherSignal):
                 record.finished(
                     plan,

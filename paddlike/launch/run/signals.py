@@ -56,6 +56,10 @@ DUMP_SIGNAL = signal.SIGUSR1
 TORCHRUN_DEFAULT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 SLURM_DEFAULT = (*TORCHRUN_DEFAULT, signal.SIGUSR1, signal.SIGUSR2)
 _ENDING = frozenset({*LAUNCHER_SIGNALS, signal.SIGQUIT})
+# The ending signals the cluster starter passed on (its `signal N` lines on this launcher's
+# stdin, `cluster.eofwatch`): Ctrl-C on the login node reaches every host's launcher, and
+# each names the start command as the cause, in the same words, rather than itself.
+FROM_STARTER: set[int] = set()
 # Slurm's warning signal (`--signal=USR1@N`): under Slurm by default a preemption notice
 SLURM_NOTICE = (signal.SIGUSR1,)
 

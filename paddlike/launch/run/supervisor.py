@@ -60,6 +60,7 @@ from paddlike.launch.run.logdir import (
 )
 from paddlike.launch.run.roundstate import Phase, Proc, RoundState, RunOutcome
 from paddlike.launch.run.signals import (
+    FROM_STARTER,
     SignalPolicy,
     ending_again,
     forward_signal,
@@ -371,9 +372,10 @@ class Supervisor:
                 self._teardown.kill_now(rnd)
                 continue
             rnd.status = RunStatus.INTERRUPTED
-            cause = launcher_signal_cause(
-                self.plan.host, self.plan.node_index, signum, "", time.time()
-            )
+            cause = launcher_signal_cause(  # one the starter passed on: named as its
+                self.plan.host, self.plan.node_index, signum, "", time.time(),
+                by_starter=signum in FROM_STARTER,
+            )  # fmt: skip
             if signum == signal.SIGTERM and self._leave_reason is not None:
                 cause, self._leave_reason = cause.replace(reason=self._leave_reason), None
             # Ctrl-C reaches only the launcher (the workers have sessions of their own):

@@ -70,6 +70,13 @@ def test_ctrl_c_on_the_login_node_ends_the_job_on_every_host_and_leaves_nothing(
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err.decode()
         assert b"SIGINT: ending the job on every host" in err
+        # every host names the one cause, the start command's Ctrl-C (a trial: each host
+        # blamed another's launcher)
+        text = err.decode()
+        stopped = [ln for ln in text.splitlines() if ln.startswith("[h") and "STOPPED: " in ln]
+        assert stopped, text
+        assert all("STOPPED: the cluster start command received SIGINT" in ln for ln in stopped)
+        assert "received SIGINT: put down to" not in text, text
         assert s.leftovers() == {}
 
 
