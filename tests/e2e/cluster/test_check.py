@@ -44,7 +44,8 @@ def test_devices_a_host_lacks_are_refused_before_any_host_starts(tmp_path) -> No
         assert [line.split(": ")[3] for line in lines] == ["host h0", "host h1"], lines
         for line in lines:
             assert line.startswith("paddlike.launch: error: --hostfile: host h")
-            assert "--gpus" in line and line.endswith("; nothing was started")
+            assert ": --include h0:0@h1:1: no NVIDIA GPU found on this node" in line  # as typed
+            assert line.endswith("; nothing was started")
         assert not (s.tmp / "log").exists()
         assert s.leftovers() == {}
 
