@@ -108,7 +108,7 @@ EXPECTED_STREAMS += "of local rank to those, e.g. 0:3,1:1"
     [
         # what was typed, not the value with torchrun's default port appended
         (["--rdzv-endpoint", "127.0.0.1:abc", "--nnodes", "2"],
-         "--master (from --rdzv_endpoint): expected a port number 1-65535, got '127.0.0.1:abc'"),
+         "--master (from --rdzv-endpoint): expected a port number 1-65535, got '127.0.0.1:abc'"),
         # a lone number is a stream choice out of torchrun's range, not a list of ranks
         (["--tee", "4"], f"--tee: {EXPECTED_STREAMS}, got '4'"),
         (["-r", "5"], f"-r: {EXPECTED_STREAMS}, got '5'"),

@@ -97,7 +97,8 @@ def _hang_up_at_eof(fd: int = 0, allowed: Collection[int] = SENT_SIGNALS) -> Non
                 # raised in this thread: its C-level handler writes the launcher's wake-up
                 # pipe before this returns, so the launcher reads the signals in the order
                 # they were sent (a signal line, then the end of stdin: never the reverse)
-                FROM_STARTER.add(signum)
+                if signum != signal.SIGTERM:  # that one is a preemption notice, named so
+                    FROM_STARTER.add(signum)
                 signal.raise_signal(signum)
 
 
