@@ -51,7 +51,12 @@ from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers import storegone
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
-from paddlike.launch.peers.stopstep import StopStep, agree_stop_step
+from paddlike.launch.peers.stopstep import (
+    StopStep,
+    agree_stop_step,
+    gather_outcomes,
+    share_outcome,
+)
 from paddlike.launch.peers.trainers_ok import JobTrainersOk
 from paddlike.launch.plan.membership import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
@@ -187,6 +192,18 @@ class JobWatch:
         """A preemption notice: the job's stop step (`peers.stopstep`), own connection."""
         keys = [p.stop_step_key(self.round, j) for j in range(self.nnodes)]
         return agree_stop_step(self._connect, keys, self.node_index, position, timeout)
+
+    def share_stop_outcome(self, part: dict) -> None:
+        """A preemption's outcome on this node (`run.preempt`), before `finish`'s end mark."""
+        share_outcome(self.kv, p.stop_outcome_key(self.round, self.node_index), part)
+
+    def stop_outcomes(self, timeout: float) -> list[dict]:
+        """After `finish`: the other nodes' outcomes, or why one is unknown (`peers.stopstep`)."""
+        keys = [p.stop_outcome_key(self.round, j) for j in range(self.nnodes)]
+        ends = [self.end_key(j) for j in range(self.nnodes)]
+        marks = (ends, p.END_LOST)
+        cut = "this node lost contact with the launchers' store" if self.lost_contact else ""
+        return gather_outcomes(self.kv, keys, marks, self.hosts, self.node_index, timeout, cut)
 
     def end_key(self, node: int) -> str:
         return p.end_key(self.round, node)
