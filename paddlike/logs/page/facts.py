@@ -130,9 +130,9 @@ def report_text(job: JobView) -> str:
     )
     preempted = job.preemptions()
     said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
-    slow = [  # --straggler_check's stragglers (issue 37)
-        s for n in job.nodes if n.summary for s in (n.summary.stragglers or {}).get("named", [])
-    ]
+    slow = list(  # --straggler_check's stragglers (issue 37), node 0's or as relayed
+        dict.fromkeys(s for n in job.nodes if n.summary for s in _named(n.summary.stragglers))
+    )
     checked = next(
         (n.summary.preflight for n in job.nodes if n.summary and n.summary.preflight), None
     )
@@ -355,6 +355,15 @@ def _progress(
         "stragglers": describe_stragglers(stragglers),
         "straggler_ranks": [s.rank for s in stragglers],
     }
+
+
+def _named(table: dict[str, Any] | None) -> list[str]:
+    """Who a summary's "stragglers" names: node 0's table's, or on another node what node 0
+    told it (`lateness_report.relayed_lines`)."""
+    table = table or {}
+    heard = table.get("heard") if "decided_on" in table else table
+    named = heard.get("named") if isinstance(heard, dict) else None
+    return [str(x) for x in named] if isinstance(named, list) else []
 
 
 def lateness_facts(job: JobView, t0: float) -> dict[str, Any] | None:
