@@ -8,7 +8,8 @@ left out (named): the others still stop together, before the SIGKILL deadline.
 After the round, each node's outcome (which of its ranks did not stop at the step:
 `run.preempt`) goes to the others the same way: written before the node's end mark
 (`share_outcome`), so that a node that has read every end mark finds every part that
-will ever come (`gather_outcomes`, waiting up to a deadline for the rest). A node whose
+will ever come (`gather_outcomes`, waiting up to a deadline for the rest; before it says
+it read the round's end: node 0's store closes once every node said so). A node whose
 part is not there (its launcher was lost, or did not write it in time) is named as
 such: its ranks' outcome is unknown, never counted as stopped.
 """

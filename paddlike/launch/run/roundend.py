@@ -190,15 +190,16 @@ def settle_round(
 
 
 def hear_stop_outcomes(watch: RoundWatch, outcome: RunOutcome) -> None:
-    """A preemption: every node ended the round (`finish`), so the other nodes' parts of
-    its outcome are there (`peers.stopstep`): added to this node's (summary.json's
-    "preemption", written by `conclude_round`), so that its last line and summary name
-    another node's ranks that did not stop at the step, or say that a node's are unknown."""
+    """A preemption: every node ended the round (`finish`, which read the other nodes'
+    parts of its outcome before saying it was done: `peers.stopstep`); theirs are added
+    to this node's (summary.json's "preemption", written by `conclude_round`), so that
+    its last line and summary name another node's ranks that did not stop at the step,
+    or say that a node's are unknown."""
     part = outcome.preemption
     if part is None:
         return
     from paddlike.launch.peers.stopstep import OUTCOME_TIMEOUT
 
-    others = watch.stop_outcomes(OUTCOME_TIMEOUT)  # [] on one node
+    others = watch.stop_outcomes(OUTCOME_TIMEOUT)  # [] on one node; read by `finish`
     if others:  # (the outcome's own dict: `conclude_round` writes and says it)
         part["other_nodes"] = others  # `logs.report.format_preemption` counts them in

@@ -88,3 +88,26 @@ def test_a_node_that_lost_the_store_says_every_other_outcome_is_unknown():
         {"node": 0, "node_host": "198.18.0.1", "unknown": "cut"},
         {"node": 2, "node_host": "198.18.0.3", "unknown": "cut"},
     ]
+
+
+def test_a_node_reads_the_others_outcomes_before_it_says_it_read_the_rounds_end():
+    # node 0 closes its store (an etcd node's keys go) once every node said "done": the
+    # others' parts must be read before that, not after
+    from paddlike.launch.peers.watch import WatchSpec
+    from tests.launch.peers.memory_link import memory_watch
+
+    kv = MemoryKV(patience=1.0)
+    hosts = tuple(HOSTS[:2])
+    watches = [memory_watch(kv, WatchSpec(0, hosts, j, "/nowhere", False, None)) for j in (0, 1)]
+    killed = {"not_stopped": [{"rank": 1, "status": "killed"}], "stop_step": 102}
+    watches[1].share_stop_outcome(killed)
+    watches[0].share_stop_outcome({"not_stopped": [], "stop_step": 102})
+    ended = threading.Thread(target=watches[1].finish, args=(False,))
+    ended.start()
+    watches[0].finish(True)
+    ended.join(20)
+    assert kv.try_get(p.done_key(0, 0)) == b"1" and kv.try_get(p.done_key(0, 1)) == b"1"
+    for w in watches:
+        w.kv = MemoryKV(patience=0.0)  # the store closed once both said "done"
+    assert watches[0].stop_outcomes() == [{**killed, "node": 1, "node_host": "198.18.0.2"}]
+    assert watches[1].stop_outcomes()[0]["not_stopped"] == []
