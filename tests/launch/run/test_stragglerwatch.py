@@ -317,3 +317,33 @@ def test_another_nodes_summary_says_where_the_check_runs_and_what_node_0_found(t
     assert found.stragglers[0].line.startswith("straggler: rank 3 (node 1, 10.0.0.2, ")
     # every node's directories: node 0's table, not what node 1 heard of it
     assert summary_lines(read_summary(tmp_path / "log0").stragglers)[0] == found.stragglers[0].line
+
+
+def test_the_reader_over_every_nodes_directory_prints_node_0s_table(tmp_path) -> None:
+    # node 1's directory first on the command line: still node 0's table, not the relay
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.logs.__main__ import main
+    from tests.launch.run.test_supervisor import make_plan
+
+    kv, plan = MemoryKV(), make_plan([], 2)
+    records = []
+    for name in ("log0", "log1"):
+        (tmp_path / name).mkdir()
+        records.append(RunRecord(tmp_path / name, warn=print))
+        records[-1].running(plan, [], 0)
+    channels = [StoreChannel(lambda: kv, round_=0, node_index=i, nnodes=2) for i in range(2)]
+    zero = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                          node_index=0, node="10.0.0.1", channel=channels[0], nnodes=2,
+                          on_table=records[0].stragglers_found)  # fmt: skip
+    one = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                         node_index=1, node="10.0.0.2", channel=channels[1], nnodes=2,
+                         on_table=records[1].stragglers_found, decider="10.0.0.1")  # fmt: skip
+    mine, late = part(range(2), {}, "10.0.0.1"), part(range(2, 4), {3: 0.05}, "10.0.0.2")
+    late.index = 1
+    found = zero.decide([mine, late])
+    one._relay(channels[1].heard())
+    out = io.StringIO()
+    main([str(tmp_path / "log1"), str(tmp_path / "log0"), "--stragglers"], out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == found.stragglers[0].line, out.getvalue()
+    assert lines[1].startswith("lateness at the last 49 collectives"), out.getvalue()
