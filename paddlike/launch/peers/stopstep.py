@@ -108,22 +108,26 @@ def gather_outcomes(
     import time
 
     from paddlike.distributed.store import StoreError, StoreTimeoutError
+    from paddlike.launch.peers.kv import get_all
 
     end_keys, lost = ends
     deadline = time.monotonic() + timeout
     out: list[dict[str, Any]] = []
     gone = unreachable  # the store stopped answering: nothing more to read
-    for j, key in enumerate(keys):
-        if j == node:
-            continue
-        why, raw = gone, None
-        if not gone:
+    others = [j for j in range(len(keys)) if j != node]
+    found: dict[int, bytes] = {}
+    if not gone:  # as a rule every part is there: one call for all (node 0's store, etcd)
+        with contextlib.suppress(StoreError):  # one is missing: each on its own, below
+            found = dict(zip(others, get_all(kv, [keys[j] for j in others], 0.001), strict=True))
+    for j in others:
+        why, raw = gone, found.get(j)
+        if not gone and raw is None:
             try:
-                raw = kv.try_get(key)
+                raw = kv.try_get(keys[j])
                 if raw is None and kv.try_get(end_keys[j]) == lost:
                     why = "its launcher was lost"
                 elif raw is None:
-                    raw = kv.get(key, timeout=max(0.001, deadline - time.monotonic()))
+                    raw = kv.get(keys[j], timeout=max(0.001, deadline - time.monotonic()))
             except StoreTimeoutError:
                 why = f"no word from its launcher within {timeout:g} s"
             except StoreError as exc:
