@@ -18,6 +18,7 @@ class LogDirError(Exception):
     """A directory that cannot be read as logs; str() is the one line to print."""
 
 
+
 def _is_node_dir(names: list[str]) -> bool:
     return any(n in (SUMMARY_FILE, ENDPOINTS_FILE) or match_log_name(n) for n in names)
 

@@ -159,10 +159,8 @@ def kept_lines(node: NodeView) -> list[str]:
             continue
         ranks = ", ".join(str(k.get("rank")) for k in kept)
         took = r.get("recovery_s")
-        when = (
-            ""
-            if took is None
-            else (f", running {took:.2f} s after the failed process ended (not yet at a step)")
+        when = "" if took is None else (
+            f", running {took:.2f} s after the failed process ended (not yet at a step)"
         )
         out.append(
             f"  round {r.get('round')}: {len(kept)} process{'es' if len(kept) != 1 else ''} "
