@@ -130,9 +130,7 @@ def report_text(job: JobView) -> str:
     )
     preempted = job.preemptions()
     said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
-    slow = list(  # --straggler_check's stragglers (issue 37), node 0's or as relayed
-        dict.fromkeys(s for n in job.nodes if n.summary for s in _named(n.summary.stragglers))
-    )
+    slow = _named([n.summary.stragglers for n in job.nodes if n.summary])  # issue 37
     checked = next(
         (n.summary.preflight for n in job.nodes if n.summary and n.summary.preflight), None
     )
@@ -357,13 +355,16 @@ def _progress(
     }
 
 
-def _named(table: dict[str, Any] | None) -> list[str]:
-    """Who a summary's "stragglers" names: node 0's table's, or on another node what node 0
-    told it (`lateness_report.relayed_lines`)."""
-    table = table or {}
-    heard = table.get("heard") if "decided_on" in table else table
-    named = heard.get("named") if isinstance(heard, dict) else None
-    return [str(x) for x in named] if isinstance(named, list) else []
+def _named(tables: list[dict[str, Any] | None]) -> list[str]:
+    """Who the straggler check named: node 0's table's (summary.json "stragglers"), else,
+    without node 0's directory, what node 0 told another node (`lateness_report`)."""
+    full = [t for t in tables if t and "decided_on" not in t]
+    heard = [t.get("heard") for t in tables if t and "decided_on" in t]
+    for table in [*full, *heard]:
+        named = table.get("named") if isinstance(table, dict) else None
+        if isinstance(named, list):
+            return [str(x) for x in named]
+    return []
 
 
 def lateness_facts(job: JobView, t0: float) -> dict[str, Any] | None:
