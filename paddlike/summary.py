@@ -32,7 +32,9 @@ Schema (version 1) — `summary.json`:
          "rank": 2 | null,                # the rank the summary's first line names
          "stacks": "stacks/20261122-105800" | null}   # the dump, relative to log_dir
       ],
-      "stragglers": null | {              # --straggler_check: node 0's last check
+      "stragglers": null | {              # --straggler_check: node 0's last check (another
+                                          # node: {"decided_on": {"node": 0, "host": ...},
+                                          # "heard": what node 0 told it, or null})
         "time": 1795000100.0, "window": 200, "reference": 0.31, "step_known": true,
         "named": ["straggler: rank 2 (node b, workerlog.0) arrived last at ..."],
         "ranks": [{"who": "rank 2", "rank": 2, "node": "b", "log": "workerlog.0",

@@ -230,9 +230,11 @@ def _main(argv: list[str] | None, out: TextIO) -> int:
         return 0
     job.hung_for = outcome.hung_for(job)
     if args.stragglers:  # issue 37
-        from paddlike.logs.lateness import summary_lines
+        from paddlike.logs.lateness_report import summary_lines
 
         tables = [n.summary.stragglers for n in job.nodes if n.summary and n.summary.stragglers]
+        # node 0's table before what another node heard of it (`lateness_report.relayed_lines`)
+        tables.sort(key=lambda t: "decided_on" in t)
         if args.json:
             out.write(json.dumps(tables[0] if tables else None, indent=2) + "\n")
         else:

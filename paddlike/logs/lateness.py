@@ -56,9 +56,9 @@ __all__ = [
     "describe",
     "find_stragglers",
     "heat_map",
+    "node_label",
     "rows_from_json",
-    "summary_lines",
-    "table_lines",
+    "seconds_text",
 ]
 
 WINDOW = 200  # collectives judged per check
@@ -144,11 +144,15 @@ def find_stragglers(
     threshold: float = THRESHOLD,
     step_time: float | None = None,
     offsets: Mapping[int, float] | None = None,
+    node_index: Mapping[str, int] | None = None,
 ) -> Lateness:
     """Each rank's lateness over the last `window` complete collectives, and who
     straggles (the module's rule). `nodes` and `logs`: each rank's node and log file;
-    `offsets`: seconds added to a rank's times (its node's clock against the job's)."""
+    `offsets`: seconds added to a rank's times (its node's clock against the job's);
+    `node_index`: each node's index in the job, where it has one (many nodes): the lines
+    then name a node as the launcher's other lines do, "node 1 (10.0.0.2)"."""
     nodes = nodes or {}
+    index = node_index or {}
     logs = logs or {}
     if offsets is None:
         offsets = clock_offsets(arrivals, nodes)
@@ -164,7 +168,7 @@ def find_stragglers(
         by_node.setdefault(nodes.get(r, ""), []).append(r)
     if len(by_node) >= 2 and all(by_node):
         merged = [_by_node(c, nodes) for c in done]
-        names = {n: f"node {n}" for n in by_node}
+        names = {n: node_label(n, index) for n in by_node}
         spans = {n: _ranks_words(rs) for n, rs in by_node.items()}
         node_rows = _rows(merged, names, {}, spans, bar, node_of=dict.fromkeys(names, ""))
         node_rows = [
@@ -174,10 +178,14 @@ def find_stragglers(
     rows = [
         _replace(r, straggler=False) if r.straggler and r.node in named_nodes else r for r in rows
     ]
-    what = f"the step takes {_ms(ref)}" if step_time else f"a collective every {_ms(ref)}"
+    what = (
+        f"the step takes {seconds_text(ref)}"
+        if step_time
+        else f"a collective every {seconds_text(ref)}"
+    )
     named = [r for r in (*node_rows, *rows) if r.straggler]
     lines = [
-        Straggler(r, _line(r, len(done), what))
+        Straggler(r, _line(r, len(done), what, index))
         for r in sorted(named, key=lambda r: (-r.last_share, -r.median))
     ]
     order = sorted(rows, key=lambda r: (not r.straggler, -r.last_share, -r.median, r.rank))
@@ -349,15 +357,26 @@ def _replace(r: Row, **changes: object) -> Row:
     return replace(r, **changes)  # type: ignore[arg-type]
 
 
-def _line(r: Row, window: int, what: str) -> str:
+def node_label(node: str, index: Mapping[str, int]) -> str:
+    """A node as the launcher's lines name it: "node 1 (10.0.0.2)" where its index is
+    known, else "node 10.0.0.2" (one node: its hostname)."""
+    i = index.get(node)
+    return f"node {node}" if i is None else f"node {i} ({node})"
+
+
+def _line(r: Row, window: int, what: str, index: Mapping[str, int]) -> str:
     if r.rank >= 0:
-        where = ", ".join(x for x in (f"node {r.node}" if r.node else "", r.log) if x)
+        i = index.get(r.node)
+        node = f"node {r.node}" if i is None else f"node {i}, {r.node}"
+        where = ", ".join(x for x in (node if r.node else "", r.log) if x)
         who = f"rank {r.rank}" + (f" ({where})" if where else "")
+    elif r.node in index:
+        who = f"node {index[r.node]} ({r.node}; {r.log}, all late together)"
     else:
         who = f"node {r.node} ({r.log}, all late together)"
     return (
         f"straggler: {who} arrived last at {r.last_share:.0%} of the last {window} "
-        f"collectives, +{_ms(r.median)} median ({what})"
+        f"collectives, +{seconds_text(r.median)} median ({what})"
     )
 
 
@@ -366,7 +385,8 @@ def describe(found: Lateness) -> list[str]:
     return [s.line for s in found.stragglers]
 
 
-def _ms(seconds: float) -> str:
+def seconds_text(seconds: float) -> str:
+    """A lateness as read at a glance: 4.8 ms, 48 ms, 1.25 s, 12 s."""
     if seconds >= 10:
         return f"{seconds:.0f} s"
     if seconds >= 1:
@@ -410,47 +430,3 @@ def rows_from_json(data: Mapping[str, object]) -> tuple[list[Row], list[Row]]:
             except TypeError:
                 continue
     return out
-
-
-def table_lines(rows: Sequence[Row], nodes: Sequence[Row], window: int) -> list[str]:
-    """`python -m paddlike.logs --stragglers`: per rank (nodes before them), the share of
-    last arrivals, median and p90 lateness; the stragglers (rank or node) first, marked
-    with *. Columns are as wide as their longest entry (long hostnames); a node's row
-    names the node once, in "who"."""
-    if not rows:
-        return ["no collective was compared across ranks (none ran, or one rank only)"]
-    ordered = sorted([*nodes, *rows], key=lambda r: not r.straggler)  # stable: nodes first
-    node_of = [r.node if r.rank >= 0 else "" for r in ordered]
-    who_w = max(12, *(len(r.who) + 2 for r in ordered))
-    node_w = max(14, *(len(n) + 2 for n in node_of))
-    head = f"{'':2}{'who':<{who_w}}{'node':<{node_w}}{'last':>6}{'median':>10}{'p90':>10}  log"
-    lines = [f"lateness at the last {window} collectives (time after the first arrival):", head]
-    for r, node in zip(ordered, node_of, strict=True):
-        mark = "* " if r.straggler else "  "
-        lines.append(
-            f"{mark}{r.who:<{who_w}}{node:<{node_w}}{r.last_share:>6.0%}"
-            f"{'+' + _ms(r.median):>10}{'+' + _ms(r.p90):>10}  {r.log}"
-        )
-    return lines
-
-
-def summary_lines(table: Mapping[str, object] | None) -> list[str]:
-    """summary.json's "stragglers" in words: who was named, then the table."""
-    if not table:
-        return [
-            "no straggler check compared collectives in this job (--straggler_check 0, "
-            "no collective, TORCH_FR_BUFFER_SIZE=0 turning torch's flight recorder off, or "
-            "the job ended before the first check)"
-        ]
-    ranks, nodes = rows_from_json(table)
-    window = table.get("window")
-    named = table.get("named")
-    lines = [str(x) for x in named] if isinstance(named, list) and named else ["no straggler"]
-    excluded = table.get("excluded")
-    for item in excluded if isinstance(excluded, list) else []:
-        if isinstance(item, dict) and item.get("node"):
-            lines.append(
-                f"excluded: node {item['node']} left the job (--on_straggler exclude): "
-                f"{item.get('line', '')}"
-            )
-    return [*lines, *table_lines(ranks, nodes, window if isinstance(window, int) else 0)]

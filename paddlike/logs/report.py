@@ -310,7 +310,11 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
     step 17; the last exited 0.84 s after the notice
 
     (or "...; stop step 17: rank 3 (killed) did not stop at it; ...", or "...; no rank
-    called should_stop(), so none saved at a common step; ...")."""
+    called should_stop(), so none saved at a common step; ..."). Each node's part counts
+    once: its own, else the copy another node read ("other_nodes"); a node whose part no
+    node read is named, its ranks' outcome unknown ("...; stop step 17: node 2
+    (10.0.0.3): unknown whether its ranks stopped at it (its launcher was lost)"), and
+    then "every rank" is never said."""
     first = parts[0]
     at = time.strftime("%H:%M:%S", time.localtime(float(first.get("time") or 0.0)))  # type: ignore[arg-type]
     source = notice_source(
@@ -318,6 +322,7 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
     )
     by = "preempted by" if by_signal(first.get("reason")) else "stopped:"
     text = f"{by} {source} at {at}"
+    parts, unknown = _every_node(parts)
     steps = {p.get("stop_step") for p in parts} - {None}
     step = f"step {min(steps)}" if len(steps) == 1 else "no agreed step"
     missed = sorted(
@@ -325,14 +330,51 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
         for p in parts
         for r in p.get("not_stopped") or ()  # type: ignore[attr-defined]
     )
+    unsure = [
+        f"node {u.get('node')} ({u.get('node_host')}): unknown whether its ranks stopped at "
+        f"it ({u.get('unknown')})"
+        for u in unknown
+    ]
     if not steps:
         text += "; no rank called should_stop(), so none saved at a common step"
-    elif not missed:
+        text += "".join(f"; {x}" for x in unsure)
+    elif not missed and not unsure:
         text += f"; every rank stopped after {step}"
     else:
         who = ", ".join(f"rank {rank} ({status})" for rank, status in missed)
-        text += f"; stop {step}: {who} did not stop at it"
+        said = [f"{who} did not stop at it"] if who else []
+        text += f"; stop {step}: " + "; ".join([*said, *unsure])
     lasts = [p["seconds_to_last_exit"] for p in parts if p.get("seconds_to_last_exit") is not None]
     if lasts:
         text += f"; the last exited {max(lasts):.2f} s after the notice"  # type: ignore[type-var]
     return text
+
+
+def _every_node(
+    parts: Sequence[Mapping[str, object]],
+) -> tuple[list[Mapping[str, object]], list[Mapping[str, object]]]:
+    """Each node's part once (its own, else another node's copy: "other_nodes"), and the
+    nodes whose part nobody read ("unknown": why), in node order. Parts without a node
+    (summaries written before nodes traded them) count as they are."""
+    loose: list[Mapping[str, object]] = []
+    known: dict[object, Mapping[str, object]] = {}
+    unknown: dict[object, Mapping[str, object]] = {}
+    for part in parts:
+        if part.get("node") is None:
+            loose.append(part)
+        else:
+            known[part["node"]] = part  # its own word wins
+    for part in parts:
+        for other in part.get("other_nodes") or ():  # type: ignore[attr-defined]
+            j = other.get("node")
+            if other.get("unknown"):
+                unknown.setdefault(j, other)
+            elif j not in known:
+                known[j] = other
+    order = sorted(known, key=_node_order)
+    gone = sorted((j for j in unknown if j not in known), key=_node_order)
+    return [*loose, *(known[j] for j in order)], [unknown[j] for j in gone]
+
+
+def _node_order(j: object) -> int:
+    return j if isinstance(j, int) else -1

@@ -16,8 +16,8 @@ from paddlike.logs.lateness import (
     find_stragglers,
     most,
     rows_from_json,
-    table_lines,
 )
+from paddlike.logs.lateness_report import table_lines
 
 STEP = 0.1  # seconds between collectives in these jobs
 

@@ -39,6 +39,12 @@ class RoundWatch(Protocol):
     def agree_stop_step(self, position: int, timeout: float) -> StopStep:
         """A preemption notice: this node's ranks' position in, the job's stop step out."""
 
+    def share_stop_outcome(self, part: dict) -> None:
+        """A preemption's outcome on this node, for the others (before `Peers.finish`)."""
+
+    def stop_outcomes(self, timeout: float) -> list[dict]:
+        """After `Peers.finish`: the other nodes' outcomes (`peers.stopstep`)."""
+
 
 class Peers(Protocol):
     """The other nodes of the job, for the whole job."""

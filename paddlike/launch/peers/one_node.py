@@ -30,6 +30,12 @@ class LocalWatch:
     def agree_stop_step(self, position: int, timeout: float) -> StopStep:
         return StopStep(position)  # its ranks are all the job's
 
+    def share_stop_outcome(self, part: dict) -> None:
+        pass  # nobody else to tell
+
+    def stop_outcomes(self, timeout: float) -> list[dict]:
+        return []
+
     def publish(self, cause: RootCause) -> None:
         if self.cause is None:
             self.cause = cause

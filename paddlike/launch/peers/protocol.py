@@ -25,6 +25,8 @@ The launchers of a many-node job talk only through a key-value store (node 0's
 | ``job/<r>/trainers-ok/<i>`` | node i (PS)                  | its trainers all exited 0      |
 | ``job/<r>/stop-step/<i>``   | node i, on a preemption      | the smallest step its ranks    |
 |                             | notice (`peers.stopstep`)    | have not passed (decimal)      |
+| ``job/<r>/stop-outcome/<i>``| node i, after a notice, just | its ranks that did not stop at |
+|                             | before its end mark          | the step (JSON, `run.preempt`) |
 | ``hb/<i>``                  | node i, add                  | heartbeat counter (TCP store)  |
 | ``stacks/<r>/...``          | see `peers.stackreq`         | job-wide stack requests        |
 | ``alive/<i>``               | node i, under its lease      | its pid (etcd)                 |
@@ -128,6 +130,16 @@ def trainers_ok_key(round_: int, node: int) -> str:
 def stop_step_key(round_: int, node: int) -> str:
     """A node's position at a preemption notice; the job's stop step is the largest."""
     return f"job/{round_}/stop-step/{node}"
+
+
+def stop_outcome_key(round_: int, node: int) -> str:
+    """A node's part of a preemption's outcome: which of its ranks did not stop at the step."""
+    return f"job/{round_}/stop-outcome/{node}"
+
+
+def stragglers_found_key(round_: int) -> str:
+    """Node 0's latest straggler finding, for the other nodes' summaries (issue 37)."""
+    return f"stragglers/{round_}/found"
 
 
 def stacks_seq_key(round_: int) -> str:

@@ -5,9 +5,14 @@
 | ``stragglers/<r>/node/<i>`` | node i, each check | its ranks' recent collectives, deflated |
 |                            | (not node 0)        | JSON (`run.stragglerwatch.NodeArrivals`) |
 | ``stragglers/<r>/exclude/<i>`` | node 0        | `--on_straggler exclude`: node i leaves |
+| ``stragglers/<r>/found``    | node 0, each check  | what it found: who it named, when,      |
+|                            | that judged         | its host (JSON), for the other nodes'   |
+|                            |                     | summaries                               |
 
 Node 0 reads every other node's latest part at its own check, without waiting: a node
 whose part is not there yet (its first check has not come) is left out of that check.
+The other nodes read node 0's finding at each of their checks, and once more at the
+round's end (`run.stragglerwatch`), so that their log directories say what was found.
 The channel opens a connection of its own on first use, from the check's thread.
 """
 
@@ -30,7 +35,8 @@ if TYPE_CHECKING:
 
 
 class StoreChannel:
-    """One node's end: `publish` (other nodes), `gather` (node 0)."""
+    """One node's end: `publish` and `heard` (other nodes), `gather` and `announce`
+    (node 0)."""
 
     def __init__(
         self, connect: Callable[[], KV], *, round_: int, node_index: int, nnodes: int
@@ -66,6 +72,20 @@ class StoreChannel:
             if raw is not None:
                 out.append(json.loads(zlib.decompress(raw)))
         return out
+
+    def announce(self, found: dict[str, Any]) -> None:
+        """Node 0: what its check found (plain JSON types), for the other nodes."""
+        body = json.dumps(found, separators=(",", ":")).encode()
+        with contextlib.suppress(StoreError):
+            self._store().set(p.stragglers_found_key(self.round), body)
+
+    def heard(self) -> dict[str, Any] | None:
+        """Another node: node 0's latest finding, None before its first (or no store)."""
+        try:
+            raw = self._store().try_get(p.stragglers_found_key(self.round))
+            return json.loads(raw) if raw is not None else None
+        except (StoreError, ValueError):
+            return None
 
     def exclude(self, node_index: int) -> None:
         """Node 0: `--on_straggler exclude` tells node `node_index` to leave."""

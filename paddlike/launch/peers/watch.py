@@ -51,7 +51,13 @@ from paddlike.launch.peers import protocol as p
 from paddlike.launch.peers import storegone
 from paddlike.launch.peers.kv import KV, wait_keys
 from paddlike.launch.peers.services import ServicesStop
-from paddlike.launch.peers.stopstep import StopStep, agree_stop_step
+from paddlike.launch.peers.stopstep import (
+    OUTCOME_TIMEOUT,
+    StopStep,
+    agree_stop_step,
+    gather_outcomes,
+    share_outcome,
+)
 from paddlike.launch.peers.trainers_ok import JobTrainersOk
 from paddlike.launch.plan.membership import LEFT, LOST, ElasticSpec, joined_cause
 from paddlike.launch.plan.policy import (
@@ -162,6 +168,8 @@ class JobWatch:
         self.stacks = transport.stacks
         self.leaving = False  # elastic: this node's launcher got a signal and leaves
         self.ends: dict[int, bytes] = {}  # each node's end mark, once `finish` read them
+        self._sharing = False  # a preemption's outcome shared: `finish` reads the others'
+        self._others_outcomes: list[dict] | None = None
 
     @property
     def on_etcd(self) -> bool:
@@ -187,6 +195,23 @@ class JobWatch:
         """A preemption notice: the job's stop step (`peers.stopstep`), own connection."""
         keys = [p.stop_step_key(self.round, j) for j in range(self.nnodes)]
         return agree_stop_step(self._connect, keys, self.node_index, position, timeout)
+
+    def share_stop_outcome(self, part: dict) -> None:
+        """A preemption's outcome on this node (`run.preempt`), before `finish`'s end mark;
+        `finish` then reads the others' before it says it read the round's outcome (node 0
+        closes its store, an etcd node's keys go, once every node said so)."""
+        share_outcome(self.kv, p.stop_outcome_key(self.round, self.node_index), part)
+        self._sharing = True
+
+    def stop_outcomes(self, timeout: float = OUTCOME_TIMEOUT) -> list[dict]:
+        """After `finish`: the other nodes' outcomes, or why one is unknown (`peers.stopstep`)."""
+        if self._others_outcomes is not None:  # read by `finish`
+            return self._others_outcomes
+        keys = [p.stop_outcome_key(self.round, j) for j in range(self.nnodes)]
+        ends = [self.end_key(j) for j in range(self.nnodes)]
+        marks = (ends, p.END_LOST)
+        cut = "this node lost contact with the launchers' store" if self.lost_contact else ""
+        return gather_outcomes(self.kv, keys, marks, self.hosts, self.node_index, timeout, cut)
 
     def end_key(self, node: int) -> str:
         return p.end_key(self.round, node)
@@ -430,6 +455,8 @@ class JobWatch:
                 self.ends = {j: self.kv.try_get(k) or b"" for j, k in enumerate(keys)}
             raw = self.kv.try_get(self.abort_key)
             cause = p.decode_cause(raw) if raw is not None else None
+            if self._sharing:  # before "done": the others' parts are still there
+                self._others_outcomes = self.stop_outcomes()
         except StoreError as exc:
             cause = self.root_cause or self._contact_cause(str(exc))
         # Node 0 keeps its store up until every node has said it read the outcome (and the

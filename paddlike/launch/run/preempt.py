@@ -7,7 +7,11 @@ job's stop step, the step agreed with the other nodes, and the outcome said.
          furthest position and writes the job's stop step into the files (`peers.stopstep`,
          `distributed.preempt`)
       -> the round ends (`run.teardown` gave the ranks until --kill_timeout after the notice)
-      -> `outcome`: summary.json's "preemption" and the console's last line
+      -> `outcome`: this node's part of summary.json's "preemption"
+      -> (many nodes) each node's part to the others before its end mark, theirs read
+         after every node's end, as "other_nodes" (`run.roundend.hear_stop_outcomes`,
+         `peers.stopstep`), or why one is unknown: every node's last line and summary
+         say which ranks of the job did not stop at the step
 """
 
 from __future__ import annotations
@@ -41,8 +45,12 @@ class Preemption:
         ranks: Sequence[int],
         agree: Callable[[int, float], StopStep],
         console: Console,
+        node_index: int = 0,
+        host: str = "",
     ) -> None:
         self.log_dir = log_dir
+        self.node_index = node_index
+        self.host = host
         self.ranks = list(ranks)
         self.agree = agree
         self.console = console
@@ -54,7 +62,7 @@ class Preemption:
     def of(cls, plan: LaunchPlan, log_dir: str, watch: RoundWatch, console: Console) -> Preemption:
         """The round's: this node's ranks, the round's watch to agree through."""
         ranks = [s.rank for s in plan.processes if s.rank is not None]
-        return cls(log_dir, ranks, watch.agree_stop_step, console)
+        return cls(log_dir, ranks, watch.agree_stop_step, console, plan.node_index, plan.host)
 
     def start(self, notice: RootCause) -> Callable[[], None]:
         """Mark the ranks PENDING now (before their SIGTERM); return what starts the
@@ -122,6 +130,8 @@ class Preemption:
             "host": notice.host,
             "time": notice.time,
             "reason": notice.reason,  # not a signal's: --on_straggler exclude's leaving
+            "node": self.node_index,  # whose part this is (the others come as "other_nodes")
+            "node_host": self.host,
             # no step from any rank here: the agreed number would name a save nobody made
             "stop_step": self.stop.step if self.stop is not None and heard else None,
             "not_stopped": [

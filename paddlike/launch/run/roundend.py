@@ -168,17 +168,38 @@ def settle_round(
     it, how many of its members may come back (elastic), and whether this node leaves
     the job (elastic: its launcher got a signal)."""
     own = outcome.root_cause
+    if outcome.preemption is not None:  # before the end mark: whoever reads it finds this
+        watch.share_stop_outcome(outcome.preemption)
     if elastic is None:
         if own is not None:  # before waiting for the others: that may be long
             # then one line; the rounds say more (a hang is not restarted)
             left = may_restart(own, restarts, max_restarts)
             report_own_failure(console, own, watch.root_cause, log_dir, restarts_left=left)
-        return peers.finish(watch, outcome.exit_code == 0), 0, False
+        cause = peers.finish(watch, outcome.exit_code == 0)
+        hear_stop_outcomes(watch, outcome)
+        return cause, 0, False
     leaving = watch.leaving
     if leaving:
         what = own.reason if own is not None else "stopped"
         console.say(f"{what}: this node leaves the elastic job; the others go on")
     cause = peers.finish(watch, outcome.exit_code == 0)
+    hear_stop_outcomes(watch, outcome)
     survivors = len(peers.survivors or ())
     cause = elastic_round_cause(console, elastic, own, cause, survivors, leaving, log_dir)
     return cause, survivors, leaving
+
+
+def hear_stop_outcomes(watch: RoundWatch, outcome: RunOutcome) -> None:
+    """A preemption: every node ended the round (`finish`, which read the other nodes'
+    parts of its outcome before saying it was done: `peers.stopstep`); theirs are added
+    to this node's (summary.json's "preemption", written by `conclude_round`), so that
+    its last line and summary name another node's ranks that did not stop at the step,
+    or say that a node's are unknown."""
+    part = outcome.preemption
+    if part is None:
+        return
+    from paddlike.launch.peers.stopstep import OUTCOME_TIMEOUT
+
+    others = watch.stop_outcomes(OUTCOME_TIMEOUT)  # [] on one node; read by `finish`
+    if others:  # (the outcome's own dict: `conclude_round` writes and says it)
+        part["other_nodes"] = others  # `logs.report.format_preemption` counts them in

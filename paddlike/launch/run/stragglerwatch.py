@@ -10,8 +10,10 @@ node 0, name the ranks (or nodes) that arrive last at most of them.
         node 0: `lateness.find_stragglers` over every node's ranks; the console's lines
         when who is named changed (once, then again only on a change); summary.json's
         "stragglers" (`on_table`)
-        another node: its arrivals to node 0 through the job's store (`channel`)
-    the round ends -> `stop`
+        another node: its arrivals to node 0 through the job's store (`channel`), and node
+        0's latest finding read back (node 0 announces each): this node's summary.json
+        "stragglers" says where the check runs and what it found (`relayed`)
+    the round ends -> `stop` (another node: node 0's finding read once more)
 
 Clocks: each rank's arrivals go to node 0 as Unix times of its own node (paddlike's
 monotonic times through the progress file's anchor; torch's are Unix times already).
@@ -31,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from paddlike import netaddr
 from paddlike.launch.console.output import Console
 from paddlike.summary import ProcessRecord
 
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
         def close(self) -> None: ...
         def exclude(self, node_index: int) -> None: ...
         def excluded(self) -> int | None: ...
+        def announce(self, found: dict[str, Any]) -> None: ...
+        def heard(self) -> dict[str, Any] | None: ...
 
 
 PROBE_TIMEOUT = 2.0  # seconds for every probe's answer at one check
@@ -188,6 +193,7 @@ class StragglerWatch:
         min_nodes: int = 0,
         nnodes_text: str = "",
         excluded: Sequence[dict[str, Any]] = (),
+        decider: str = "",
     ) -> None:
         """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave,
         unless the round's `nnodes` less those told would fall below `min_nodes` (an
@@ -195,7 +201,8 @@ class StragglerWatch:
         node. A node told so calls `leave` (the launcher's SIGTERM to itself: an elastic
         job's node leaves at the next round, its ranks saving at the preemption stop step).
         `excluded`: the nodes earlier rounds excluded (summary.json's "excluded", kept in
-        every later table so that the job's summary still names them)."""
+        every later table so that the job's summary still names them). `decider`: node 0's
+        host, which another node's summary names as where the check runs."""
         self.log_dir = log_dir
         self.console = console
         self.period = period
@@ -213,6 +220,9 @@ class StragglerWatch:
         self.nnodes = nnodes
         self.min_nodes = min_nodes
         self.nnodes_text = nnodes_text
+        self.decider = decider
+        self._heard: dict[str, Any] | None = None  # node 0's finding, as relayed last
+        self._relayed = False  # this round's relay written (another node)
         self.named: tuple[str, ...] = ()  # who the console named last
         self.checks = 0  # this round's checks that compared collectives
         self.since = 0  # the check that first named who is named now
@@ -233,6 +243,9 @@ class StragglerWatch:
         self._workers = [r for r in records if r.role == "trainer" and r.pid]
         self._stop.clear()
         self.named, self.checks, self.since, self._most_ranks = (), 0, 0, 0
+        self._relayed = False
+        if self.node_index != 0 and self.channel is not None:
+            self._relay(None)  # from the start: the check runs on node 0
         self._thread = threading.Thread(target=self._run, name="stragglers", daemon=True)
         self._thread.start()
 
@@ -245,6 +258,8 @@ class StragglerWatch:
         with self._saying:  # a check still under way says nothing from now on
             pass
         if self.channel is not None:
+            if self._relayed:  # node 0's last word this round, if it came since
+                self._relay(self.channel.heard())
             self.channel.close()
 
     def _run(self) -> None:
@@ -264,6 +279,9 @@ class StragglerWatch:
         if self.node_index != 0:
             if self.channel is not None:
                 self.channel.publish(part.to_json())
+                with self._saying:
+                    if not self._stop.is_set():
+                        self._relay(self.channel.heard())
                 if self.on_straggler == "exclude" and self.channel.excluded() == self.node_index:
                     self._told_to_leave()
             return None
@@ -283,12 +301,15 @@ class StragglerWatch:
             if part.step_time > 0:
                 steps.append(part.step_time)
         steps.sort()
+        # many nodes: each named "node 1 (10.0.0.2)", as the launcher's other lines do
+        index_of = {n: p.index for p in parts for n in p.nodes.values()}
         found = find_stragglers(
             arrivals,
             nodes,
             logs,
             threshold=self.threshold,
             step_time=steps[len(steps) // 2] if steps else None,
+            node_index=index_of if self.nnodes > 1 else None,
         )
         # A check that sees fewer ranks than an earlier one (ranks ending, a node's part
         # not there) judges a part of the job: it neither speaks nor replaces the table.
@@ -300,10 +321,15 @@ class StragglerWatch:
             self._most_ranks = len(found.rows)
             self.checks += 1
             if self._say(found) and self.on_straggler == "exclude":
-                self._exclude(found, {n: p.index for p in parts for n in p.nodes.values()})
+                self._exclude(found, index_of)
+            table = {"time": time.time(), "check": self.checks, "since": self.since}
             if self.on_table is not None:
-                table = {"time": time.time(), "check": self.checks, "since": self.since}
                 self.on_table({**table, **found.to_json(), "excluded": list(self.exclusions)})
+            if self.channel is not None:  # the other nodes' summaries say it too
+                named = [s.line for s in found.stragglers]
+                self.channel.announce(
+                    {**table, "host": self.node, "named": named, "excluded": self.exclusions}
+                )
         return found
 
     def _exclude(self, found: Lateness, index_of: dict[str, int]) -> None:
@@ -312,6 +338,7 @@ class StragglerWatch:
             i = index_of.get(s.row.node)
             if i is None or i in self._excluded:
                 continue
+            node = f"node {i} ({s.row.node})" if self.nnodes > 1 else f"node {s.row.node}"
             if i == 0:
                 self.console.say(
                     "--on_straggler exclude: the straggler is on node 0, which holds the "
@@ -323,16 +350,28 @@ class StragglerWatch:
                 if i not in self._kept:
                     self._kept.add(i)
                     self.console.warn(
-                        f"--on_straggler exclude: node {s.row.node} is a straggler, but it "
+                        f"--on_straggler exclude: {node} is a straggler, but it "
                         f"stays: the job has {left} nodes, --nnodes {self.nnodes_text} needs "
                         f"{self.min_nodes}"
                     )
                 continue
             self._excluded.add(i)
-            self.exclusions.append({"node": s.row.node, "line": s.line, "time": time.time()})
+            self.exclusions.append(
+                {"node": s.row.node, "index": i, "line": s.line, "time": time.time()}
+            )
             if self.channel is not None:
                 self.channel.exclude(i)
-            self.console.say(f"--on_straggler exclude: node {s.row.node} leaves the job")
+            self.console.say(f"--on_straggler exclude: {node} leaves the job")
+
+    def _relay(self, heard: dict[str, Any] | None) -> None:
+        """Another node: its summary.json's "stragglers" is where the check runs and node
+        0's latest finding (`heard`, None before one came): written when that changed."""
+        if self._relayed and heard == self._heard:
+            return
+        self._relayed, self._heard = True, heard
+        if self.on_table is not None:
+            host = str((heard or {}).get("host") or self.decider)
+            self.on_table({"decided_on": {"node": 0, "host": host}, "heard": heard})
 
     def _told_to_leave(self) -> None:
         self._stop.set()  # no more checks here
@@ -357,7 +396,7 @@ class StragglerWatch:
 
 
 def recorder_off(environ: Mapping[str, str]) -> str:
-    """"NAME=0" where the user's environment turns torch's flight recorder off (the probe
+    """ "NAME=0" where the user's environment turns torch's flight recorder off (the probe
     leaves a size the user gave alone), else "": the check then sees no torch collective."""
     from paddlike.logs.worker_probe import FR_BUFFER_NAMES
 
@@ -367,9 +406,9 @@ def recorder_off(environ: Mapping[str, str]) -> str:
     return ""
 
 
-def excluded_reason(host: str) -> str:
+def excluded_reason(host: str, index: int) -> str:
     """The cause's reason when node 0 excluded this node (summary.json, node 0's round line)."""
-    return f"node {host} left: excluded as a straggler (--on_straggler exclude)"
+    return f"node {index} ({host}) left: excluded as a straggler (--on_straggler exclude)"
 
 
 def _sigterm_self() -> None:
@@ -421,5 +460,8 @@ def straggler_watch(
             f"{elastic.min_nodes}:{elastic.max_nodes}" if elastic is not None else str(plan.nnodes)
         ),
         excluded=earlier if isinstance(earlier, list) else (),
-        leave=None if leave_for is None else lambda: leave_for(excluded_reason(plan.host)),
+        leave=None
+        if leave_for is None
+        else lambda: leave_for(excluded_reason(plan.host, plan.node_index)),
+        decider=netaddr.split(plan.trainer_endpoints[0])[0] if plan.trainer_endpoints else "",
     )

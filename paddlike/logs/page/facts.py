@@ -130,9 +130,7 @@ def report_text(job: JobView) -> str:
     )
     preempted = job.preemptions()
     said = [format_preemption(preempted)] if preempted else []  # the stop step, who missed it
-    slow = [  # --straggler_check's stragglers (issue 37)
-        s for n in job.nodes if n.summary for s in (n.summary.stragglers or {}).get("named", [])
-    ]
+    slow = _named([n.summary.stragglers for n in job.nodes if n.summary])  # issue 37
     checked = next(
         (n.summary.preflight for n in job.nodes if n.summary and n.summary.preflight), None
     )
@@ -355,6 +353,18 @@ def _progress(
         "stragglers": describe_stragglers(stragglers),
         "straggler_ranks": [s.rank for s in stragglers],
     }
+
+
+def _named(tables: list[dict[str, Any] | None]) -> list[str]:
+    """Who the straggler check named: node 0's table's (summary.json "stragglers"), else,
+    without node 0's directory, what node 0 told another node (`lateness_report`)."""
+    full = [t for t in tables if t and "decided_on" not in t]
+    heard = [t.get("heard") for t in tables if t and "decided_on" in t]
+    for table in [*full, *heard]:
+        named = table.get("named") if isinstance(table, dict) else None
+        if isinstance(named, list):
+            return [str(x) for x in named]
+    return []
 
 
 def lateness_facts(job: JobView, t0: float) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -50,9 +51,10 @@ def test_a_node_whose_ranks_are_all_late_is_named_on_node_0(tmp_path) -> None:
     assert codes == [0] * NODES, "\n".join(outs)
     named = [line for line in outs[0].splitlines() if line.startswith("paddlike.launch: straggl")]
     assert len(named) == 1, outs[0]
+    # named as every other line names a node: its index, then its address
     assert named[0].startswith(
-        f"paddlike.launch: straggler: node {addrs[-1]} (ranks 4–5, all late together) "
-        "arrived last at "
+        f"paddlike.launch: straggler: node {NODES - 1} ({addrs[-1]}; ranks 4–5, all late "
+        "together) arrived last at "
     ), named
     for out in outs[1:]:  # node 0 decides for the job: the others say nothing
         assert "straggler" not in out, out
@@ -60,3 +62,15 @@ def test_a_node_whose_ranks_are_all_late_is_named_on_node_0(tmp_path) -> None:
     assert [n["node"] for n in table["nodes"] if n["straggler"]] == [addrs[-1]]
     assert sorted(r["rank"] for r in table["ranks"]) == list(range(NODES * NPROC))
     assert not any(r["straggler"] for r in table["ranks"])  # the node takes their place
+
+    # the slow node's own log directory, as a user there reads it: the check ran on node 0,
+    # and what node 0 found (it tells every node) — not "no straggler check ... in this job"
+    view = subprocess.run(
+        [sys.executable, "-m", "paddlike.logs", str(tmp_path / f"log{NODES - 1}"), "--stragglers"],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    ).stdout  # fmt: skip
+    assert "no straggler check compared collectives" not in view, view
+    assert f"the straggler check runs on node 0 ({addrs[0]})" in view, view
+    said = named[0].removeprefix("paddlike.launch: ").split(" at ")[0]  # (its figures change)
+    assert any(line.startswith(f"{said} at ") for line in view.splitlines()), view
+    assert "python -m paddlike.logs" in view and "--stragglers" in view  # where the table is

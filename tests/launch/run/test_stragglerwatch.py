@@ -142,7 +142,7 @@ def test_on_straggler_exclude_at_the_minimum_node_count_warns_once_and_keeps_the
     said = err.getvalue()
     assert "leaves the job" not in said
     warning = (
-        "paddlike.launch: warning: --on_straggler exclude: node b is a straggler, but it "
+        "paddlike.launch: warning: --on_straggler exclude: node 1 (b) is a straggler, but it "
         "stays: the job has 2 nodes, --nnodes 2:3 needs 2"
     )
     assert [line for line in said.splitlines() if "--on_straggler" in line] == [warning]
@@ -201,7 +201,7 @@ def test_torch_flight_recorder_turned_off_by_the_user_is_said_once_at_the_start(
     from paddlike.launch.run.record import RunRecord
     from paddlike.launch.run.runspec import RunSpec
     from paddlike.launch.run.stragglerwatch import straggler_watch
-    from paddlike.logs.lateness import summary_lines
+    from paddlike.logs.lateness_report import summary_lines
     from tests.launch.run.test_supervisor import make_plan
 
     spec = RunSpec(log_dir=str(tmp_path), ports=None, straggler_check=10.0)  # type: ignore[arg-type]
@@ -230,7 +230,7 @@ def test_an_excluded_node_stays_named_in_the_summary_after_the_next_rounds_check
     from paddlike.launch.run.record import RunRecord
     from paddlike.launch.run.runspec import RunSpec
     from paddlike.launch.run.stragglerwatch import straggler_watch
-    from paddlike.logs.lateness import summary_lines
+    from paddlike.logs.lateness_report import summary_lines
     from paddlike.summary import read_summary
     from tests.launch.run.test_supervisor import make_plan
 
@@ -253,7 +253,97 @@ def test_an_excluded_node_stays_named_in_the_summary_after_the_next_rounds_check
     assert table["named"] == [] and [e["node"] for e in table["excluded"]] == ["b"]
     lines = summary_lines(table)
     assert lines[:2] == ["no straggler", (
-        "excluded: node b left the job (--on_straggler exclude): straggler: node b (ranks "
-        "2–3, all late together) arrived last at 100% of the last 49 collectives, +50 ms "
-        "median (a collective every 100 ms)"
+        "excluded: node 1 (b) left the job (--on_straggler exclude): straggler: node 1 (b; "
+        "ranks 2–3, all late together) arrived last at 100% of the last 49 collectives, "
+        "+50 ms median (a collective every 100 ms)"
     )]  # fmt: skip
+
+
+def test_on_many_nodes_a_straggler_line_names_the_node_as_every_other_line_does() -> None:
+    # the trial: "node 198.18.0.12" where every other line says "node 1 (198.18.0.12)"
+    err = io.StringIO()
+    w = StragglerWatch("/nowhere", Console(err), period=1.0, threshold=0.1, node_index=0,
+                       node="10.0.0.1", nnodes=2)  # fmt: skip
+    mine, theirs = part(range(2), {}, "10.0.0.1"), part(range(2, 4), {}, "10.0.0.2")
+    theirs.index = 1
+    late = part(range(2, 4), {2: 0.05, 3: 0.05}, "10.0.0.2")
+    late.index = 1
+    w.decide([mine, late])
+    assert "straggler: node 1 (10.0.0.2; ranks 2–3, all late together) arrived last" in (
+        err.getvalue()
+    )
+    one = part(range(2, 4), {3: 0.05}, "10.0.0.2")
+    one.index = 1
+    w.decide([mine, one])
+    assert "straggler: rank 3 (node 1, 10.0.0.2, workerlog.3) arrived last at" in err.getvalue()
+
+
+def test_another_nodes_summary_says_where_the_check_runs_and_what_node_0_found(tmp_path):
+    # the trial: `python -m paddlike.logs log1 --stragglers` said "no straggler check
+    # compared collectives in this job" while node 0's check named rank 3 of node 1
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.logs.lateness_report import summary_lines
+    from paddlike.summary import read_summary
+    from tests.launch.run.test_supervisor import make_plan
+
+    kv, plan = MemoryKV(), make_plan([], 2)
+    for name in ("log0", "log1"):
+        (tmp_path / name).mkdir()
+    record0, record1 = (
+        RunRecord(tmp_path / "log0", warn=print),
+        RunRecord(tmp_path / "log1", warn=print),
+    )
+    for record in (record0, record1):
+        record.running(plan, [], 0)
+    channels = [StoreChannel(lambda: kv, round_=0, node_index=i, nnodes=2) for i in range(2)]
+    zero = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                          node_index=0, node="10.0.0.1", channel=channels[0], nnodes=2,
+                          on_table=record0.stragglers_found)  # fmt: skip
+    one = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                         node_index=1, node="10.0.0.2", channel=channels[1], nnodes=2,
+                         on_table=record1.stragglers_found, decider="10.0.0.1")  # fmt: skip
+    one._relay(None)  # its round started: no finding yet
+    lines = summary_lines(read_summary(tmp_path / "log1").stragglers)
+    assert lines[0].startswith("the straggler check runs on node 0 (10.0.0.1): ")
+    assert "no finding of node 0's reached this node" in lines[1]
+    assert lines[-1].startswith("the table (every rank's lateness) is in node 0 (10.0.0.1)'s")
+    mine, late = part(range(2), {}, "10.0.0.1"), part(range(2, 4), {3: 0.05}, "10.0.0.2")
+    late.index = 1
+    found = zero.decide([mine, late])
+    one._relay(channels[1].heard())  # its next check
+    lines = summary_lines(read_summary(tmp_path / "log1").stragglers)
+    assert lines[0].startswith("the straggler check runs on node 0 (10.0.0.1): ")
+    assert lines[1].startswith("its check 1 at ") and found.stragglers[0].line in lines
+    assert found.stragglers[0].line.startswith("straggler: rank 3 (node 1, 10.0.0.2, ")
+    # every node's directories: node 0's table, not what node 1 heard of it
+    assert summary_lines(read_summary(tmp_path / "log0").stragglers)[0] == found.stragglers[0].line
+
+
+def test_the_reader_over_every_nodes_directory_prints_node_0s_table(tmp_path) -> None:
+    # node 1's directory first on the command line: still node 0's table, not the relay
+    from paddlike.launch.run.record import RunRecord
+    from paddlike.logs.__main__ import main
+    from tests.launch.run.test_supervisor import make_plan
+
+    kv, plan = MemoryKV(), make_plan([], 2)
+    records = []
+    for name in ("log0", "log1"):
+        (tmp_path / name).mkdir()
+        records.append(RunRecord(tmp_path / name, warn=print))
+        records[-1].running(plan, [], 0)
+    channels = [StoreChannel(lambda: kv, round_=0, node_index=i, nnodes=2) for i in range(2)]
+    zero = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                          node_index=0, node="10.0.0.1", channel=channels[0], nnodes=2,
+                          on_table=records[0].stragglers_found)  # fmt: skip
+    one = StragglerWatch("/nowhere", Console(io.StringIO()), period=1.0, threshold=0.1,
+                         node_index=1, node="10.0.0.2", channel=channels[1], nnodes=2,
+                         on_table=records[1].stragglers_found, decider="10.0.0.1")  # fmt: skip
+    mine, late = part(range(2), {}, "10.0.0.1"), part(range(2, 4), {3: 0.05}, "10.0.0.2")
+    late.index = 1
+    found = zero.decide([mine, late])
+    one._relay(channels[1].heard())
+    out = io.StringIO()
+    main([str(tmp_path / "log1"), str(tmp_path / "log0"), "--stragglers"], out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == found.stragglers[0].line, out.getvalue()
+    assert lines[1].startswith("lateness at the last 49 collectives"), out.getvalue()

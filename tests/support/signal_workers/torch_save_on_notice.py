@@ -3,8 +3,10 @@ SIGTERM handler (it notes the signal and finishes its step), and
 `paddlike.distributed.should_stop(step)` to save the same step as every other rank. Its save
 reads one more batch: the DataLoader's workers must still be there.
 
-argv: <out>. Writes <out>/ready.<rank> after its first step, <out>/saved.<rank> (the step)
-and <out>/ckpt.<rank>.pt."""
+argv: <out> [slow rank]. Writes <out>/ready.<rank> after its first step, <out>/saved.<rank>
+(the step) and <out>/ckpt.<rank>.pt. The slow rank (none by default) writes
+<out>/saving.<rank> at the stop step, then takes 60 s to save: a save that a second signal
+to its launcher cuts short."""
 
 import os
 import signal
@@ -18,6 +20,7 @@ from torch.utils.data import DataLoader
 import paddlike.distributed as dist
 
 out = sys.argv[1]
+slow_rank = int(sys.argv[2]) if len(sys.argv) > 2 else -1
 sigterm = False
 
 
@@ -39,6 +42,10 @@ for step in range(10**9):
     time.sleep(0.02)
     if dist.should_stop(step):
         extra = next(batches)  # the save reads on: "DataLoader worker ... killed" otherwise
+        if rank == slow_rank:
+            with open(f"{out}/saving.{rank}", "w") as f:
+                f.write(str(step))
+            time.sleep(60)
         torch.save({"step": step, "weights": weights, "next": extra}, f"{out}/ckpt.{rank}.pt")
         with open(f"{out}/saved.{rank}", "w") as f:
             f.write(str(step))
