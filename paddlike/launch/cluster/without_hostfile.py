@@ -93,14 +93,14 @@ def without_hostfile(
     if devices is None:
         return options._replace(num_nodes=None)
     if options.gpus is not None or options.nproc_per_node is not None or options.cpu_only:
-        which = "--num_gpus" if options.num_gpus else "--include/--exclude"
+        which = options.label("num_gpus") if options.num_gpus else "--include/--exclude"
         raise UsageError(
             f"{which}: says this machine's GPUs already; give it or --gpus/--devices/"
             "--nproc_per_node, not both",
             which,
         )
     if options.num_gpus and not options.dry_run:  # a preview may be for a GPU node
-        _check_num_gpus(options.num_gpus, environ)
+        _check_num_gpus(options.num_gpus, environ, options.label("num_gpus"))
     typed = (
         f"--include {options.include}" if options.include
         else f"--exclude {options.exclude}" if options.exclude
@@ -151,22 +151,23 @@ def _local_devices(options: LaunchOptions, environ: Mapping[str, str]) -> list[i
     return left
 
 
-def _check_num_gpus(n: int, environ: Mapping[str, str]) -> None:
-    """DeepSpeed's --num_gpus N on this machine: refused by its own name where the GPUs
-    are not there (not as the --gpus it becomes, which the user never typed)."""
+def _check_num_gpus(n: int, environ: Mapping[str, str], name: str = "--num_gpus") -> None:
+    """DeepSpeed's --num_gpus N on this machine: refused by its own name (`name`, as typed)
+    where the GPUs are not there (not as the --gpus it becomes, which the user never typed).
+    The CPU way keeps what --num_gpus gives a DeepSpeed script: --local_rank=N."""
     from paddlike.launch.context.devices import probe_gpus
 
     found = probe_gpus(environ)
     if not found.count:
         raise UsageError(
-            f"--num_gpus {n}: no NVIDIA GPU found on this machine ({found.tried}); leave it "
-            f"out, or run CPU workers with --devices cpu --nproc_per_node {n}",
-            "--num_gpus",
+            f"{name} {n}: no NVIDIA GPU found on this machine ({found.tried}); leave it "
+            f"out, or run CPU workers with --devices cpu --nproc_per_node {n} "
+            "--pass_local_rank (the --local_rank=N a DeepSpeed script reads)",
+            name,
         )
     if n > found.count:
         raise UsageError(
-            f"--num_gpus {n}: this machine has {found.count} GPU(s) ({found.source})",
-            "--num_gpus",
+            f"{name} {n}: this machine has {found.count} GPU(s) ({found.source})", name
         )
 
 

@@ -56,14 +56,14 @@ def agreed_round_settings(
     until --rdzv_timeout); the straggler check compares every node's collectives, and its
     verdict acts on all of them. A threshold and action of a check that is off are moot.
 
-    (0, 60.0, 0.1, "warn") -> {"max_restarts": "0", "straggler_check": "60",
-                               "straggler_threshold": "0.1", "on_straggler": "warn"}
-    (1, 0.0, 0.5, "exclude") -> {"max_restarts": "1", "straggler_check": "0"}
+    (0, 60.0, 0.1, "warn") -> {"--max_restarts": "0", "--straggler_check": "60",
+                               "--straggler_threshold": "0.1", "--on_straggler": "warn"}
+    (1, 0.0, 0.5, "exclude") -> {"--max_restarts": "1", "--straggler_check": "0"}
     """
-    fields = {"max_restarts": str(max_restarts), "straggler_check": f"{straggler_check:g}"}
+    fields = {"--max_restarts": str(max_restarts), "--straggler_check": f"{straggler_check:g}"}
     if straggler_check > 0:
-        fields["straggler_threshold"] = f"{straggler_threshold:g}"
-        fields["on_straggler"] = on_straggler
+        fields["--straggler_threshold"] = f"{straggler_threshold:g}"
+        fields["--on_straggler"] = on_straggler
     return fields
 
 

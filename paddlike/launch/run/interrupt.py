@@ -108,11 +108,14 @@ def before_start(
     an ending signal meanwhile leaves summary.json whole, no process, exit 128+N and this
     launcher's signal as the cause (the reader says STOPPED, not "job unknown"); then
     `stopped_by_signal` goes on as anywhere outside a round."""
+    began = time.time()
     try:
         yield
     except LauncherSignal as sig:
         job = where.job
         if job is not None:
+            if record.start_time is None:  # no process ran: the time since the round began
+                record.start_time = began
             cause = signal_cause(job.host, job.index, sig.signum, where.what)
             with contextlib.suppress(LauncherSignal):
                 record.finished(

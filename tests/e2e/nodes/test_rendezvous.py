@@ -56,9 +56,9 @@ def test_every_node_gets_its_ranks_and_the_same_endpoints(tmp_path: Path, n: int
 @pytest.mark.parametrize(
     ("only_b", "field", "theirs", "ours"),
     [
-        (["--max_restarts", "1"], "max_restarts", "'1'", "'0'"),
-        (["--straggler_check", "3"], "straggler_check", "'3'", "'60'"),
-        (["--straggler_threshold", "0.5"], "straggler_threshold", "'0.5'", "'0.1'"),
+        (["--max_restarts", "1"], "--max_restarts", "'1'", "'0'"),
+        (["--straggler_check", "3"], "--straggler_check", "'3'", "'60'"),
+        (["--straggler_threshold", "0.5"], "--straggler_threshold", "'0.5'", "'0.1'"),
     ],
 )
 def test_round_settings_given_to_one_node_only_make_both_exit_2_naming_them(

@@ -40,15 +40,18 @@ def test_deepspeeds_one_machine_spellings_pick_this_machines_gpus(
 
 
 @needs_no_gpu
+@pytest.mark.parametrize("typed", ["--num_gpus", "--num_accelerators"])
 def test_num_gpus_without_gpus_is_refused_by_its_own_name_not_run_on_one_cpu_worker(
-    tmp_path,
+    tmp_path, typed
 ) -> None:
-    done = _run(tmp_path, "--num_gpus", "2")
+    done = _run(tmp_path, typed, "2")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "RAN" not in done.stdout
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--num_gpus 2: no NVIDIA GPU found on this machine" in lines[0]
-    assert "--devices cpu --nproc_per_node 2" in lines[0]
+    assert len(lines) == 1 and f"{typed} 2: no NVIDIA GPU found on this machine" in lines[0]
+    # the CPU way keeps the --local_rank=N a DeepSpeed script reads (a trial: without it the
+    # script ran as one process each, silently)
+    assert "--devices cpu --nproc_per_node 2 --pass_local_rank" in lines[0]
 
 
 @pytest.mark.parametrize(

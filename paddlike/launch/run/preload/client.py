@@ -285,9 +285,13 @@ class Preload:
                 os.waitpid(pid, os.WNOHANG)
 
     def close(self) -> None:
-        """The zygote ends when its end of the socket closes; reaped (killed after 5 s)."""
+        """The zygote ends when its end of the socket closes; reaped (killed after 5 s).
+        One not ready (still importing: a signal came first) reads no socket: killed now,
+        not waited for until its imports end."""
         with contextlib.suppress(OSError):
             self.sock.close()  # type: ignore[attr-defined]
+        if not self.ready and self.popen.poll() is None:
+            self.popen.kill()
         try:
             self.popen.wait(timeout=5.0)
         except subprocess.TimeoutExpired:

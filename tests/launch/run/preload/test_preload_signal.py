@@ -38,6 +38,7 @@ def test_sigterm_while_the_zygote_imports_leaves_a_stopped_summary(scripts: Path
     summary = read_summary(log)
     assert summary is not None, err  # it was missing: the reader said "job unknown"
     assert (summary.status, summary.exit_code, summary.processes) == ("interrupted", 143, [])
+    assert summary.end_time is not None and summary.end_time >= summary.start_time
     assert summary.root_cause is not None and "received SIGTERM" in summary.root_cause.reason
     read = subprocess.run([sys.executable, "-m", "paddlike.logs", str(log)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
