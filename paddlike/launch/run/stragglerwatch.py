@@ -13,7 +13,7 @@ node 0, name the ranks (or nodes) that arrive last at most of them.
         another node: its arrivals to node 0 through the job's store (`channel`), and node
         0's latest finding read back (node 0 announces each): this node's summary.json
         "stragglers" says where the check runs and what it found (`relayed`)
-    the round ends -> `stop` (another node: node 0's finding read once more)
+    the round ends -> `stop` (no store call: node 0's may be gone)
 
 Clocks: each rank's arrivals go to node 0 as Unix times of its own node (paddlike's
 monotonic times through the progress file's anchor; torch's are Unix times already).
@@ -257,10 +257,8 @@ class StragglerWatch:
             self._thread = None
         with self._saying:  # a check still under way says nothing from now on
             pass
-        if self.channel is not None:
-            if self._relayed:  # node 0's last word this round, if it came since
-                self._relay(self.channel.heard())
-            self.channel.close()
+        if self.channel is not None:  # node 0's word as its checks relayed it: no store
+            self.channel.close()  # call here, where node 0's store may be gone (a fault)
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
