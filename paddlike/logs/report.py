@@ -310,7 +310,7 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
     step 17; the last exited 0.84 s after the notice
 
     (or "...; stop step 17: rank 3 (killed) did not stop at it; ...", or "...; no rank
-    called should_stop(), so none saved at a common step; ..."). Each node's part counts
+    called should_stop(), so no common step was agreed (...); ..."). Each node's part counts
     once: its own, else the copy another node read ("other_nodes"); a node whose part no
     node read is named, its ranks' outcome unknown ("...; stop step 17: node 2
     (10.0.0.3): unknown whether its ranks stopped at it (its launcher was lost)"), and
@@ -336,7 +336,10 @@ def format_preemption(parts: Sequence[Mapping[str, object]]) -> str:
         for u in unknown
     ]
     if not steps:
-        text += "; no rank called should_stop(), so none saved at a common step"
+        text += (
+            "; no rank called should_stop(), so no common step was agreed (a rank's own "
+            "SIGTERM handler saves at a step of its own, if at all)"
+        )
         text += "".join(f"; {x}" for x in unsure)
     elif not missed and not unsure:
         text += f"; every rank stopped after {step}"

@@ -54,3 +54,12 @@ def test_a_one_node_summary_without_other_nodes_reads_as_before():
     assert text.endswith(
         "; every rank stopped after step 7; the last exited 0.50 s after the notice"
     )
+
+
+def test_without_should_stop_the_line_says_no_step_was_agreed_not_that_none_saved():
+    """A script with a SIGTERM handler of its own may have saved (a trial's did, at one
+    step on every rank): the line does not say that none saved."""
+    text = format_preemption([{**NOTICE, "stop_step": None, "not_stopped": [],
+                               "seconds_to_last_exit": 0.5}])  # fmt: skip
+    assert "; no rank called should_stop(), so no common step was agreed (a rank's own " in text
+    assert "none saved" not in text and "every rank" not in text
