@@ -100,8 +100,8 @@ def gather_outcomes(
 ) -> list[dict[str, Any]]:
     """Every other node's part (`keys[j]`), in node order, once the round's end marks
     were read (`ends`: their keys, and the mark of a lost node, `protocol.END_LOST`). A
-    part not there is waited for until `timeout` from now, unless its node's end mark
-    says it was lost; one that does not come is
+    part not there is waited for until `timeout` from now, unless its node's end mark is
+    there (it comes after the part: lost, or ended without one); one that does not come is
     ``{"node": j, "node_host": hosts[j], "unknown": why}``. `unreachable`: why the store
     cannot be asked (this node lost contact with it): every part is unknown at once."""
     import json
@@ -124,8 +124,11 @@ def gather_outcomes(
         if not gone and raw is None:
             try:
                 raw = kv.try_get(keys[j])
-                if raw is None and kv.try_get(end_keys[j]) == lost:
+                mark = kv.try_get(end_keys[j]) if raw is None else None
+                if raw is None and mark == lost:
                     why = "its launcher was lost"
+                elif raw is None and mark:  # its part comes before its end mark, or never
+                    why = "its launcher ended its round without saying"
                 elif raw is None:
                     raw = kv.get(keys[j], timeout=max(0.001, deadline - time.monotonic()))
             except StoreTimeoutError:

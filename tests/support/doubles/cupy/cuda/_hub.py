@@ -119,8 +119,9 @@ class Hub:
                 self.conns[rank] = msg[1]
                 if msg[3] == os.getpid():
                     self.local.add(rank)
-                if len(self.conns) == self.size:
-                    for r in range(self.size):
+                if len(self.conns) == self.size:  # as `_fail`: this process's ranks last,
+                    # or one of them may exit (taking the hub) before the others heard
+                    for r in sorted(range(self.size), key=lambda r: r in self.local):
                         self._send(r, ("ready",))
             elif kind == "item":
                 if self.failed:
