@@ -18,7 +18,9 @@ pytestmark = pytest.mark.timeout(240)
 
 ERROR = "RuntimeError: boom on rank 1 at step 5"
 
-DDP = """import torch
+DDP = """import sys
+
+import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
@@ -33,6 +35,13 @@ def train_step(model, optimizer, rank, step):
 
 def main():
     dist.init_process_group("gloo")
+    torch_hook = sys.excepthook  # torch's: each traceback line behind "[rankN]: "
+
+    def hook(*exc):  # then the group ended, as a careful script does: without it torch's
+        torch_hook(*exc)  # gloo threads may abort the interpreter's exit (SIGABRT, seen
+        dist.destroy_process_group()  # in CI), and the rank's exception is lost
+
+    sys.excepthook = hook
     rank = dist.get_rank()
     model = DistributedDataParallel(torch.nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
