@@ -332,11 +332,13 @@ class StragglerWatch:
 
     def _exclude(self, found: Lateness, index_of: dict[str, int]) -> None:
         """--on_straggler exclude: each straggler's node is told to leave (once)."""
+        from paddlike.logs.lateness import node_label  # loaded by the check already
+
         for s in found.stragglers:
             i = index_of.get(s.row.node)
             if i is None or i in self._excluded:
                 continue
-            node = f"node {i} ({s.row.node})" if self.nnodes > 1 else f"node {s.row.node}"
+            node = node_label(s.row.node, index_of if self.nnodes > 1 else {})
             if i == 0:
                 self.console.say(
                     "--on_straggler exclude: the straggler is on node 0, which holds the "
