@@ -4,6 +4,8 @@ that nothing is left running anywhere."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,6 +57,20 @@ class Site:
 
     def start(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         return self.login.popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def cut_ssh(self, host: int) -> None:
+        """Loses the connection to host `host` as a dropped link would: its sshd session
+        processes are killed (not the daemon, which the next session would need)."""
+        node = self.hosts[host]
+        pids = subprocess.run(
+            ["ip", "netns", "pids", node.netns], capture_output=True, text=True
+        ).stdout.split()
+        for pid in pids:
+            # a process may end between the listing and the read (the check's shell)
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                if name == "sshd" and int(pid) != self.ssh.daemons[node.hostname]:
+                    os.kill(int(pid), signal.SIGKILL)
 
     def leftovers(self, deadline_s: float = 15) -> dict[str, list[str]]:
         """Processes still in any namespace but the sshd daemons, after waiting up to

@@ -190,14 +190,7 @@ def test_a_lost_ssh_connection_names_the_host_exits_255_and_leaves_nothing(tmp_p
     with term_site(tmp_path) as (s, tmp, env):
         proc = start(s, env)
         wait_running(proc, s.tmp / "log")
-        pids = subprocess.run(
-            ["ip", "netns", "pids", s.hosts[1].netns], capture_output=True, text=True
-        ).stdout.split()
-        for pid in pids:  # h1's side of the connection: its sshd session processes
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-                if name == "sshd" and int(pid) != s.ssh.daemons["h1"]:
-                    os.kill(int(pid), signal.SIGKILL)
+        s.cut_ssh(1)
         out, err = proc.communicate(timeout=60)
         text = (out + err).decode()
         assert "KeyError" not in text and "Traceback" not in text, text

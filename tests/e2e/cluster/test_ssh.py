@@ -5,11 +5,8 @@ running on any machine."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -139,18 +136,7 @@ def test_a_lost_ssh_connection_ends_the_job_on_every_host(tmp_path) -> None:
             started += b"] RANK " in line
             if started == 3:
                 break
-        # h1's side of the connection goes: its sshd session processes (not the daemon)
-        pids = subprocess.run(
-            ["ip", "netns", "pids", s.hosts[1].netns], capture_output=True, text=True
-        ).stdout.split()
-        for pid in pids:
-            try:
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-            except FileNotFoundError:  # a process that ended meanwhile (the check's shell)
-                continue
-            if name == "sshd" and int(pid) != s.ssh.daemons["h1"]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+        s.cut_ssh(1)
         _, err = proc.communicate(timeout=60)
         # h1's launcher hangs up at once (its stdin closed): the others may hear it from
         # the rendezvous (129) before this side's ssh notices the connection is gone (255)
