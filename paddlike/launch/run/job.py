@@ -440,6 +440,7 @@ class JobRun:
         stragglers = straggler_watch(
             self.spec, plan, self.logdir.path, self.console, self.record, watch.stacks,
             self.elastic, leave_for=supervisor.leave_for,
+            echo_relayed=not self.job.started_by_cluster,  # else node 0's line is on this console
         )
 
         def started(records: Sequence[ProcessRecord]) -> None:

@@ -95,11 +95,17 @@ class Preemption:
             else ""
         )
         if not preempt.reported(self.log_dir, self.ranks):  # not one step heard of here
-            self.console.say(
-                f"stop step {stop.step}{missing}, agreed {after:.2f} s after the notice: no "
-                "rank on this node has called should_stop() (or heartbeat()), so none saves "
-                "at it; they end on their SIGTERM"
+            unused = (
+                "no rank on this node has called should_stop() (or heartbeat()): they end on "
+                "their SIGTERM"
             )
+            if stop.step <= 0:  # no rank of the job reported a step: there is none to stop at
+                self.console.say(f"{unused} (a script's own SIGTERM handler may save)")
+            else:
+                self.console.say(
+                    f"the job's stop step is {stop.step}{missing}, agreed {after:.2f} s after "
+                    f"the notice; {unused}, not at that step"
+                )
             return
         self.console.say(
             f"stop step {stop.step}: should_stop() is True there on every rank{missing}, "

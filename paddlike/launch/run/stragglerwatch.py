@@ -194,6 +194,7 @@ class StragglerWatch:
         nnodes_text: str = "",
         excluded: Sequence[dict[str, Any]] = (),
         decider: str = "",
+        echo_relayed: bool = True,
     ) -> None:
         """`on_straggler` exclude: node 0 tells a straggling node (never itself) to leave,
         unless the round's `nnodes` less those told would fall below `min_nodes` (an
@@ -202,7 +203,9 @@ class StragglerWatch:
         job's node leaves at the next round, its ranks saving at the preemption stop step).
         `excluded`: the nodes earlier rounds excluded (summary.json's "excluded", kept in
         every later table so that the job's summary still names them). `decider`: node 0's
-        host, which another node's summary names as where the check runs."""
+        host, which another node's summary names as where the check runs. `echo_relayed`:
+        another node says node 0's finding on its own console too (not where every node's
+        console is one already: the one-command start's)."""
         self.log_dir = log_dir
         self.console = console
         self.period = period
@@ -221,6 +224,7 @@ class StragglerWatch:
         self.min_nodes = min_nodes
         self.nnodes_text = nnodes_text
         self.decider = decider
+        self.echo_relayed = echo_relayed
         self._heard: dict[str, Any] | None = None  # node 0's finding, as relayed last
         self._relayed = False  # this round's relay written (another node)
         self.named: tuple[str, ...] = ()  # who the console named last
@@ -326,8 +330,9 @@ class StragglerWatch:
             if self.channel is not None:  # the other nodes' summaries say it too
                 named = [s.line for s in found.stragglers]
                 self.channel.announce(
-                    {**table, "host": self.node, "named": named, "excluded": self.exclusions}
-                )
+                    {**table, "host": self.node, "named": named, "excluded": self.exclusions,
+                     "who": list(self.named)}  # who: the lines' figures change every check
+                )  # fmt: skip
         return found
 
     def _exclude(self, found: Lateness, index_of: dict[str, int]) -> None:
@@ -368,7 +373,14 @@ class StragglerWatch:
         0's latest finding (`heard`, None before one came): written when that changed."""
         if self._relayed and heard == self._heard:
             return
+        before = (self._heard or {}).get("who") or []
         self._relayed, self._heard = True, heard
+        if self.echo_relayed and heard and (heard.get("who") or []) != before:
+            named = heard.get("named") or []  # node 0's lines, on this node's console too
+            if not named:
+                self.console.say("node 0's check: stragglers: none now")
+            for line in named:
+                self.console.say(f"node 0's check: {line}")
         if self.on_table is not None:
             host = str((heard or {}).get("host") or self.decider)
             self.on_table({"decided_on": {"node": 0, "host": host}, "heard": heard})
@@ -425,6 +437,7 @@ def straggler_watch(
     elastic: ElasticSpec | None = None,
     environ: Mapping[str, str] | None = None,
     leave_for: Callable[[str], None] | None = None,
+    echo_relayed: bool = True,
 ) -> StragglerWatch:
     """The round's watch from the job's spec (a period of 0: one that never checks); on
     many nodes its channel goes beside the round's stack requests (`stacks`). Node 0's
@@ -464,4 +477,5 @@ def straggler_watch(
         if leave_for is None
         else lambda: leave_for(excluded_reason(plan.host, plan.node_index)),
         decider=netaddr.split(plan.trainer_endpoints[0])[0] if plan.trainer_endpoints else "",
+        echo_relayed=echo_relayed,
     )

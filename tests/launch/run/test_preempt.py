@@ -119,3 +119,25 @@ def test_a_sigterm_that_is_no_notice_still_ends_a_rank_that_calls_should_stop(tm
     rank0 = next(p for p in summary["processes"] if p["rank"] == 0)
     assert (rank0["status"], rank0["signal"]) == ("killed", "SIGTERM")
     assert summary["preemption"] is None
+
+
+NO_STOP = """
+import os, sys, time
+from pathlib import Path
+Path(sys.argv[1], f"ready.{os.environ['PADDLE_TRAINER_ID']}").write_text("")
+time.sleep(120)
+"""
+
+
+def test_a_notice_to_ranks_that_never_call_should_stop_says_there_is_no_common_step(tmp_path):
+    script = tmp_path / "no_stop.py"
+    script.write_text(NO_STOP)
+    code, out = _launch_and_notice(tmp_path, script=script)
+    assert code == 143, out
+    assert (
+        "no rank on this node has called should_stop() (or heartbeat()): they end on their "
+        "SIGTERM (a script's own SIGTERM handler may save)"
+    ) in out, out
+    assert "stop step 0" not in out, out
+    last = out.strip().splitlines()[-1]
+    assert "no rank called should_stop(), so no common step was agreed" in last, out
