@@ -3,7 +3,8 @@
 ssh: each host's ssh command line, then the script its /bin/sh would read on its stdin,
 each line under ``[host]``. pdsh: its one command line, then each host's script that the
 check would write to its run file. Slurm: srun's line, after the variables of its
-environment. A carried variable's value and the token are never printed.
+environment. A carried variable's value and the token are never printed (paddlike's own
+variables, `remote.OWN_SHOWN`, are: none is a secret).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ def shell_line(argv: Sequence[str]) -> str:
 
 def srun_line(argv: Sequence[str], job: RemoteJob) -> str:
     """srun's command line, after the variables it is given in its environment."""
-    names = " ".join(f"{name}={HIDDEN}" for name in job.environment)
+    names = " ".join(
+        shlex.quote(f"{name}={value}") if name in remote.OWN_SHOWN else f"{name}={HIDDEN}"
+        for name, value in job.environment.items()
+    )
     return f"{names} {shell_line(argv)}" if names else shell_line(argv)
 
 

@@ -19,7 +19,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from paddlike.contract import HELD_AT_GATE, JOB_TOKEN_FILE, STDIN_EOF_ENDS
+from paddlike.contract import (
+    GPUS_GIVEN_AS,
+    HELD_AT_GATE,
+    JOB_TOKEN_FILE,
+    PREFLIGHT_CHOSEN,
+    PREFLIGHT_ONLY,
+    STDIN_EOF_ENDS,
+)
 from paddlike.launch import NamedTuple
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -31,6 +38,10 @@ if TYPE_CHECKING:
 # stdin is the launcher's: GO, then `eofwatch`'s signal lines)
 REMOTE_SHELL = "exec /bin/sh -s"
 HIDDEN = "<hidden>"  # a carried value or the token, as --dry_run shows it
+# paddlike's own variables of a host's script: never a secret, so --dry_run shows them
+OWN_SHOWN = frozenset(
+    {STDIN_EOF_ENDS, HELD_AT_GATE, PREFLIGHT_ONLY, PREFLIGHT_CHOSEN, GPUS_GIVEN_AS}
+)
 # A gated session's word that its host passed the check and waits for GO on its stdin.
 READY, GO = b"paddlike-cluster-ready\n", b"go\n"
 # The check before anything starts, and what each of its exit codes means.
@@ -105,7 +116,7 @@ def host_script(
     lines += checks.splitlines()
     lines.append(f"unset {JOB_TOKEN_FILE}")  # the host's own: not the job's token
     for name, value in env.items():
-        hidden = hide and name not in (STDIN_EOF_ENDS, HELD_AT_GATE)
+        hidden = hide and name not in OWN_SHOWN
         shown = f"{name}={HIDDEN}" if hidden else shlex.quote(f"{name}={value}")
         lines.append(f"export {shown}")
     lines.append("exec " + " ".join(shlex.quote(a) for a in host_argv(job, index)))

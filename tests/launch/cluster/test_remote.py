@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from paddlike.contract import HELD_AT_GATE, JOB_TOKEN, JOB_TOKEN_FILE, STDIN_EOF_ENDS
+from paddlike.contract import GPUS_GIVEN_AS, HELD_AT_GATE, JOB_TOKEN, JOB_TOKEN_FILE, STDIN_EOF_ENDS
 from paddlike.launch.cluster.remote import (
     RemoteJob,
     check_command,
@@ -65,6 +65,13 @@ def test_the_environment_is_exported_by_the_script_never_on_the_launchers_comman
     assert "secret123" not in hidden and "T0P" not in hidden
     assert "export WANDB_API_KEY=<hidden>\n" in hidden
     assert "export PADDLIKE_JOB_TOKEN=<hidden>\n" in hidden
+
+
+def test_dry_run_shows_paddlikes_own_variables_and_hides_every_carried_one() -> None:
+    env = {"HF_TOKEN": "hf_x", GPUS_GIVEN_AS: "--include", JOB_TOKEN: "T0P"}
+    text = host_script(JOB._replace(environment=env), 0, hide=True)
+    assert f"export {GPUS_GIVEN_AS}=--include\n" in text  # how --gpus was given: no secret
+    assert "export HF_TOKEN=<hidden>\n" in text and "hf_x" not in text and "T0P" not in text
 
 
 @pytest.mark.parametrize(
