@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import os
 import select
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -244,6 +245,7 @@ class Preload:
             "cpus": list(spec.cpus),
             "memory_node": spec.numa_nodes[0] if spec.numa_nodes else None,
             "launcher": os.getpid(),
+            "ignored": _ignored(),  # what a cold start would inherit ignored
         }
         try:
             wire.send(self.sock, request, (log.stdout, log.stderr))  # type: ignore[arg-type]
@@ -323,3 +325,15 @@ def _children(parent: int) -> list[tuple[int, str, int, int]]:
             continue
     return found
 
+
+def _ignored() -> list[int]:
+    """The signals the launcher ignores now: a worker it execs inherits them ignored (and
+    every other one at its default), so a forked one is given the same."""
+    found = []
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            if sig not in (signal.SIGKILL, signal.SIGSTOP) and (
+                signal.getsignal(sig) is signal.SIG_IGN
+            ):
+                found.append(int(sig))
+    return found

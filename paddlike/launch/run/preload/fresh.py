@@ -10,7 +10,8 @@ What a fresh interpreter is, and what is done here to match it:
     CPUs (--numa_binding)               sched_setaffinity, memory node preferred
     os.environ                          replaced by the rank's (putenv/unsetenv too)
     cwd                                 chdir to the launcher's
-    signal dispositions                 the zygote's before its imports (a fresh one's)
+    signal dispositions                 the zygote's before its imports (a fresh one's),
+                                        but those the launcher ignores ignored
     sys.argv, sys.orig_argv, sys.path[0] script: [script, args], dirname(realpath);
                                         -m: runpy sets argv[0], sys.path[0] = cwd
     __main__                            a new module: __file__ absolute, __spec__ None
@@ -54,6 +55,23 @@ def dispositions() -> dict[int, object]:
     return found
 
 
+def _as_exec_leaves(handlers: Mapping[int, object], ignored: Sequence[int]) -> dict[int, object]:
+    """A fresh interpreter's handlers (`handlers`, the zygote's at its start) as a cold
+    start from the launcher now would leave them: its ignored signals ignored; one the
+    zygote inherited ignored (from the launcher's own start, under nohup, say) but the
+    launcher handles now as Python sets it up from the default (SIGPIPE and SIGXFSZ
+    Python ignores itself)."""
+    fresh: dict[int, object] = {}
+    for sig, handler in handlers.items():
+        if sig in ignored:
+            fresh[sig] = signal.SIG_IGN
+        elif handler is signal.SIG_IGN and sig not in (signal.SIGPIPE, signal.SIGXFSZ):
+            fresh[sig] = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+        else:
+            fresh[sig] = handler
+    return fresh
+
+
 def become(
     request: Mapping[str, object],
     fds: Sequence[int],
@@ -88,7 +106,8 @@ def become(
         zygote_path = os.environ.get("PYTHONPATH", "")
         os.environ.clear()
         os.environ.update(request["env"])  # type: ignore[arg-type]
-        for sig, handler in handlers.items():
+        wanted = _as_exec_leaves(handlers, request.get("ignored") or ())  # type: ignore[arg-type]
+        for sig, handler in wanted.items():
             if signal.getsignal(sig) is not handler:
                 with contextlib.suppress(OSError, ValueError, TypeError):
                     signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -111,14 +112,22 @@ def launch(
     script: str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 90,
+    ignoring: tuple[signal.Signals, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m paddlike.launch ARGS script OUT ...` in `tmp`; `args` end with the script's."""
+    """`python -m paddlike.launch ARGS script OUT ...` in `tmp`; `args` end with the script's.
+    `ignoring`: signals the launcher starts with ignored (as under nohup, in the background)."""
     cmd = [sys.executable, "-m", "paddlike.launch", "--log_dir", str(tmp / "log"), *args]
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     environ.update(env or {})
+
+    def ignore() -> None:
+        for sig in ignoring:
+            signal.signal(sig, signal.SIG_IGN)
+
     return subprocess.run(
-        cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout, env=environ
-    )
+        cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout, env=environ,
+        preexec_fn=ignore if ignoring else None,
+    )  # fmt: skip
 
 
 def probes(tmp: Path) -> dict[str, dict]:

@@ -6,6 +6,7 @@ process group and session, parent and its parent-death signal), and ends the sam
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,8 @@ PER_JOB = ("PADDLE_JOB_ID", "PADDLIKE_JOB_ID", "PADDLIKE_JOB_TOKEN", "TORCHELAST
 PER_JOB_WORDS = ("PORT", "ENDPOINT", "MASTER")  # free ports, chosen per job
 
 
-def _seen(tmp: Path, *args: str, env: dict[str, str] | None = None) -> dict:
-    done = launch(tmp, "--nproc_per_node", "2", *args, env=env)
+def _seen(tmp: Path, *args: str, env: dict[str, str] | None = None, **how) -> dict:
+    done = launch(tmp, "--nproc_per_node", "2", *args, env=env, **how)
     assert done.returncode == 0, done.stderr
     seen = probes(tmp)
     assert sorted(seen) == ["0.0", "1.0"], seen.keys()
@@ -71,6 +72,21 @@ def test_a_preloaded_worker_gets_the_ranks_pythonpath_and_hang_probe_as_a_cold_o
         for key in ("sys_path", "sitecustomize", "signals"):
             assert warm[rank][key] == cold[rank][key], key
         assert warm[rank]["env"]["PYTHONPATH"] == cold[rank]["env"]["PYTHONPATH"] == str(lib)
+
+
+def test_a_launcher_started_with_signals_ignored_gives_both_kinds_of_worker_the_same(
+    scripts: Path,
+) -> None:
+    """A launcher in the background of a script under nohup starts with SIGINT, SIGQUIT and
+    SIGHUP ignored; the zygote inherits that, yet a forked worker gets what an exec'd one
+    gets (here it was once SIGINT ignored, deaf to Ctrl-C, against Python's handler)."""
+    run_args = ["probe.py", str(scripts / "out"), "exit:0"]
+    ignoring = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+    cold = _seen(scripts, *run_args, ignoring=ignoring)
+    warm = _seen(scripts, "--preload", "heavy", *run_args, ignoring=ignoring)
+    for rank in ("0.0", "1.0"):
+        assert warm[rank]["preloaded"]
+        assert warm[rank]["signals"] == cold[rank]["signals"]
 
 
 def test_the_preloaded_worker_is_the_launchers_child(scripts: Path) -> None:
