@@ -351,7 +351,9 @@ def write_atomically(
     file goes, and OSError is raised naming `path`. `in_place_when_full`: on a full disk
     (ENOSPC) an existing file is overwritten in place when the blocks it holds fit
     `data`, so that a disk that filled up during the job still gets summary.json's last
-    word (endpoints.log must fail instead: no round starts on a full disk)."""
+    word (endpoints.log must fail instead: no round starts on a full disk). Such a file is
+    given room beyond its end while the disk has some (`keep_room`): a last word longer
+    than the file before it (a restart's, a cause's) fits too."""
     if isinstance(data, str):
         data = data.encode()
     # A new file (never one someone planted, never through a link), renamed over `path`:
@@ -363,6 +365,9 @@ def write_atomically(
         created = True
         with open(fd, "wb") as f:
             f.write(data)
+            if in_place_when_full:
+                f.flush()
+                keep_room(f.fileno(), max(ROOM_MIN, 2 * len(data)))
         os.replace(tmp, path)
     except OSError as exc:
         if created:
@@ -371,6 +376,21 @@ def write_atomically(
         full = exc.errno == errno.ENOSPC and in_place_when_full
         if not full or not _overwrite_in_place(path, data):
             raise OSError(exc.errno, exc.strerror, str(path)) from exc  # the file it was for
+
+
+ROOM_MIN = 64 * 1024  # a file rewritten in place on a full disk: room for its last word
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def keep_room(fd: int, size: int) -> None:
+    """Allocate the file's blocks up to `size` bytes without changing its length
+    (fallocate's KEEP_SIZE: readers see the same bytes). Best effort: a file system
+    without it (or a full one) leaves the file as it is."""
+    import ctypes  # the launcher's run.linux loaded it already
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate(ctypes.c_int(fd), ctypes.c_int(_FALLOC_FL_KEEP_SIZE),
+                   ctypes.c_long(0), ctypes.c_long(size))  # fmt: skip
 
 
 def _overwrite_in_place(path: Path, data: bytes) -> bool:

@@ -1,6 +1,7 @@
-"""`logformat.write_atomically` on a full disk: a 64 KiB tmpfs in a private mount namespace
+"""`logformat.write_atomically` on a full disk: a 256 KiB tmpfs in a private mount namespace
 (`unshare -m`), filled up, then written to. Nothing half-written is left; endpoints.log
-fails naming its path; summary.json's last word lands in place where its blocks fit."""
+fails naming its path; summary.json's last word lands in place, in the room its earlier
+write kept, also when it is longer than that write (a restart's summary is)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from paddlike.logformat import write_atomically
 
 d = Path(sys.argv[1])
 target = d / "summary.json"
-write_atomically(target, b"running\n")  # one block, as a summary's first write takes
+write_atomically(target, b"running\n", in_place_when_full=True)  # as a summary's first write
+out = {"room": target.stat().st_blocks * 512, "size": target.stat().st_size}
 try:
     with open(d / "fill", "wb") as f:
         while True:
@@ -30,17 +32,17 @@ try:
             f.flush()
 except OSError:
     pass
-out = {}
 try:
     write_atomically(target, b"finished: the job's cause\n")
     out["plain"] = "written"
 except OSError as exc:
     out["plain"] = [exc.errno == errno.ENOSPC, exc.filename]
 out["plain_kept"] = target.read_text()
-write_atomically(target, b"finished: the job's cause\n", in_place_when_full=True)
+last = b"finished: the job's cause\n" + b"r" * 20000 + b"\n"  # 5 pages: longer than before
+write_atomically(target, last, in_place_when_full=True)
 out["in_place"] = target.read_text()
 try:
-    write_atomically(target, b"x" * 65536, in_place_when_full=True)  # more than it holds
+    write_atomically(target, b"x" * 300000, in_place_when_full=True)  # more than it holds
     out["too_big"] = "written"
 except OSError as exc:
     out["too_big"] = exc.errno == errno.ENOSPC
@@ -55,7 +57,7 @@ def test_a_full_disk_leaves_no_temporary_file_and_the_summary_gets_its_last_word
         pytest.skip("a tmpfs in a private mount namespace needs root and unshare")
     disk = tmp_path / "disk"
     disk.mkdir()
-    mount = f"mount -t tmpfs -o size=64k tmpfs '{disk}'"
+    mount = f"mount -t tmpfs -o size=256k tmpfs '{disk}'"
     shell = f"{mount} && exec '{sys.executable}' -c \"$0\" '{disk}'"
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", shell, SCRIPT],
@@ -66,7 +68,8 @@ def test_a_full_disk_leaves_no_temporary_file_and_the_summary_gets_its_last_word
     out = json.loads(done.stdout)
     assert out["plain"] == [True, str(disk / "summary.json")]  # named, like endpoints.log's
     assert out["plain_kept"] == "running\n"  # the old file whole
-    assert out["in_place"] == "finished: the job's cause\n"
+    assert (out["size"], out["room"]) == (8, 64 * 1024)  # its bytes, and room kept after them
+    assert out["in_place"] == "finished: the job's cause\n" + "r" * 20000 + "\n"
     assert out["too_big"] is True and out["after_too_big"] == out["in_place"]  # untouched
     assert out["left"] == ["fill", "summary.json"]  # no .summary.json.PID.tmp
     assert list(disk.iterdir()) == []  # the tmpfs went with its namespace
