@@ -401,10 +401,12 @@ def _overwrite_in_place(path: Path, data: bytes) -> bool:
     except OSError:
         return False
     try:
-        if os.fstat(fd).st_blocks * 512 < len(data):
+        room = os.fstat(fd).st_blocks * 512
+        if room < len(data):
             return False
         os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
+        os.ftruncate(fd, len(data))  # frees the blocks after it: taken back at once, so
+        keep_room(fd, room)  # the full disk stays full (and the next last word fits too)
         return True
     except OSError:
         return False

@@ -41,6 +41,12 @@ out["plain_kept"] = target.read_text()
 last = b"finished: the job's cause\n" + b"r" * 20000 + b"\n"  # 5 pages: longer than before
 write_atomically(target, last, in_place_when_full=True)
 out["in_place"] = target.read_text()
+out["room_after"] = target.stat().st_blocks * 512
+try:  # the room stays the summary's: the disk is as full as before
+    write_atomically(d / "endpoints.log", b"endpoints\n")
+    out["still_full"] = False
+except OSError as exc:
+    out["still_full"] = exc.errno == errno.ENOSPC
 try:
     write_atomically(target, b"x" * 300000, in_place_when_full=True)  # more than it holds
     out["too_big"] = "written"
@@ -70,6 +76,7 @@ def test_a_full_disk_leaves_no_temporary_file_and_the_summary_gets_its_last_word
     assert out["plain_kept"] == "running\n"  # the old file whole
     assert (out["size"], out["room"]) == (8, 64 * 1024)  # its bytes, and room kept after them
     assert out["in_place"] == "finished: the job's cause\n" + "r" * 20000 + "\n"
+    assert out["room_after"] == 64 * 1024 and out["still_full"] is True  # nothing freed
     assert out["too_big"] is True and out["after_too_big"] == out["in_place"]  # untouched
     assert out["left"] == ["fill", "summary.json"]  # no .summary.json.PID.tmp
     assert list(disk.iterdir()) == []  # the tmpfs went with its namespace
