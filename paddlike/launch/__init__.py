@@ -25,6 +25,13 @@ the venv's python): 474.8 M instructions with this class, 509.7 M with
 
 from __future__ import annotations
 
+import signal as _signal
+
+# nohup's mark, read at the launcher's first import, before it installs any handler: a
+# launcher started with SIGHUP ignored leaves it ignored (`run.signals.kept_ignored`), and
+# its workers inherit it so; the job outlives the terminal it was started from
+HANGUP_IGNORED = _signal.getsignal(_signal.SIGHUP) is _signal.SIG_IGN
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
     from typing import NamedTuple as NamedTuple

@@ -14,6 +14,8 @@ import signal
 from collections.abc import Iterator
 from types import FrameType
 
+from paddlike.launch import HANGUP_IGNORED
+
 ENDING_EARLY = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -42,7 +44,8 @@ def _stop(signum: int, _frame: FrameType | None) -> None:
 def stop_on_signals() -> Iterator[None]:
     """`Stopped` on SIGINT, SIGTERM or SIGHUP within; each one's handler as it was after
     (also when ignored meanwhile: none of the clean-up is cut short)."""
-    previous = {s: signal.signal(s, _stop) for s in ENDING_EARLY}
+    kept = [s for s in ENDING_EARLY if not (s == signal.SIGHUP and HANGUP_IGNORED)]  # nohup
+    previous = {s: signal.signal(s, _stop) for s in kept}
     _Hold.pending = None
     try:
         yield

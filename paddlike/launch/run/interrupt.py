@@ -104,7 +104,8 @@ def _write_stopped(round_: Unsettled, sig: LauncherSignal, job: NodeJob, what: s
 def before_start(
     record: RunRecord, plan: LaunchPlan, restarts: int, where: Where
 ) -> Iterator[None]:
-    """A round placed, its workers not started yet (--preload's zygote still importing):
+    """A round placed, its workers not started yet (endpoints.log being written, the
+    round's watch opening, --preload's zygote still importing):
     an ending signal meanwhile leaves summary.json whole, no process, exit 128+N and this
     launcher's signal as the cause (the reader says STOPPED, not "job unknown"); then
     `stopped_by_signal` goes on as anywhere outside a round."""

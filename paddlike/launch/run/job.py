@@ -342,16 +342,20 @@ class JobRun:
 
             if (unstarted := check_before_start(self, met, plan, restarts)) is not None:
                 return unstarted
-        try:
-            self.announce(met, plan)
-        except OSError as exc:  # a full disk, above all: the job ends, saying which
-            return self.cannot_write(exc, met, plan, restarts)
-        watch = self.peers.watch(
-            round_, str(self.logdir.path), services=self.job.servers_wait_for_job
-        )
-        notify = self.guardian is not None and watch.death_notice is not None
-        if notify:  # if this launcher dies now, the others learn it first
-            self.guardian.note(watch.death_notice)  # type: ignore[union-attr]
+        # a signal from here until the workers start: summary.json says so (`before_start`)
+        with before_start(self.record, plan, restarts, self.where):
+            try:
+                self.announce(met, plan)
+            except OSError as exc:  # a full disk, above all: the job ends, saying which
+                return self.cannot_write(exc, met, plan, restarts)
+            watch = self.peers.watch(
+                round_, str(self.logdir.path), services=self.job.servers_wait_for_job
+            )
+            notify = self.guardian is not None and watch.death_notice is not None
+            if notify:  # if this launcher dies now, the others learn it first
+                self.guardian.note(watch.death_notice)  # type: ignore[union-attr]
+            if self.preload is not None:  # its imports done (or one warning: cold starts)
+                self.preload.wait_ready()
         outcome = self.supervise(plan, watch, restarts, round_)
         self.where.unsettled = Unsettled(self.record, plan, outcome, restarts, watch)
         cause, survivors = self.settle(watch, outcome, restarts)
@@ -418,9 +422,6 @@ class JobRun:
         self, plan: LaunchPlan, watch: RoundWatch, restarts: int, round_: int
     ) -> RunOutcome:
         """This node's processes, from start to end, under the round's watch."""
-        if self.preload is not None:  # its imports done (or one warning: cold starts)
-            with before_start(self.record, plan, restarts, self.where):
-                self.preload.wait_ready()
         warm = self.warm and self.warm.round(self.elastic, restarts, self.spec, plan.nnodes > 1)
         supervisor = Supervisor(
             plan,

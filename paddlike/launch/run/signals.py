@@ -8,6 +8,8 @@ stacks.
                                          --signals_to_handle or not (a SIGQUIT unhandled
                                          would dump the launcher's core and leave its
                                          workers without a report)
+    SIGHUP, when started ignored         stays ignored, the workers' too (`nohup ... &`:
+                                         the job outlives the terminal; `kept_ignored`)
     SIGUSR1 under Slurm, by default      a preemption notice, as SIGTERM (`sbatch
                                          --signal=USR1@90`: Slurm's warning): every rank
                                          saves the job's stop step; exit 138
@@ -40,7 +42,7 @@ import signal
 import threading
 from collections.abc import Iterator, Mapping
 
-from paddlike.launch import NamedTuple
+from paddlike.launch import HANGUP_IGNORED, NamedTuple
 
 # Always handled. SIGQUIT is among them whatever --signals_to_handle says: its default
 # action kills the launcher with a core dump, with no summary and no word to the other
@@ -121,6 +123,12 @@ def signal_policy(
     return SignalPolicy(ending, forward, stacks, delivers)
 
 
+def kept_ignored(signals: tuple[int, ...]) -> tuple[int, ...]:
+    """`signals` less SIGHUP when the launcher started with it ignored (under nohup): no
+    handler of ours replaces nohup's promise that a closed terminal ends nothing."""
+    return tuple(s for s in signals if not (s == signal.SIGHUP and HANGUP_IGNORED))
+
+
 def forward_signal(pids: list[int], signum: int) -> list[int]:
     """`signum` to each worker (the process, not its group: a worker's own children, such
     as data loaders, are its business, as under torchrun); the pids it reached."""
@@ -179,8 +187,8 @@ def signals_raise(policy: SignalPolicy | None = None) -> Iterator[None]:
         yield
         return
     policy = policy if policy is not None else SignalPolicy()
-    old = {sig: signal.signal(sig, _raise_signal) for sig in policy.ending}
-    for sig in (*policy.forward, *policy.stacks):
+    old = {sig: signal.signal(sig, _raise_signal) for sig in kept_ignored(policy.ending)}
+    for sig in kept_ignored((*policy.forward, *policy.stacks)):
         old[sig] = signal.signal(sig, _note_signal)
     try:
         yield
@@ -205,7 +213,7 @@ def signals_to_pipe(policy: SignalPolicy | None = None) -> Iterator[int | None]:
     old_wakeup = -1
     try:
         old_wakeup = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        for sig in policy.caught:
+        for sig in kept_ignored(policy.caught):
             old_handlers[sig] = signal.signal(sig, _note_signal)
         yield rfd
     finally:
