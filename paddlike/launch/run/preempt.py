@@ -143,7 +143,7 @@ class Preemption:
             "not_stopped": [
                 {
                     "rank": r.rank,
-                    "status": r.status if r.status != ProcessStatus.OK else NEVER_ASKED,
+                    "status": _not_stopped_status(r),
                     "exit_code": r.exit_code,
                     "signal": r.signal,
                 }
@@ -152,6 +152,17 @@ class Preemption:
             ],
             "seconds_to_last_exit": round(last, 3) if last is not None else None,
         }
+
+
+def _not_stopped_status(record: ProcessRecord) -> str:
+    """Why a rank is named: it never asked (exited 0 all the same), it failed on its own
+    after the notice (a save that raised: its exit code, not "killed", though the launcher
+    had sent it the notice's SIGTERM), or its status (killed by the grace's SIGKILL)."""
+    if record.status == ProcessStatus.OK:
+        return NEVER_ASKED
+    if record.signal is None and record.exit_code not in (None, 0):
+        return f"exited {record.exit_code}"
+    return str(record.status)
 
 
 def _since(notice: RootCause | None) -> float:

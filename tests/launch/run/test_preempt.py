@@ -141,3 +141,28 @@ def test_a_notice_to_ranks_that_never_call_should_stop_says_there_is_no_common_s
     assert "stop step 0" not in out, out
     last = out.strip().splitlines()[-1]
     assert "no rank called should_stop(), so no common step was agreed" in last, out
+
+
+SAVE_RAISES = """
+import os, sys, time
+from pathlib import Path
+import paddlike.distributed as dist
+rank = os.environ["PADDLE_TRAINER_ID"]
+for step in range(10**9):
+    time.sleep(0.02)
+    if step == 2:
+        Path(sys.argv[1], f"ready.{rank}").write_text("")
+    if dist.should_stop(step):
+        raise RuntimeError("Parent directory ckpt does not exist.")  # torch.save's, say
+"""
+
+
+def test_a_rank_whose_save_raises_is_named_by_its_exit_code_not_as_killed(tmp_path):
+    script = tmp_path / "save_raises.py"
+    script.write_text(SAVE_RAISES)
+    code, out = _launch_and_notice(tmp_path, script=script)
+    assert code == 143, out
+    last = out.strip().splitlines()[-1]
+    assert "rank 0 (exited 1), rank 1 (exited 1) did not stop at it" in last, out
+    summary = json.loads((tmp_path / "log" / "summary.json").read_text())
+    assert [r["status"] for r in summary["preemption"]["not_stopped"]] == ["exited 1"] * 2
