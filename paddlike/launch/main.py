@@ -299,8 +299,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             end_on_stdin_eof(options.signals_to_handle or ())
     if described.options.dry_run:
+        line, run = "", described.run
+        if run.preload:  # checked as the real start would: a missing module is exit 2
+            from paddlike.launch.run.preload.start import preview_preload
+
+            line, startable = preview_preload(run.preload, run.workers, sys.executable, environ)
+            if not startable:
+                return _fail(line, 2)
         try:
             _print_dry_run(described)
+            if line:
+                print(line, flush=True)
         except BrokenPipeError:  # `--dry_run ... | head`: the reader has what it wanted
             return stdout_closed()
         return 0

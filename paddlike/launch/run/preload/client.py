@@ -138,7 +138,7 @@ class Preload:
             path = search_path(argv, workdir, environ)
             missing = missing_module(modules, path)
             if missing is not None:
-                raise PreloadMissing(_missing_line(missing, path))
+                raise PreloadMissing(missing_line(missing, path))
         become_subreaper()  # before the zygote is forked: its forks inherit the search
         ours, theirs = wire.pair()
         try:
@@ -165,7 +165,7 @@ class Preload:
         answer = self._answer(FOUND_TIMEOUT)
         if answer is not None and "missing" in answer:
             self.close()
-            raise PreloadMissing(_missing_line(answer["missing"], answer.get("path", [])))
+            raise PreloadMissing(missing_line(answer["missing"], answer.get("path", [])))
         if answer is None or "found" not in answer:
             self._go_cold(self._gone("before it looked up the modules"))
 
@@ -301,7 +301,7 @@ class Preload:
             self.popen.wait()
 
 
-def _missing_line(name: str, path: Sequence[str]) -> str:
+def missing_line(name: str, path: Sequence[str]) -> str:
     where = ", ".join(p or "''" for p in list(path)[:3])
     return (
         f"--preload: no module named {name!r} (searched as the script's imports would: "

@@ -63,6 +63,17 @@ def test_a_preload_module_that_does_not_exist_starts_nothing(scripts: Path) -> N
     assert probes(scripts) == {}
 
 
+def test_dry_run_refuses_a_missing_preload_module_as_the_start_would(scripts: Path) -> None:
+    dry = launch(scripts, "--dry_run", "--preload", "heavy,nosuchmodule", "probe.py", "out")
+    assert dry.returncode == 2, dry.stdout
+    said = "paddlike.launch: error: --preload: no module named 'nosuchmodule'"
+    assert dry.stderr.startswith(said), dry.stderr
+    assert dry.stdout == "" and not (scripts / "log").exists()
+    ok = launch(scripts, "--dry_run", "--preload", "heavy", "probe.py", "out")
+    assert ok.returncode == 0, ok.stderr
+    assert "(--preload heavy: a zygote imports them once when the job starts" in ok.stdout
+
+
 def test_a_module_found_on_pythonpath_is_preloaded(scripts: Path) -> None:
     lib = scripts / "lib"
     lib.mkdir()
