@@ -334,10 +334,16 @@ def straggler_period(text: str) -> float:
     """--straggler_check: 0 (off) or at least a second; each check reads every rank's
     recent collectives, and checks closer together see too few of them to compare (and
     cost a busy launcher's share of a core)."""
-    value = NON_NEGATIVE_SECONDS(text)
+    expected = "expected 0 (off) or a number of seconds >= 1"
+    try:
+        value = NON_NEGATIVE_SECONDS(text)
+    except BadValue:
+        raise BadValue(expected) from None  # one rule, said one way whatever was typed
     if 0 < value < 1:
-        raise BadValue("expected 0 (off) or a number of seconds >= 1")
+        raise BadValue(expected)
     return value
+
+
 SHARE_ABOVE_ZERO = in_range(float, "expected a share of the step time > 0", 0, FINITE, above=True)
 
 
