@@ -40,6 +40,8 @@ def test_cluster_options_come_from_the_environment_too() -> None:
         (["--launcher", "openmpi"], "use ssh, pdsh or slurm, got 'openmpi'"),
         (["--launcher", "rsh"], "--launcher: expected ssh, pdsh or slurm, got 'rsh'"),
         (["--export", "A-B"], "--export: expected variable names separated by commas"),
+        (["--export", "TOK=abc"], r"NAME=VALUE: set it in this shell \(export TOK=\.\.\.\) "
+         "and give --export TOK"),
         (["--num_gpus", "0"], "--num_gpus: expected a positive integer, got '0'"),
         (["--num_nodes", "x"], "--num_nodes: expected a positive integer, got 'x'"),
         (["--hostfile="], "--hostfile: expected a non-empty value"),
