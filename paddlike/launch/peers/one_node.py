@@ -47,6 +47,7 @@ class LocalPeers:
     survivors = None  # (a one-node job is never elastic)
 
     def rendezvous(self, round_: int, entry: NodeEntry) -> RendezvousResult:
+        self.waiting_for = f"running round {round_}"  # placed: as many nodes' say it from here
         return RendezvousResult(round_, (entry,), entry.job_id, 0.0)
 
     def watch(self, round_: int, log_dir: str, *, services: bool) -> LocalWatch:

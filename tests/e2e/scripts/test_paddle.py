@@ -76,9 +76,14 @@ def run_launcher(python: str, log_dir: Path, script: Path, *options: str):
     options = options or ("--nproc_per_node", "2")
     cmd = [python, "-m", "paddlike.launch", "--log_dir", str(log_dir), "--kill_timeout", "2"]
     cmd += [*options, str(script)]
+    # a TMPDIR of the job's own: Paddle's multiprocessing directory (pymp-*, left by
+    # workers that end without its clean-up) goes with the test's
+    tmp = log_dir.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**_env(), "TMPDIR": str(tmp)}
     try:
         return subprocess.run(
-            cmd, cwd=log_dir.parent, env=_env(), capture_output=True, text=True, timeout=DEADLINE
+            cmd, cwd=log_dir.parent, env=env, capture_output=True, text=True, timeout=DEADLINE
         )
     except subprocess.TimeoutExpired as exc:
         # run() has killed the launcher; its workers die with it (parent-death signal).
