@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -76,15 +77,16 @@ def run_launcher(python: str, log_dir: Path, script: Path, *options: str):
     options = options or ("--nproc_per_node", "2")
     cmd = [python, "-m", "paddlike.launch", "--log_dir", str(log_dir), "--kill_timeout", "2"]
     cmd += [*options, str(script)]
-    # a TMPDIR of the job's own: Paddle's multiprocessing directory (pymp-*, left by
-    # workers that end without its clean-up) goes with the test's
-    tmp = log_dir.parent / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env = {**_env(), "TMPDIR": str(tmp)}
+    # a TMPDIR of the job's own, removed after it: Paddle's multiprocessing directory
+    # (pymp-*, left by workers that end without its clean-up) goes with it. Short: its
+    # Manager's socket path must fit AF_UNIX's 107 bytes (the test's tmp_path may not)
     try:
-        return subprocess.run(
-            cmd, cwd=log_dir.parent, env=env, capture_output=True, text=True, timeout=DEADLINE
-        )
+        with tempfile.TemporaryDirectory(prefix="plk-paddle-") as tmp:
+            env = {**_env(), "TMPDIR": tmp}
+            return subprocess.run(
+                cmd, cwd=log_dir.parent, env=env, capture_output=True, text=True,
+                timeout=DEADLINE,
+            )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         # run() has killed the launcher; its workers die with it (parent-death signal).
         pytest.fail(f"launcher did not finish in {DEADLINE:g} s:\n{exc.stdout}\n{exc.stderr}")
