@@ -298,12 +298,6 @@ def name_prefixes(text: str) -> tuple[str, ...]:
     if text.strip().lower() == "none":
         return ()
     names = tuple(t.strip() for t in text.split(","))
-    valued = [n.split("=", 1)[0] for n in names if "=" in n]
-    if valued and valued[0].isidentifier():  # a value here would be in every user's `ps`
-        raise BadValue(
-            f"expected variable names, not NAME=VALUE: set it in this shell (export "
-            f"{valued[0]}=...) and give --export {valued[0]}; the value travels unseen"
-        )
     if not text.strip() or not all(n.isidentifier() and n.isascii() for n in names):
         raise BadValue("expected name prefixes separated by commas, e.g. NCCL,PYTHON, or none")
     return names
