@@ -358,6 +358,12 @@ class JobRun:
                 self.preload.wait_ready()
         outcome = self.supervise(plan, watch, restarts, round_)
         self.where.unsettled = Unsettled(self.record, plan, outcome, restarts, watch)
+        if outcome.status == RunStatus.INTERRUPTED:  # this launcher's signal (scancel): its
+            self.record.preemption = outcome.preemption  # word now; the scheduler's SIGKILL
+            self.record.finished(  # may come while the nodes settle (Slurm's KillWait)
+                plan, outcome.records, restarts, status=outcome.status,
+                exit_code=outcome.exit_code, cause=outcome.root_cause,
+            )  # fmt: skip
         cause, survivors = self.settle(watch, outcome, restarts)
         if self.elastic is not None and cause is not None:  # quarantine (`launch.health`)
             from paddlike.launch.health.gate import note_round_end
