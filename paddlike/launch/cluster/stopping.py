@@ -14,7 +14,7 @@ import signal
 from collections.abc import Iterator
 from types import FrameType
 
-from paddlike.launch import HANGUP_IGNORED
+from paddlike.launch.run.signals import kept_ignored
 
 ENDING_EARLY = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -44,8 +44,7 @@ def _stop(signum: int, _frame: FrameType | None) -> None:
 def stop_on_signals() -> Iterator[None]:
     """`Stopped` on SIGINT, SIGTERM or SIGHUP within; each one's handler as it was after
     (also when ignored meanwhile: none of the clean-up is cut short)."""
-    kept = [s for s in ENDING_EARLY if not (s == signal.SIGHUP and HANGUP_IGNORED)]  # nohup
-    previous = {s: signal.signal(s, _stop) for s in kept}
+    previous = {s: signal.signal(s, _stop) for s in kept_ignored(ENDING_EARLY)}  # nohup
     _Hold.pending = None
     try:
         yield

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from paddlike.launch.run.linux import parent_death_preexec
-from paddlike.launch.run.preload import wire
+from paddlike.launch.run.preload import fresh, wire
 from paddlike.launch.run.preload.lookup import missing_module, same_interpreter, search_path
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -329,11 +329,4 @@ def _children(parent: int) -> list[tuple[int, str, int, int]]:
 def _ignored() -> list[int]:
     """The signals the launcher ignores now: a worker it execs inherits them ignored (and
     every other one at its default), so a forked one is given the same."""
-    found = []
-    for sig in signal.valid_signals():
-        with contextlib.suppress(OSError, ValueError):
-            if sig not in (signal.SIGKILL, signal.SIGSTOP) and (
-                signal.getsignal(sig) is signal.SIG_IGN
-            ):
-                found.append(int(sig))
-    return found
+    return [int(s) for s, handler in fresh.dispositions().items() if handler is signal.SIG_IGN]
